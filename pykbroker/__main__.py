@@ -1,0 +1,3 @@
+from pykbroker.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Coordinators: the group coordinator (consumer groups and committed offsets)."""

@@ -1,0 +1,154 @@
+"""Embedded metadata: one JSON document in the data directory, replaced atomically.
+
+For a single broker with no ZooKeeper.  Writes are rare (admin operations) so
+rewriting the whole document with write-temp, fsync, rename is simple and safe.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import uuid
+from pathlib import Path
+
+from pykbroker.metadata.store import (
+    MetadataStore,
+    PartitionAssignment,
+    TopicExists,
+    TopicRecord,
+    UnknownTopic,
+)
+
+log = logging.getLogger("pykbroker.metadata")
+
+METADATA_FILE = "__pykbroker_metadata.json"
+META_PROPERTIES = "meta.properties"
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def random_cluster_id() -> str:
+    """22-character URL-safe base64 of a random UUID, like Kafka's cluster ids."""
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+class EmbeddedMetadataStore(MetadataStore):
+    def __init__(self, data_dir: Path, broker_id: int, endpoints: list[tuple[str, str, int]]) -> None:
+        super().__init__()
+        self._dir = data_dir
+        self._broker_id = broker_id
+        self._endpoints = endpoints
+        self._topics: dict[str, TopicRecord] = {}
+        self._next_producer_id = 0
+        self.cluster_id = ""
+
+    @property
+    def path(self) -> Path:
+        return self._dir / METADATA_FILE
+
+    def start(self) -> None:
+        self._dir.mkdir(parents=True, exist_ok=True)
+        self._load_meta_properties()
+        if self.path.exists():
+            doc = json.loads(self.path.read_text())
+            self._topics = {t["name"]: TopicRecord.from_json(t) for t in doc.get("topics", [])}
+            self._next_producer_id = int(doc.get("next_producer_id", 0))
+        log.info("metadata loaded: cluster_id=%s topics=%d", self.cluster_id, len(self._topics))
+
+    def _load_meta_properties(self) -> None:
+        path = self._dir / META_PROPERTIES
+        if path.exists():
+            props = dict(
+                line.split("=", 1) for line in path.read_text().splitlines() if "=" in line and line[0] != "#"
+            )
+            self.cluster_id = props.get("cluster.id", "")
+            stored_id = int(props.get("broker.id", self._broker_id))
+            if stored_id != self._broker_id:
+                raise RuntimeError(
+                    f"broker.id {self._broker_id} does not match {stored_id} stored in {path}; "
+                    "the data directory belongs to another broker"
+                )
+        if not self.cluster_id:
+            self.cluster_id = random_cluster_id()
+            text = f"version=0\ncluster.id={self.cluster_id}\nbroker.id={self._broker_id}\n"
+            write_atomically(path, text.encode())
+
+    def _persist(self) -> None:
+        doc = {
+            "version": 1,
+            "topics": [t.to_json() for t in self._topics.values()],
+            "next_producer_id": self._next_producer_id,
+        }
+        write_atomically(self.path, json.dumps(doc, indent=1, sort_keys=True).encode())
+
+    def close(self) -> None:
+        pass
+
+    def live_brokers(self) -> dict[int, list[tuple[str, str, int]]]:
+        return {self._broker_id: self._endpoints}
+
+    def controller_id(self) -> int:
+        return self._broker_id
+
+    def topics(self) -> dict[str, TopicRecord]:
+        return self._topics
+
+    def create_topic(self, record: TopicRecord) -> None:
+        if record.name in self._topics:
+            raise TopicExists(record.name)
+        for a in record.partitions.values():
+            a.leader = self._broker_id
+            a.isr = [self._broker_id]
+        self._topics[record.name] = record
+        self._persist()
+        self._notify(record.name, record)
+
+    def delete_topic(self, name: str) -> TopicRecord:
+        rec = self._topics.pop(name, None)
+        if rec is None:
+            raise UnknownTopic(name)
+        self._persist()
+        self._notify(name, None)
+        return rec
+
+    def add_partitions(self, name: str, new: dict[int, PartitionAssignment]) -> TopicRecord:
+        rec = self._topics.get(name)
+        if rec is None:
+            raise UnknownTopic(name)
+        for p, a in new.items():
+            a.leader = self._broker_id
+            a.isr = [self._broker_id]
+            rec.partitions[p] = a
+        self._persist()
+        self._notify(name, rec)
+        return rec
+
+    def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicRecord:
+        rec = self._topics.get(name)
+        if rec is None:
+            raise UnknownTopic(name)
+        rec.configs = dict(configs)
+        self._persist()
+        self._notify(name, rec)
+        return rec
+
+    def allocate_producer_ids(self, count: int) -> int:
+        first = self._next_producer_id
+        self._next_producer_id += count
+        self._persist()
+        return first

@@ -1,0 +1,154 @@
+"""The metadata store seam.
+
+Everything the broker knows about topics goes through :class:`MetadataStore`.
+The embedded backend keeps it in a file in the data directory; a ZooKeeper
+backend will implement the same interface, with watches feeding
+:meth:`MetadataStore.add_listener` callbacks.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+def topic_name_problem(name: str) -> str | None:
+    """Kafka's topic naming rules; None when the name is legal."""
+    if not name:
+        return "Topic name is illegal, it can't be empty"
+    if name in (".", ".."):
+        return "Topic name cannot be \".\" or \"..\""
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        return f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters"
+    if not _LEGAL_TOPIC.match(name):
+        return (f"Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, "
+                "'.', '_' and '-'")
+    return None
+
+
+@dataclass(slots=True)
+class PartitionAssignment:
+    replicas: list[int]
+    leader: int = -1
+    leader_epoch: int = 0
+    isr: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class TopicRecord:
+    name: str
+    topic_id: uuid.UUID
+    partitions: dict[int, PartitionAssignment]
+    configs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def internal(self) -> bool:
+        return self.name in INTERNAL_TOPICS
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "topic_id": str(self.topic_id),
+            "partitions": {
+                str(p): {"replicas": a.replicas, "leader": a.leader, "leader_epoch": a.leader_epoch, "isr": a.isr}
+                for p, a in sorted(self.partitions.items())
+            },
+            "configs": self.configs,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> TopicRecord:
+        parts = data["partitions"]
+        assert isinstance(parts, dict)
+        configs = data.get("configs") or {}
+        assert isinstance(configs, dict)
+        return cls(
+            name=str(data["name"]),
+            topic_id=uuid.UUID(str(data["topic_id"])),
+            partitions={
+                int(p): PartitionAssignment(
+                    replicas=list(a["replicas"]), leader=int(a["leader"]),
+                    leader_epoch=int(a["leader_epoch"]), isr=list(a["isr"]),
+                )
+                for p, a in parts.items()
+            },
+            configs={str(k): str(v) for k, v in configs.items()},
+        )
+
+
+class TopicExists(Exception):
+    pass
+
+
+class UnknownTopic(Exception):
+    pass
+
+
+MetadataListener = Callable[[str, "TopicRecord | None"], None]
+
+
+class MetadataStore(ABC):
+    """Topics, partitions, configs and id allocation for the cluster."""
+
+    cluster_id: str
+
+    def __init__(self) -> None:
+        self._listeners: list[MetadataListener] = []
+
+    def add_listener(self, listener: MetadataListener) -> None:
+        """Called with (topic name, new record or None when deleted) after every change."""
+        self._listeners.append(listener)
+
+    def _notify(self, name: str, record: TopicRecord | None) -> None:
+        for listener in self._listeners:
+            listener(name, record)
+
+    @abstractmethod
+    def start(self) -> None: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    @abstractmethod
+    def live_brokers(self) -> dict[int, list[tuple[str, str, int]]]:
+        """broker id -> advertised (listener name, host, port) endpoints."""
+
+    @abstractmethod
+    def controller_id(self) -> int: ...
+
+    @abstractmethod
+    def topics(self) -> dict[str, TopicRecord]: ...
+
+    def topic(self, name: str) -> TopicRecord | None:
+        return self.topics().get(name)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicRecord | None:
+        for rec in self.topics().values():
+            if rec.topic_id == topic_id:
+                return rec
+        return None
+
+    @abstractmethod
+    def create_topic(self, record: TopicRecord) -> None:
+        """Raises TopicExists."""
+
+    @abstractmethod
+    def delete_topic(self, name: str) -> TopicRecord:
+        """Raises UnknownTopic."""
+
+    @abstractmethod
+    def add_partitions(self, name: str, new: dict[int, PartitionAssignment]) -> TopicRecord: ...
+
+    @abstractmethod
+    def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicRecord: ...
+
+    @abstractmethod
+    def allocate_producer_ids(self, count: int) -> int:
+        """Reserve ``count`` producer ids unique for the life of the cluster; returns the first."""

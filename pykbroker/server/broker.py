@@ -1,0 +1,145 @@
+"""The broker: wires configuration, metadata, logs, replicas and the network together.
+
+Startup loads the metadata store and every local log (recovering those that
+were not shut down cleanly), then opens the listeners.  Shutdown stops
+reading requests, lets in-flight ones finish, flushes and closes the logs and
+writes the clean-shutdown marker so the next start skips recovery.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from pykbroker import __version__
+from pykbroker.config import BrokerConfig, log_config_for
+from pykbroker.metadata.embedded import EmbeddedMetadataStore
+from pykbroker.metadata.store import MetadataStore
+from pykbroker.server.context import Services
+from pykbroker.server.dispatcher import Dispatcher
+from pykbroker.server.network import SocketServer
+from pykbroker.server.replica_manager import ReplicaManager
+from pykbroker.server.topics import TopicManager
+from pykbroker.storage.log_manager import LogManager
+
+log = logging.getLogger("pykbroker.broker")
+
+
+def _periodic(interval_s: float, fn: Callable[[], Any], *, thread: bool = False) -> Callable[[], Coroutine[Any, Any, None]]:
+    async def loop() -> None:
+        while True:
+            await anyio.sleep(interval_s)
+            try:
+                if thread:
+                    await anyio.to_thread.run_sync(fn)
+                else:
+                    fn()
+            except Exception:
+                log.exception("background task %s failed", getattr(fn, "__name__", fn))
+
+    return loop
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig, store: MetadataStore | None = None) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        advertised = config.advertised_listeners
+        self.log_manager = LogManager(config.log_dirs, log_config_for(config, {}))
+        self.store = store or EmbeddedMetadataStore(
+            config.log_dirs[0], self.broker_id, [(a.name, a.host, a.port) for a in advertised]
+        )
+        self.replicas = ReplicaManager(self.broker_id, self.log_manager)
+        self.topics = TopicManager(config, self.store, self.replicas)
+        self.services = Services(config, self.store, self.replicas, self.topics, advertised,
+                                 drop_produce_responses=config["pykbroker.fault.drop.produce.response"])
+        self.dispatcher = Dispatcher(self.services)
+        self.server = SocketServer(
+            self.dispatcher.handle,
+            max_request_bytes=config["socket.request.max.bytes"],
+            idle_timeout_ms=config["connections.max.idle.ms"],
+            send_buffer=config["socket.send.buffer.bytes"],
+            receive_buffer=config["socket.receive.buffer.bytes"],
+        )
+        self._stop = anyio.Event()
+        self.bound_ports: list[int] = []
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def startup(self) -> None:
+        started = time.monotonic()
+        self.log_manager.startup()
+        self.store.start()
+        self.topics.load_all()
+        log.info(
+            "storage ready log_dirs=%s partitions=%d topics=%d in %.3fs",
+            ",".join(str(d) for d in self.config.log_dirs), len(self.replicas.partitions()),
+            len(self.store.topics()), time.monotonic() - started,
+        )
+
+    async def run(self, *, handle_signals: bool = True) -> None:
+        self.startup()
+        async with anyio.create_task_group() as tg:
+            listeners = []
+            for lst in self.config.listeners:
+                listener = await anyio.create_tcp_listener(local_host=lst.host or None, local_port=lst.port,
+                                                           reuse_port=False)
+                listeners.append((lst, listener))
+                port = listener.extra(anyio.abc.SocketAttribute.local_port)
+                self.bound_ports.append(port)
+            serve_scope = anyio.CancelScope()
+
+            async def serve_all() -> None:
+                with serve_scope:
+                    async with anyio.create_task_group() as accept_group:
+                        for lst, listener in listeners:
+                            name = lst.name
+
+                            async def on_conn(stream: Any, _name: str = name) -> None:
+                                await self.server.serve_connection(stream, _name)
+
+                            accept_group.start_soon(listener.serve, on_conn, tg)
+
+            tg.start_soon(serve_all)
+            if handle_signals:
+                tg.start_soon(self._watch_signals)
+            tg.start_soon(_periodic(self.config["log.retention.check.interval.ms"] / 1000,
+                                    self.log_manager.run_retention))
+            tg.start_soon(_periodic(min(self.config.flush_ms, 1000) / 1000, self.log_manager.flush_dirty,
+                                    thread=True))
+            tg.start_soon(_periodic(self.config["log.flush.offset.checkpoint.interval.ms"] / 1000 or 60,
+                                    self.log_manager.checkpoint))
+            log.info(
+                "pykbroker %s started broker_id=%d cluster_id=%s listeners=%s advertised=%s",
+                __version__, self.broker_id, self.store.cluster_id,
+                ",".join(f"{lst.name}://{lst.host}:{p}" for (lst, _), p in zip(listeners, self.bound_ports,
+                                                                                 strict=True)),
+                ",".join(f"{a.name}://{a.host}:{a.port}" for a in self.services.advertised),
+            )
+            await self._stop.wait()
+            log.info("shutting down")
+            serve_scope.cancel()
+            for _, listener in listeners:
+                await listener.aclose()
+            self.services.shutting_down.set()
+            self.replicas.fetch_waiters.notify_all()
+            self.server.begin_shutdown()
+            await self.server.wait_drained(10.0)
+            tg.cancel_scope.cancel()
+        self.log_manager.shutdown()
+        self.store.close()
+        log.info("shutdown complete")
+
+    async def _watch_signals(self) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                log.info("received %s", signal.Signals(signum).name)
+                self.request_stop()
+                return

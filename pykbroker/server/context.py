@@ -1,0 +1,55 @@
+"""What every API handler can reach: the broker's services and the request's context."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import anyio
+
+from pykbroker.config import BrokerConfig, Listener
+from pykbroker.metadata.store import MetadataStore
+from pykbroker.protocol.header import RequestHeader
+from pykbroker.server.replica_manager import ReplicaManager
+from pykbroker.server.topics import TopicManager
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class RequestContext:
+    header: RequestHeader
+    listener: str = "PLAINTEXT"
+    peer: str = ""
+
+    @property
+    def version(self) -> int:
+        return self.header.api_version
+
+
+class CloseConnection(Exception):
+    """Kafka's answer to some bad input is to close the connection; the message is logged."""
+
+
+@dataclass
+class Services:
+    config: BrokerConfig
+    store: MetadataStore
+    replicas: ReplicaManager
+    topics: TopicManager
+    advertised: list[Listener]
+    shutting_down: anyio.Event = field(default_factory=anyio.Event)
+    # Testing hook: how many more produce responses to drop after the append.
+    drop_produce_responses: int = 0
+
+    @property
+    def broker_id(self) -> int:
+        return self.replicas.broker_id
+
+    def endpoint_for(self, listener: str) -> Listener:
+        for a in self.advertised:
+            if a.name == listener:
+                return a
+        return self.advertised[0]

@@ -1,0 +1,155 @@
+"""Request dispatch: from a frame's bytes to a response frame's bytes, with no sockets.
+
+The network edge hands every frame here and writes back what it gets.  Errors
+follow Kafka: a request it cannot parse (bad header, unknown API key, an
+unsupported version of anything but ApiVersions, a malformed body) closes the
+connection with a log line; problems inside a well-formed request are error
+codes in the response.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from pykbroker.protocol import codec
+from pykbroker.protocol.framing import encode_frame
+from pykbroker.protocol.header import (
+    HeaderError,
+    RequestHeader,
+    encode_response_header,
+    finish_flexible_header,
+    parse_request_header_prefix,
+)
+from pykbroker.server.context import CloseConnection, RequestContext, Services
+from pykbroker.server.handlers import admin, fetch, metadata, offsets, produce
+
+log = logging.getLogger("pykbroker.requests")
+
+Handler = Callable[[Services, RequestContext, Any], Awaitable[dict[str, Any] | None]]
+
+API_VERSIONS = 18
+_SOFTWARE_RE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
+
+
+@dataclass(frozen=True)
+class ApiSpec:
+    key: int
+    min_version: int
+    max_version: int
+    handler: Handler
+
+
+async def handle_api_versions(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    if ctx.version >= 3:
+        for value in (req.client_software_name, req.client_software_version):
+            if not _SOFTWARE_RE.match(value or ""):
+                return {"error_code": ErrorCode.invalid_request, "api_keys": (), "throttle_time": 0}
+    return api_versions_body(ErrorCode.none)
+
+
+def api_versions_body(error: ErrorCode) -> dict[str, Any]:
+    return {
+        "error_code": error,
+        "api_keys": [
+            {"api_key": s.key, "min_version": s.min_version, "max_version": s.max_version}
+            for s in sorted(API_TABLE.values(), key=lambda s: s.key)
+        ],
+        "throttle_time": 0,
+        "supported_features": (),
+        "finalized_features_epoch": -1,
+        "finalized_features": (),
+        "zk_migration_ready": False,
+    }
+
+
+API_TABLE: dict[int, ApiSpec] = {
+    s.key: s
+    for s in [
+        ApiSpec(0, 3, 11, produce.handle_produce),
+        ApiSpec(1, 4, 17, fetch.handle_fetch),
+        ApiSpec(2, 1, 8, offsets.handle_list_offsets),
+        ApiSpec(3, 0, 12, metadata.handle_metadata),
+        ApiSpec(18, 0, 3, handle_api_versions),
+        ApiSpec(19, 2, 7, admin.handle_create_topics),
+        ApiSpec(20, 1, 6, admin.handle_delete_topics),
+        ApiSpec(21, 0, 2, offsets.handle_delete_records),
+        ApiSpec(32, 1, 4, admin.handle_describe_configs),
+        ApiSpec(37, 0, 3, admin.handle_create_partitions),
+    ]
+}
+
+
+def _check_table() -> None:
+    for s in API_TABLE.values():
+        available = codec.kio_versions(s.key)
+        assert available.start <= s.min_version and s.max_version < available.stop, s
+
+
+_check_table()
+
+
+class Dispatcher:
+    """Turns request frames into response frames; one instance per broker."""
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+
+    def parse(self, frame: bytes) -> tuple[RequestHeader, Any] | bytes:
+        """Decode a frame; returns (header, request) or, for an unsupported ApiVersions, the reply.
+
+        Raises CloseConnection where Kafka would close the connection.
+        """
+        try:
+            header = parse_request_header_prefix(frame)
+        except HeaderError as e:
+            raise CloseConnection(f"malformed request header: {e}") from None
+        spec = API_TABLE.get(header.api_key)
+        if spec is None:
+            raise CloseConnection(f"unknown API key {header.api_key}")
+        if not spec.min_version <= header.api_version <= spec.max_version:
+            if header.api_key == API_VERSIONS:
+                # KIP-511: answer in v0 so any client can read which versions we have.
+                body = codec.encode_response(API_VERSIONS, 0, api_versions_body(ErrorCode.unsupported_version))
+                return encode_frame(encode_response_header(header.correlation_id, False) + body)
+            raise CloseConnection(
+                f"unsupported version {header.api_version} of API key {header.api_key} "
+                f"(supported {spec.min_version}-{spec.max_version})"
+            )
+        try:
+            if codec.is_flexible(header.api_key, header.api_version):
+                header = finish_flexible_header(frame, header)
+            request = codec.decode_request(header.api_key, header.api_version, frame, header.body_offset)
+        except Exception as e:  # kio raises a variety of errors on malformed input
+            raise CloseConnection(
+                f"malformed {codec.API_NAMES[header.api_key]} v{header.api_version} request: {e!r}"
+            ) from None
+        return header, request
+
+    async def handle(self, frame: bytes, listener: str = "PLAINTEXT", peer: str = "") -> bytes | None:
+        """Process one request frame; None means no response (acks=0 produce)."""
+        parsed = self.parse(frame)
+        if isinstance(parsed, bytes):
+            return parsed
+        header, request = parsed
+        ctx = RequestContext(header, listener, peer)
+        spec = API_TABLE[header.api_key]
+        try:
+            body = await spec.handler(self.services, ctx, request)
+        except CloseConnection:
+            raise
+        except Exception:
+            log.exception("request failed api=%s version=%d client=%s peer=%s correlation_id=%d",
+                          codec.API_NAMES[header.api_key], header.api_version, header.client_id, peer,
+                          header.correlation_id)
+            raise CloseConnection("internal error while handling the request") from None
+        if body is None:
+            return None
+        flexible = codec.is_flexible(header.api_key, header.api_version) and header.api_key != API_VERSIONS
+        payload = codec.encode_response(header.api_key, header.api_version, body)
+        return encode_frame(encode_response_header(header.correlation_id, flexible) + payload)

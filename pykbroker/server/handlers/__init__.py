@@ -1,0 +1,1 @@
+"""API handlers: one module per area, each handler turns a decoded request into a response dict."""

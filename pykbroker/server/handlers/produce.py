@@ -1,0 +1,116 @@
+"""Produce: validate batch headers, append, acknowledge per acks.
+
+Record batches stay opaque: only their 61-byte headers are read, offsets are
+written into the header in place, and the bytes go to the log as they came.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import anyio
+from kio.schema.errors import ErrorCode
+
+from pykbroker.protocol.records import InvalidRecords, validate_for_append
+from pykbroker.server.context import CloseConnection, RequestContext, Services, now_ms
+from pykbroker.server.replica_manager import Partition
+
+log = logging.getLogger("pykbroker.produce")
+
+
+def _partition_error(index: int, code: ErrorCode, message: str | None = None) -> dict[str, Any]:
+    return {
+        "index": index,
+        "error_code": code,
+        "base_offset": -1,
+        "log_append_time": -1,
+        "log_start_offset": -1,
+        "record_errors": (),
+        "error_message": message,
+    }
+
+
+def _append(svc: Services, p: Partition, records: bytes, acks: int, now: int) -> dict[str, Any]:
+    lg = p.log
+    cfg = lg.config
+    log_append = cfg.message_timestamp_type == "LogAppendTime"
+    batches = validate_for_append(
+        records,
+        max_batch_bytes=cfg.max_message_bytes,
+        now_ms=now,
+        timestamp_type=1 if log_append else 0,
+    )
+    buf = bytearray(records)
+    result = lg.append(buf, batches, log_append_time_ms=now if log_append else None)
+    svc.replicas.on_appended(p)
+    return {
+        "index": p.index,
+        "error_code": ErrorCode.none,
+        "base_offset": result.first_offset,
+        "log_append_time": result.log_append_time_ms,
+        "log_start_offset": lg.log_start_offset,
+        "record_errors": (),
+        "error_message": None,
+    }
+
+
+async def handle_produce(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any] | None:
+    acks = int(req.acks)
+    now = now_ms()
+    responses: list[dict[str, Any]] = []
+    appended: list[Partition] = []
+    for topic in req.topic_data:
+        name = topic.name
+        rec = svc.store.topic(name)
+        parts = []
+        for pd in topic.partition_data:
+            idx = int(pd.index)
+            if acks not in (-1, 0, 1):
+                parts.append(_partition_error(idx, ErrorCode.invalid_required_acks))
+                continue
+            if rec is None or idx not in rec.partitions:
+                parts.append(_partition_error(idx, ErrorCode.unknown_topic_or_partition))
+                continue
+            if rec.internal:
+                parts.append(_partition_error(idx, ErrorCode.invalid_topic_exception,
+                                              f"Cannot append to internal topic {name}"))
+                continue
+            p = svc.replicas.partition(name, idx)
+            if p is None or p.leader_id != svc.broker_id:
+                parts.append(_partition_error(idx, ErrorCode.not_leader_or_follower))
+                continue
+            if acks == -1:
+                min_isr = int(rec.configs.get("min.insync.replicas", svc.config["min.insync.replicas"]))
+                if len(p.isr) < min_isr:
+                    parts.append(_partition_error(
+                        idx, ErrorCode.not_enough_replicas,
+                        f"The size of the current ISR {len(p.isr)} is insufficient to satisfy the min.isr "
+                        f"requirement of {min_isr} for partition {name}-{idx}"))
+                    continue
+            records = pd.records
+            if records is None or len(records) == 0:
+                parts.append(_partition_error(idx, ErrorCode.invalid_request, "Produce request has no records"))
+                continue
+            try:
+                parts.append(_append(svc, p, records, acks, now))
+                appended.append(p)
+            except InvalidRecords as e:
+                log.warning("produce rejected topic=%s partition=%d client=%s error=%s reason=%r",
+                            name, idx, ctx.header.client_id, ErrorCode(e.error_code).name, str(e))
+                parts.append(_partition_error(idx, ErrorCode(e.error_code), str(e)))
+        responses.append({"name": name, "partition_responses": parts})
+
+    if appended and acks != 0 and svc.config["log.flush.on.ack"]:
+        # fsync off the event loop; the acknowledgement waits for it.
+        for p in appended:
+            await anyio.to_thread.run_sync(p.log.flush)
+    if appended and svc.drop_produce_responses > 0:
+        svc.drop_produce_responses -= 1
+        raise CloseConnection("fault injection: dropping the connection after the append")
+    if acks == 0:
+        if any(part["error_code"] for r in responses for part in r["partition_responses"]):
+            # The producer reads no response, so Kafka closes the connection to signal the failure.
+            raise CloseConnection("acks=0 produce failed; closing the connection as Kafka does")
+        return None
+    return {"responses": responses, "throttle_time": 0}

@@ -1,0 +1,662 @@
+"""One partition's log: an ordered list of segments, the last of which takes appends.
+
+Appends, reads and retention run on the event-loop thread at page-cache speed; only
+:meth:`Log.flush` (fsync) is meant for a worker thread.  A per-log lock guards all
+mutable state; ``flush`` holds it just long enough to snapshot which files to sync and
+then fsyncs duplicated descriptors without it, so appends are never stalled by disk
+latency.  Memory use is O(number of segments), independent of the number of batches.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pykbroker.protocol.records import (
+    RECORD_LIST_TOO_LARGE,
+    BatchHeader,
+    InvalidRecords,
+    assign_offsets,
+)
+from pykbroker.storage.index import CorruptIndex
+from pykbroker.storage.log_config import LogConfig
+from pykbroker.storage.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    Segment,
+    parse_base_offset,
+)
+
+__all__ = ["AppendResult", "Log", "OffsetOutOfRange", "ReadResult"]
+
+log = logging.getLogger(__name__)
+
+_STRAY_SUFFIXES = (".deleted", ".cleaned", ".swap")
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class OffsetOutOfRange(Exception):
+    """The requested offset is outside [log start offset, log end offset]."""
+
+    error_code = 1  # OFFSET_OUT_OF_RANGE
+
+
+@dataclass(slots=True)
+class AppendResult:
+    first_offset: int
+    last_offset: int
+    log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
+    max_timestamp: int
+    log_start_offset: int
+
+
+@dataclass(slots=True)
+class ReadResult:
+    """Whole record batches starting with the one containing the requested offset."""
+
+    records: bytes
+    first_offset: int  # base offset of the first batch returned, or the requested offset if none
+    next_offset: int  # offset following the last batch returned, or the requested offset if none
+    log_start_offset: int
+    log_end_offset: int
+    first_batch_too_large: bool = False  # min_one_message=False and the first batch exceeds max_bytes
+
+
+class Log:
+    """Append-only, segmented log of one topic partition (Kafka's UnifiedLog/LocalLog)."""
+
+    def __init__(
+        self,
+        dir: Path,
+        config: LogConfig,
+        segments: list[Segment],
+        *,
+        log_start_offset: int,
+        log_end_offset: int,
+        recovery_point: int,
+        now_ms: Callable[[], int],
+    ) -> None:
+        self.dir = dir
+        self.config = config
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+        self.recovery_point = recovery_point
+        self._now_ms = now_ms
+        self._lock = threading.RLock()
+        self._flush_lock = threading.Lock()
+        self._unflushed_messages = 0
+        self._last_flush_ms = now_ms()
+        self._dir_dirty = False
+        self._closed = False
+
+    # -- opening -------------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        dir: Path,
+        config: LogConfig,
+        *,
+        recover: bool,
+        now_ms: Callable[[], int] | None = None,
+        log_start_offset: int | None = None,
+        recovery_point: int | None = None,
+    ) -> Log:
+        """Load (and if ``recover``, repair) the log in ``dir``, creating it if needed.
+
+        ``log_start_offset``/``recovery_point`` come from the log dir's checkpoint files.
+        Without a recovery point, recovery re-validates every segment (Kafka's behaviour for
+        a log missing from the recovery-point checkpoint).
+        """
+        clock = now_ms or _wall_clock_ms
+        dir.mkdir(parents=True, exist_ok=True)
+        bases = _clean_dir_and_list_bases(dir)
+        now = clock()
+        segments: list[Segment] = []
+        try:
+            if not bases:
+                start = max(log_start_offset or 0, 0)
+                segments.append(Segment(dir, start, config, active=True, now_ms=now))
+            else:
+                for i, base in enumerate(bases):
+                    segments.append(Segment(dir, base, config, active=i == len(bases) - 1, now_ms=now))
+            if recover:
+                _recover_segments(dir, segments, recovery_point or 0)
+            _check_indexes(segments, skip_from=_floor_index(segments, recovery_point or 0) if recover else None)
+            leo = segments[-1].read_next_offset()
+        except BaseException:
+            for seg in segments:
+                with contextlib.suppress(OSError):
+                    seg.close()
+            raise
+        lso = max(segments[0].base_offset, log_start_offset or 0)
+        lso = min(lso, leo)
+        self = cls(
+            dir,
+            config,
+            segments,
+            log_start_offset=lso,
+            log_end_offset=leo,
+            recovery_point=leo,
+            now_ms=clock,
+        )
+        if recover:
+            # Recovered data is now known good: make it durable before claiming it flushed.
+            for seg in segments[_floor_index(segments, recovery_point or 0) :]:
+                for fd in seg.dup_fds():
+                    try:
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+            _fsync_dir(dir)
+        return self
+
+    # -- properties ------------------------------------------------------------------------------
+
+    @property
+    def segments(self) -> list[Segment]:
+        """Snapshot of the segments, oldest first."""
+        with self._lock:
+            return list(self._segments)
+
+    @property
+    def active_segment(self) -> Segment:
+        return self._segments[-1]
+
+    @property
+    def size_bytes(self) -> int:
+        with self._lock:
+            return sum(s.size for s in self._segments)
+
+    def update_config(self, config: LogConfig) -> None:
+        """Apply changed topic configs; segment/index sizes affect new segments only."""
+        with self._lock:
+            self.config = config
+            self._segments[-1].config = config
+
+    # -- append ----------------------------------------------------------------------------------
+
+    def append(
+        self,
+        records: bytearray,
+        batches: list[BatchHeader],
+        *,
+        log_append_time_ms: int | None = None,
+        leader_epoch: int | None = None,
+    ) -> AppendResult:
+        """Assign offsets to validated batches and write them to the active segment.
+
+        With ``message.timestamp.type=LogAppendTime`` the append time defaults to the
+        clock.  ``leader_epoch`` (if given) is stamped as each batch's partition leader epoch.
+        Page-cache write only; durability is :meth:`flush`'s job.
+        """
+        if not batches:
+            raise ValueError("nothing to append")
+        start = batches[0].position
+        end = batches[-1].position + batches[-1].size
+        size = end - start
+        with self._lock:
+            self._check_open()
+            if size > self.config.segment_bytes:
+                raise InvalidRecords(
+                    RECORD_LIST_TOO_LARGE,
+                    f"append of {size} bytes is larger than the segment size {self.config.segment_bytes}",
+                )
+            if log_append_time_ms is None and self.config.log_append_time:
+                log_append_time_ms = self._now_ms()
+            first_offset = self.log_end_offset
+            count = sum(b.last_offset_delta + 1 for b in batches)
+            last_offset = first_offset + count - 1
+            max_ts = max(b.max_timestamp for b in batches)
+            if log_append_time_ms is not None:
+                max_ts = log_append_time_ms
+            segment = self._segments[-1]
+            if segment.should_roll(
+                messages_size=size, max_timestamp=max_ts, max_offset=last_offset, now_ms=self._now_ms()
+            ):
+                self._roll_locked()
+                segment = self._segments[-1]
+            next_offset = assign_offsets(
+                records,
+                batches,
+                first_offset,
+                log_append_time_ms=log_append_time_ms,
+                partition_leader_epoch=leader_epoch,
+            )
+            offset_of_max = first_offset
+            batch_max = -2
+            for b in batches:
+                if b.max_timestamp > batch_max:
+                    batch_max = b.max_timestamp
+                    offset_of_max = b.base_offset
+            with memoryview(records) as view:
+                segment.append(
+                    view[start:end],
+                    last_offset=next_offset - 1,
+                    max_timestamp=max_ts,
+                    offset_of_max_timestamp=offset_of_max,
+                )
+            self.log_end_offset = next_offset
+            self._unflushed_messages += count
+            return AppendResult(
+                first_offset=first_offset,
+                last_offset=next_offset - 1,
+                log_append_time_ms=log_append_time_ms if log_append_time_ms is not None else -1,
+                max_timestamp=max_ts,
+                log_start_offset=self.log_start_offset,
+            )
+
+    # -- read ------------------------------------------------------------------------------------
+
+    def read(
+        self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_message: bool = True
+    ) -> ReadResult:
+        """Whole batches from the one containing ``offset`` (Kafka fetch semantics, KIP-74).
+
+        At most ``max_bytes`` unless ``min_one_message`` lets the first batch exceed it;
+        never a batch at/after ``max_offset`` (the high watermark); data comes from one
+        segment per call.  Raises :class:`OffsetOutOfRange` outside [log start, LEO].
+        """
+        with self._lock:
+            self._check_open()
+            lso, leo = self.log_start_offset, self.log_end_offset
+            if offset < lso or offset > leo:
+                raise OffsetOutOfRange(
+                    f"offset {offset} is out of range for {self.dir.name}: [{lso}, {leo}]"
+                )
+            empty = ReadResult(b"", offset, offset, lso, leo)
+            if offset == leo or (max_offset is not None and offset >= max_offset):
+                return empty
+            i = max(0, bisect.bisect_right(self._bases, offset) - 1)
+            for segment in self._segments[i:]:
+                result = segment.read(
+                    offset, max(0, max_bytes), max_offset=max_offset, min_one_message=min_one_message
+                )
+                if result is not None:
+                    return ReadResult(
+                        result.records,
+                        result.first_offset,
+                        result.next_offset,
+                        lso,
+                        leo,
+                        result.first_batch_too_large,
+                    )
+            return empty
+
+    # -- timestamps --------------------------------------------------------------------------------
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= target, at or after the
+        log start offset (ListOffsets by timestamp); None if every record is older."""
+        with self._lock:
+            self._check_open()
+            segs = self._segments
+            for i, segment in enumerate(segs):
+                if i + 1 < len(segs) and segs[i + 1].base_offset <= self.log_start_offset:
+                    continue  # wholly below the log start offset
+                if segment.max_timestamp < timestamp_ms:
+                    continue
+                found = segment.find_offset_by_timestamp(timestamp_ms, self.log_start_offset)
+                if found is not None:
+                    ts, offset = found
+                    return offset, ts
+            return None
+
+    def max_timestamp_and_offset(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with the largest timestamp (ListOffsets -3)."""
+        with self._lock:
+            self._check_open()
+            best: Segment | None = None
+            for segment in self._segments:
+                if segment.max_timestamp >= 0 and (best is None or segment.max_timestamp > best.max_timestamp):
+                    best = segment
+            if best is None:
+                return None
+            found = best.offset_of_max_timestamp_record()
+            if found is None:
+                return None
+            ts, offset = found
+            return offset, ts
+
+    # -- roll / flush ------------------------------------------------------------------------------
+
+    def roll(self) -> None:
+        """Start a new active segment at the log end offset (no-op if the active one is empty)."""
+        with self._lock:
+            self._check_open()
+            self._roll_locked()
+
+    def _roll_locked(self) -> None:
+        active = self._segments[-1]
+        if active.size == 0 and active.base_offset == self.log_end_offset:
+            return
+        if active.size == 0:
+            # Empty segment at a stale base offset (after truncation): replace it.
+            self._segments.pop()
+            self._bases.pop()
+            active.delete()
+        else:
+            active.on_become_inactive()
+        segment = Segment(self.dir, self.log_end_offset, self.config, active=True, now_ms=self._now_ms())
+        self._segments.append(segment)
+        self._bases.append(segment.base_offset)
+        self._dir_dirty = True
+        log.debug("Rolled new log segment %s at offset %d", segment.name, segment.base_offset)
+
+    def needs_flush(self, now_ms: int) -> bool:
+        """Whether flush.messages / flush.ms say so, or rolled segments are not yet durable."""
+        with self._lock:
+            if self._closed:
+                return False
+            if self.recovery_point < self._segments[-1].base_offset:
+                return True
+            if self._unflushed_messages == 0:
+                return False
+            return (
+                self._unflushed_messages >= self.config.flush_messages
+                or now_ms - self._last_flush_ms >= self.config.flush_ms
+            )
+
+    def flush(self) -> None:
+        """fsync everything appended so far and advance the recovery point. Thread-safe."""
+        with self._flush_lock:
+            with self._lock:
+                if self._closed:
+                    return
+                target = self.log_end_offset
+                flushed_messages = self._unflushed_messages
+                dir_dirty = self._dir_dirty
+                self._dir_dirty = False
+                i = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
+                fds: list[int] = []
+                for segment in self._segments[i:]:
+                    fds.extend(segment.dup_fds())
+            try:
+                for fd in fds:
+                    os.fsync(fd)
+                if dir_dirty:
+                    _fsync_dir(self.dir)
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            with self._lock:
+                self.recovery_point = max(self.recovery_point, min(target, self.log_end_offset))
+                self._unflushed_messages = max(0, self._unflushed_messages - flushed_messages)
+                self._last_flush_ms = self._now_ms()
+
+    # -- deletion of old data ------------------------------------------------------------------------
+
+    def delete_records_before(self, offset: int, *, high_watermark: int | None = None) -> int:
+        """DeleteRecords: advance the log start offset to ``offset``; drop whole segments below it."""
+        with self._lock:
+            self._check_open()
+            limit = self.log_end_offset if high_watermark is None else min(high_watermark, self.log_end_offset)
+            if offset < 0 or offset > limit:
+                raise OffsetOutOfRange(f"cannot delete records before {offset}: the limit is {limit}")
+            if offset > self.log_start_offset:
+                self.log_start_offset = offset
+                log.info("Incremented log start offset of %s to %d (DeleteRecords)", self.dir.name, offset)
+                self._delete_segments_locked(self._deletable(self._below_log_start), "log start offset breach")
+            return self.log_start_offset
+
+    def apply_retention(self, now_ms: int, *, high_watermark: int | None = None) -> list[str]:
+        """Kafka's deleteOldSegments: time, size and log-start-offset based segment deletion.
+
+        Only whole segments below the high watermark (default: LEO) are deleted; if every
+        segment expired the log rolls first so the (now empty) new segment remains.
+        """
+        with self._lock:
+            self._check_open()
+            hw = self.log_end_offset if high_watermark is None else high_watermark
+            deleted: list[str] = []
+            config = self.config
+            if config.delete_enabled:
+                if config.retention_ms >= 0:
+                    retention_ms = config.retention_ms
+
+                    def expired(seg: Segment, nxt: Segment | None) -> bool:
+                        return now_ms - seg.largest_timestamp > retention_ms
+
+                    deleted += self._delete_segments_locked(
+                        self._deletable(expired, hw), f"retention time {retention_ms}ms breach"
+                    )
+                if config.retention_bytes >= 0:
+                    size = sum(s.size for s in self._segments)
+                    if size >= config.retention_bytes:
+                        excess = [size - config.retention_bytes]
+
+                        def oversize(seg: Segment, nxt: Segment | None) -> bool:
+                            if excess[0] - seg.size >= 0:
+                                excess[0] -= seg.size
+                                return True
+                            return False
+
+                        deleted += self._delete_segments_locked(
+                            self._deletable(oversize, hw), f"retention size {config.retention_bytes} breach"
+                        )
+            deleted += self._delete_segments_locked(
+                self._deletable(self._below_log_start, hw), "log start offset breach"
+            )
+            return deleted
+
+    def _below_log_start(self, seg: Segment, nxt: Segment | None) -> bool:
+        return nxt is not None and nxt.base_offset <= self.log_start_offset
+
+    def _deletable(
+        self, predicate: Callable[[Segment, Segment | None], bool], high_watermark: int | None = None
+    ) -> list[Segment]:
+        hw = self.log_end_offset if high_watermark is None else high_watermark
+        out: list[Segment] = []
+        segs = self._segments
+        for i, seg in enumerate(segs):
+            nxt = segs[i + 1] if i + 1 < len(segs) else None
+            upper = nxt.base_offset if nxt is not None else self.log_end_offset
+            last_and_empty = nxt is None and seg.size == 0
+            if hw >= upper and not last_and_empty and predicate(seg, nxt):
+                out.append(seg)
+            else:
+                break
+        return out
+
+    def _delete_segments_locked(self, deletable: list[Segment], reason: str) -> list[str]:
+        if not deletable:
+            return []
+        if len(deletable) == len(self._segments):
+            self._roll_locked()
+        names: list[str] = []
+        for seg in deletable:
+            log.info(
+                "Deleting segment %s of %s (base offset %d, size %d) due to %s",
+                seg.name,
+                self.dir.name,
+                seg.base_offset,
+                seg.size,
+                reason,
+            )
+            self._segments.remove(seg)
+            seg.delete()
+            names.append(seg.name)
+        self._bases = [s.base_offset for s in self._segments]
+        self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+        self._dir_dirty = True
+        return names
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove everything at and after ``offset`` (follower truncation)."""
+        with self._lock:
+            self._check_open()
+            if offset < 0:
+                raise ValueError(f"cannot truncate to negative offset {offset}")
+            if offset >= self.log_end_offset:
+                return
+            log.info("Truncating %s to offset %d (LEO was %d)", self.dir.name, offset, self.log_end_offset)
+            if offset < self._segments[0].base_offset:
+                self.truncate_fully_and_start_at(offset)
+                return
+            while len(self._segments) > 1 and self._segments[-1].base_offset > offset:
+                self._segments.pop().delete()
+            self._bases = [s.base_offset for s in self._segments]
+            active = self._segments[-1]
+            active.truncate_to(offset)
+            active.make_active()
+            self.log_end_offset = offset
+            self.log_start_offset = min(self.log_start_offset, offset)
+            self.recovery_point = min(self.recovery_point, offset)
+            self._unflushed_messages = 0
+            self._dir_dirty = True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete all data and restart the log at ``offset``."""
+        with self._lock:
+            self._check_open()
+            for seg in self._segments:
+                seg.delete()
+            segment = Segment(self.dir, offset, self.config, active=True, now_ms=self._now_ms())
+            self._segments = [segment]
+            self._bases = [offset]
+            self.log_start_offset = offset
+            self.log_end_offset = offset
+            self.recovery_point = offset
+            self._unflushed_messages = 0
+            self._dir_dirty = True
+
+    # -- shutdown ----------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Seal the active segment's indexes and close every file (no fsync; see flush)."""
+        with self._flush_lock, self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for seg in self._segments:
+                seg.close()
+
+    def delete(self) -> None:
+        """Close and remove the whole partition directory."""
+        self.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"log {self.dir} is closed")
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.dir}, start={self.log_start_offset}, end={self.log_end_offset}, "
+            f"segments={len(self._segments)})"
+        )
+
+
+# -- helpers ----------------------------------------------------------------------------------------
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _floor_index(segments: list[Segment], offset: int) -> int:
+    """Index of the segment containing ``offset`` (0 if it precedes all)."""
+    return max(0, bisect.bisect_right([s.base_offset for s in segments], offset) - 1)
+
+
+def _clean_dir_and_list_bases(dir: Path) -> list[int]:
+    """Delete leftovers of interrupted operations and return the segment base offsets."""
+    bases: set[int] = set()
+    index_files: list[tuple[Path, int]] = []
+    for entry in os.scandir(dir):
+        if not entry.is_file():
+            continue
+        name = entry.name
+        if name.endswith(_STRAY_SUFFIXES):
+            log.info("Deleting stray file %s in %s", name, dir)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.path)
+            continue
+        base = parse_base_offset(name)
+        if base is None:
+            continue
+        if name.endswith(LOG_SUFFIX):
+            bases.add(base)
+        elif name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX)):
+            index_files.append((Path(entry.path), base))
+    for path, base in index_files:
+        if base not in bases:
+            log.info("Deleting orphaned index file %s", path)
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+    return sorted(bases)
+
+
+def _recover_segments(dir: Path, segments: list[Segment], recovery_point: int) -> None:
+    """Re-validate segments from the one holding the recovery point; cut at first damage."""
+    start = _floor_index(segments, recovery_point)
+    expected = segments[start].base_offset
+    total_truncated = 0
+    for i in range(start, len(segments)):
+        seg = segments[i]
+        if seg.base_offset < expected:
+            # Overlaps the previous segment's data: everything from here on is unusable.
+            total_truncated += _drop_tail_segments(segments, i)
+            break
+        truncated, next_offset = seg.recover()
+        total_truncated += truncated
+        if truncated and i + 1 < len(segments):
+            total_truncated += _drop_tail_segments(segments, i + 1)
+            break
+        expected = next_offset
+    if not segments[-1].active:
+        segments[-1].make_active()
+    if total_truncated:
+        log.warning(
+            "Recovery of %s truncated %d bytes of invalid or incomplete data (log end offset now %d)",
+            dir.name,
+            total_truncated,
+            segments[-1].read_next_offset(),
+        )
+    else:
+        log.info("Recovered %s: %d segment(s) checked, no data lost", dir.name, len(segments) - start)
+
+
+def _drop_tail_segments(segments: list[Segment], first: int) -> int:
+    dropped = 0
+    while len(segments) > first:
+        seg = segments.pop()
+        dropped += seg.size
+        log.warning("Deleting segment %s after corruption in an earlier segment", seg.log_path)
+        seg.delete()
+    if not segments:
+        raise AssertionError("recovery dropped every segment")
+    return dropped
+
+
+def _check_indexes(segments: list[Segment], *, skip_from: int | None) -> None:
+    """Sanity-check indexes not rebuilt by recovery; rebuild those that fail."""
+    for i, seg in enumerate(segments):
+        if skip_from is not None and i >= skip_from:
+            break
+        nxt = segments[i + 1].base_offset if i + 1 < len(segments) else None
+        try:
+            seg.sanity_check(nxt)
+        except CorruptIndex as exc:
+            log.warning("Rebuilding index of %s: %s", seg.log_path, exc)
+            truncated, _ = seg.recover()
+            if truncated:
+                log.warning("Truncated %d invalid bytes from %s", truncated, seg.log_path)

@@ -1,0 +1,93 @@
+"""Run pykbroker as a subprocess on a free loopback port, so tests can SIGTERM or SIGKILL it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pykbroker.cli import healthcheck
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class BrokerProcess:
+    """A broker subprocess with its own data directory and log file."""
+
+    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None, port: int | None = None) -> None:
+        self.data_dir = data_dir
+        self.port = port or free_port()
+        self.overrides = {
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "log.dirs": str(data_dir / "logs"),
+            "group.initial.rebalance.delay.ms": "0",
+            **(overrides or {}),
+        }
+        self.log_path = data_dir / "broker.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> BrokerProcess:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        args = [sys.executable, "-m", "pykbroker", "serve"]
+        for k, v in self.overrides.items():
+            args += ["--override", f"{k}={v}"]
+        logf = open(self.log_path, "ab")  # noqa: SIM115 - owned by the process
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYKBROKER_")}
+        self.proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT, env=env)
+        logf.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log()}")
+            if healthcheck(self.bootstrap, 1.0):
+                return self
+            time.sleep(0.05)
+        self.kill()
+        raise TimeoutError(f"broker did not become healthy in {timeout}s:\n{self.log()}")
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 20.0) -> int:
+        """SIGTERM and wait: a graceful shutdown."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+                raise
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        """SIGKILL: no chance to flush or write the clean-shutdown marker."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def restart(self) -> BrokerProcess:
+        self.stop()
+        return self.start()
+
+    def __enter__(self) -> BrokerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
