@@ -237,9 +237,7 @@ def iter_batches(buf: Buffer, start: int = 0, *, verify_crc: bool = False) -> It
     while end - pos >= LOG_OVERHEAD:
         batch_length = _I.unpack_from(buf, pos + _OFF_LENGTH)[0]
         if batch_length < MIN_BATCH_LENGTH:
-            raise InvalidRecords(
-                CORRUPT_MESSAGE, f"record batch length {batch_length} at position {pos} is too small"
-            )
+            raise InvalidRecords(CORRUPT_MESSAGE, f"record batch length {batch_length} at position {pos} is too small")
         size = LOG_OVERHEAD + batch_length
         if end - pos < size:
             return
@@ -300,9 +298,7 @@ def validate_for_append(
                     INVALID_RECORD, f"record batches must use magic v2, got magic {magic} at position {pos}"
                 )
         if batch_length < MIN_BATCH_LENGTH:
-            raise InvalidRecords(
-                CORRUPT_MESSAGE, f"record batch length {batch_length} at position {pos} is too small"
-            )
+            raise InvalidRecords(CORRUPT_MESSAGE, f"record batch length {batch_length} at position {pos} is too small")
         if size - pos < LOG_OVERHEAD + batch_length:
             raise InvalidRecords(CORRUPT_MESSAGE, f"trailing partial record batch at position {pos}")
         header = parse_batch_header(buf, pos)
@@ -313,9 +309,7 @@ def validate_for_append(
 
     for header in batches:
         if header.compression > COMPRESSION_ZSTD:
-            raise InvalidRecords(
-                UNSUPPORTED_COMPRESSION_TYPE, f"unknown compression type id {header.compression}"
-            )
+            raise InvalidRecords(UNSUPPORTED_COMPRESSION_TYPE, f"unknown compression type id {header.compression}")
         if header.compression == COMPRESSION_ZSTD and not allow_zstd:
             raise InvalidRecords(
                 UNSUPPORTED_COMPRESSION_TYPE, "produce requests older than v7 may not use zstd compression"
@@ -389,9 +383,7 @@ def _validate_timestamps(
         for ts in (header.base_timestamp, header.max_timestamp):
             if ts == NO_TIMESTAMP:
                 continue
-            if (before_ms is not None and now_ms - ts > before_ms) or (
-                after_ms is not None and ts - now_ms > after_ms
-            ):
+            if (before_ms is not None and now_ms - ts > before_ms) or (after_ms is not None and ts - now_ms > after_ms):
                 low = "-inf" if before_ms is None else str(now_ms - before_ms)
                 high = "+inf" if after_ms is None else str(now_ms + after_ms)
                 raise InvalidRecords(
@@ -509,9 +501,7 @@ def _compress(codec: int, data: bytes) -> bytes:
         return bytes(out)
     if codec == COMPRESSION_LZ4:
         return bytes(
-            lz4.frame.compress(
-                data, block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False, content_checksum=False
-            )
+            lz4.frame.compress(data, block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False, content_checksum=False)
         )
     if codec == COMPRESSION_ZSTD:
         return bytes(zstandard.ZstdCompressor().compress(data))

@@ -26,6 +26,7 @@ from pykbroker.server.dispatcher import Dispatcher
 from pykbroker.server.network import SocketServer
 from pykbroker.server.replica_manager import ReplicaManager
 from pykbroker.server.topics import TopicManager
+from pykbroker.storage.log_config import LogConfig
 from pykbroker.storage.log_manager import LogManager
 
 log = logging.getLogger("pykbroker.broker")
@@ -75,14 +76,18 @@ class Broker:
 
     def startup(self) -> None:
         started = time.monotonic()
-        self.log_manager.startup()
         self.store.start()
+        self.log_manager.startup(config_for=self._log_config_for)
         self.topics.load_all()
         log.info(
             "storage ready log_dirs=%s partitions=%d topics=%d in %.3fs",
             ",".join(str(d) for d in self.config.log_dirs), len(self.replicas.partitions()),
             len(self.store.topics()), time.monotonic() - started,
         )
+
+    def _log_config_for(self, topic: str) -> LogConfig:
+        rec = self.store.topic(topic)
+        return log_config_for(self.config, rec.configs if rec is not None else {})
 
     async def run(self, *, handle_signals: bool = True) -> None:
         self.startup()

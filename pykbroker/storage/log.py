@@ -137,7 +137,11 @@ class Log:
             if recover:
                 _recover_segments(dir, segments, recovery_point or 0)
             _check_indexes(segments, skip_from=_floor_index(segments, recovery_point or 0) if recover else None)
-            leo = segments[-1].read_next_offset()
+            leo, end = segments[-1].read_end()
+            if end != segments[-1].size:
+                # Claimed clean, yet the tail is not whole batches: never append after garbage.
+                truncated, leo = segments[-1].recover()
+                log.warning("Truncated %d bytes of invalid data from %s", truncated, segments[-1].log_path)
         except BaseException:
             for seg in segments:
                 with contextlib.suppress(OSError):
@@ -275,17 +279,13 @@ class Log:
             self._check_open()
             lso, leo = self.log_start_offset, self.log_end_offset
             if offset < lso or offset > leo:
-                raise OffsetOutOfRange(
-                    f"offset {offset} is out of range for {self.dir.name}: [{lso}, {leo}]"
-                )
+                raise OffsetOutOfRange(f"offset {offset} is out of range for {self.dir.name}: [{lso}, {leo}]")
             empty = ReadResult(b"", offset, offset, lso, leo)
             if offset == leo or (max_offset is not None and offset >= max_offset):
                 return empty
             i = max(0, bisect.bisect_right(self._bases, offset) - 1)
             for segment in self._segments[i:]:
-                result = segment.read(
-                    offset, max(0, max_bytes), max_offset=max_offset, min_one_message=min_one_message
-                )
+                result = segment.read(offset, max(0, max_bytes), max_offset=max_offset, min_one_message=min_one_message)
                 if result is not None:
                     return ReadResult(
                         result.records,
@@ -556,8 +556,7 @@ class Log:
 
     def __repr__(self) -> str:
         return (
-            f"Log({self.dir}, start={self.log_start_offset}, end={self.log_end_offset}, "
-            f"segments={len(self._segments)})"
+            f"Log({self.dir}, start={self.log_start_offset}, end={self.log_end_offset}, segments={len(self._segments)})"
         )
 
 

@@ -46,7 +46,7 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 MAX_RELATIVE_OFFSET = 2**31 - 1  # Kafka keeps relative offsets within a signed int
-_SCAN_CHUNK = 64 * 1024
+_SCAN_CHUNK = 16 * 1024
 
 
 def filename_prefix(offset: int) -> str:
@@ -298,20 +298,30 @@ class Segment:
 
     def read_next_offset(self) -> int:
         """Offset after the last batch, found by scanning from the last index entry."""
-        _, position = self.offset_index.last_entry()
-        next_offset = self.base_offset
-        for header in self.scan(position):
-            next_offset = header.next_offset
-        return next_offset
+        return self.read_end()[0]
+
+    def read_end(self) -> tuple[int, int]:
+        """(next offset, end position of the last whole batch), scanning from the last index entry.
+
+        An end position short of :attr:`size` means a torn or corrupt tail.
+        """
+        offset, position = self.offset_index.last_entry()
+        next_offset = self.base_offset if position == 0 else offset + 1
+        end = position
+        try:
+            for header in self.scan(position):
+                next_offset = header.next_offset
+                end = header.position + header.size
+        except InvalidRecords:
+            pass
+        return next_offset, end
 
     def read_batch(self, header: BatchHeader) -> bytes:
         return os.pread(self._fd, header.size, header.position)
 
     # -- reads -----------------------------------------------------------------------------------
 
-    def read(
-        self, offset: int, max_bytes: int, *, max_offset: int | None, min_one_message: bool
-    ) -> SegmentRead | None:
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None, min_one_message: bool) -> SegmentRead | None:
         """Whole batches from the one containing ``offset``; None if it is past this segment."""
         header = self.translate_offset(offset)
         if header is None:
@@ -396,9 +406,7 @@ class Segment:
                 ):
                     log.debug("%s: out-of-order offsets at position %d", self.log_path, header.position)
                     break
-                self._track(
-                    header.position, header.size, header.last_offset, header.max_timestamp, header.base_offset
-                )
+                self._track(header.position, header.size, header.last_offset, header.max_timestamp, header.base_offset)
                 valid_end = header.position + header.size
                 next_offset = header.next_offset
         except InvalidRecords as exc:

@@ -39,7 +39,11 @@ def append(lg: Log, n: int = 1, ts: int = T0, value: bytes = b"x" * 40, **kw: ob
 
 
 def offsets_in(data: bytes) -> list[int]:
-    return [r.offset for h in iter_batches(data, verify_crc=True) for r in decode_records(data[h.position : h.position + h.size])]
+    return [
+        r.offset
+        for h in iter_batches(data, verify_crc=True)
+        for r in decode_records(data[h.position : h.position + h.size])
+    ]
 
 
 def read_all(lg: Log) -> list[int]:
@@ -375,7 +379,9 @@ def _populate(path: Path, clock: Clock, config: LogConfig, n: int = 20) -> tuple
     return bases, sizes
 
 
-def test_recovery_truncates_torn_tail(tmp_path: Path, clock: Clock, opened: list[Log], caplog: pytest.LogCaptureFixture) -> None:
+def test_recovery_truncates_torn_tail(
+    tmp_path: Path, clock: Clock, opened: list[Log], caplog: pytest.LogCaptureFixture
+) -> None:
     cfg = LogConfig(segment_bytes=800, index_interval_bytes=0)
     path = tmp_path / "t-0"
     bases, sizes = _populate(path, clock, cfg)
@@ -405,7 +411,9 @@ def test_recovery_of_garbage_appended(tmp_path: Path, clock: Clock, opened: list
     assert os.path.getsize(last) == lg.segments[-1].size
 
 
-def test_recovery_of_corrupted_middle_batch_drops_later_segments(tmp_path: Path, clock: Clock, opened: list[Log]) -> None:
+def test_recovery_of_corrupted_middle_batch_drops_later_segments(
+    tmp_path: Path, clock: Clock, opened: list[Log]
+) -> None:
     cfg = LogConfig(segment_bytes=800)
     path = tmp_path / "t-0"
     bases, _ = _populate(path, clock, cfg)
@@ -436,7 +444,9 @@ def test_recovery_point_limits_scan(tmp_path: Path, clock: Clock, opened: list[L
     assert lg.log_end_offset == 40
 
 
-def test_torn_and_missing_index(tmp_path: Path, clock: Clock, opened: list[Log], caplog: pytest.LogCaptureFixture) -> None:
+def test_torn_and_missing_index(
+    tmp_path: Path, clock: Clock, opened: list[Log], caplog: pytest.LogCaptureFixture
+) -> None:
     cfg = LogConfig(segment_bytes=800, index_interval_bytes=0)
     path = tmp_path / "t-0"
     bases, _ = _populate(path, clock, cfg)
@@ -491,3 +501,46 @@ def test_preallocate(tmp_path: Path, clock: Clock, opened: list[Log]) -> None:
     assert os.path.getsize(seg.log_path) == seg.size
     lg = open_log(path, cfg, clock, opened, recover=True)
     assert lg.log_end_offset == 5
+
+
+def test_clean_open_with_torn_tail_never_appends_after_garbage(tmp_path: Path, clock: Clock, opened: list[Log]) -> None:
+    cfg = LogConfig(segment_bytes=800)
+    path = tmp_path / "t-0"
+    bases, _ = _populate(path, clock, cfg)
+    with open(path / f"{bases[-1]:020d}.log", "ab") as f:
+        f.write(b"\x01" * 30)
+    lg = open_log(path, cfg, clock, opened, recover=False)
+    assert lg.log_end_offset == 40
+    assert append(lg).first_offset == 40
+    assert read_all(lg) == list(range(41))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_crash_at_random_point_recovers_a_prefix(tmp_path: Path, clock: Clock, opened: list[Log], seed: int) -> None:
+    import random
+    import shutil
+
+    rng = random.Random(seed)
+    cfg = LogConfig(segment_bytes=900, index_interval_bytes=rng.choice([0, 100, 4096]))
+    base = tmp_path / "orig" / "t-0"
+    bases, _ = _populate(base, clock, cfg, n=25)
+    for trial in range(4):
+        path = tmp_path / f"c{trial}" / "t-0"
+        shutil.copytree(base, path)
+        victim = path / f"{rng.choice(bases[-2:]):020d}.log"
+        size = os.path.getsize(victim)
+        cut = rng.randrange(size + 1)
+        if rng.random() < 0.5:
+            os.truncate(victim, cut)
+        else:
+            with open(victim, "r+b") as f:
+                f.seek(cut)
+                f.write(os.urandom(rng.randrange(1, 64)))
+        index = victim.with_suffix(".index")
+        if index.exists() and rng.random() < 0.5:
+            os.truncate(index, rng.randrange(index.stat().st_size + 1))
+        lg = open_log(path, cfg, clock, opened, recover=True, recovery_point=bases[-2])
+        got = read_all(lg)
+        assert got == list(range(len(got))) and lg.log_end_offset == len(got)
+        assert append(lg).first_offset == len(got)
+        assert read_all(lg) == list(range(len(got) + 1))

@@ -104,7 +104,7 @@ async def handle_delete_records(svc: Services, ctx: RequestContext, req: Any) ->
                 entry["error_code"] = ErrorCode.offset_out_of_range
                 continue
             try:
-                entry["low_watermark"] = p.log.delete_records_before(offset)
+                entry["low_watermark"] = p.log.delete_records_before(offset, high_watermark=p.high_watermark)
             except OffsetOutOfRange:
                 entry["error_code"] = ErrorCode.offset_out_of_range
         topics.append({"name": t.name, "partitions": parts})
