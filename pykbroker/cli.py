@@ -8,15 +8,18 @@ import socket
 import struct
 import sys
 
-import anyio
-
-from pykbroker import __version__, logsetup
-from pykbroker.config import ConfigError, load_config
+from pykbroker import __version__
 
 log = logging.getLogger("pykbroker")
 
 
 def _serve(args: argparse.Namespace) -> int:
+    # Imported here so that `pykbroker healthcheck` (run every few seconds by containers) stays light.
+    import anyio
+
+    from pykbroker import logsetup
+    from pykbroker.config import ConfigError, load_config
+
     logsetup.configure(args.log_level)
     try:
         config = load_config(args.config, args.override or [])

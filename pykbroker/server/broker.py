@@ -18,7 +18,10 @@ import anyio
 import anyio.abc
 
 from pykbroker import __version__
-from pykbroker.config import BrokerConfig, log_config_for
+from pykbroker.config import BrokerConfig, effective_topic_config, log_config_for
+from pykbroker.coordinator.group.service import GroupCoordinator
+from pykbroker.coordinator.transaction.offsets import TxnOffsets
+from pykbroker.coordinator.transaction.service import TransactionCoordinator
 from pykbroker.metadata.embedded import EmbeddedMetadataStore
 from pykbroker.metadata.store import MetadataStore
 from pykbroker.server.context import Services
@@ -26,6 +29,7 @@ from pykbroker.server.dispatcher import Dispatcher
 from pykbroker.server.network import SocketServer
 from pykbroker.server.replica_manager import ReplicaManager
 from pykbroker.server.topics import TopicManager
+from pykbroker.storage.cleaner import LogCleaner
 from pykbroker.storage.log_config import LogConfig
 from pykbroker.storage.log_manager import LogManager
 
@@ -60,6 +64,12 @@ class Broker:
         self.topics = TopicManager(config, self.store, self.replicas)
         self.services = Services(config, self.store, self.replicas, self.topics, advertised,
                                  drop_produce_responses=config["pykbroker.fault.drop.produce.response"])
+        self.groups = GroupCoordinator(config, self.store, self.replicas, self.topics)  # issue 3
+        self.services.groups = self.groups
+        self.cleaner = LogCleaner(self.log_manager.all_logs, self._delete_retention_ms)  # issue 3
+        self.txn = TransactionCoordinator(config, self.store, self.replicas, self.topics)  # issue 4
+        self.txn.txn_offsets = self.groups.txn_offsets = TxnOffsets(self.groups)
+        self.services.txn_coordinator = self.txn
         self.dispatcher = Dispatcher(self.services)
         self.server = SocketServer(
             self.dispatcher.handle,
@@ -71,6 +81,10 @@ class Broker:
         self._stop = anyio.Event()
         self.bound_ports: list[int] = []
 
+    def _delete_retention_ms(self, topic: str) -> int:  # issue 3: for the log cleaner
+        rec = self.store.topic(topic)
+        return int(effective_topic_config(self.config, rec.configs if rec else {})["delete.retention.ms"])
+
     def request_stop(self) -> None:
         self._stop.set()
 
@@ -79,6 +93,8 @@ class Broker:
         self.store.start()
         self.log_manager.startup(config_for=self._log_config_for)
         self.topics.load_all()
+        self.groups.startup()  # issue 3: creates __consumer_offsets, marks its partitions loading
+        self.txn.startup()  # issue 4: creates __transaction_state, marks its partitions loading
         log.info(
             "storage ready log_dirs=%s partitions=%d topics=%d in %.3fs",
             ",".join(str(d) for d in self.config.log_dirs), len(self.replicas.partitions()),
@@ -100,19 +116,28 @@ class Broker:
                 port = listener.extra(anyio.abc.SocketAttribute.local_port)
                 self.bound_ports.append(port)
             serve_scope = anyio.CancelScope()
+            serve_done = anyio.Event()
 
             async def serve_all() -> None:
-                with serve_scope:
-                    async with anyio.create_task_group() as accept_group:
-                        for lst, listener in listeners:
-                            name = lst.name
+                try:
+                    with serve_scope:
+                        async with anyio.create_task_group() as accept_group:
+                            for lst, listener in listeners:
+                                name = lst.name
 
-                            async def on_conn(stream: Any, _name: str = name) -> None:
-                                await self.server.serve_connection(stream, _name)
+                                async def on_conn(stream: Any, _name: str = name) -> None:
+                                    await self.server.serve_connection(stream, _name)
 
-                            accept_group.start_soon(listener.serve, on_conn, tg)
+                                accept_group.start_soon(listener.serve, on_conn, tg)
+                finally:
+                    serve_done.set()
 
             tg.start_soon(serve_all)
+            tg.start_soon(self.groups.run)  # issue 3: loads offsets partitions, fires group timers
+            if self.config["log.cleaner.enable"]:  # issue 3: log compaction
+                tg.start_soon(_periodic(self.config["log.cleaner.backoff.ms"] / 1000, self.cleaner.run_once,
+                                        thread=True))
+            tg.start_soon(self.txn.run)  # issue 4: loads transaction state, aborts timed-out transactions
             if handle_signals:
                 tg.start_soon(self._watch_signals)
             tg.start_soon(_periodic(self.config["log.retention.check.interval.ms"] / 1000,
@@ -131,9 +156,14 @@ class Broker:
             await self._stop.wait()
             log.info("shutting down")
             serve_scope.cancel()
+            # Close the listeners only once the accept loops have seen the cancellation: closing
+            # first makes a pending accept() raise ClosedResourceError, failing the shutdown.
+            await serve_done.wait()
             for _, listener in listeners:
                 await listener.aclose()
             self.services.shutting_down.set()
+            self.groups.shutdown()  # issue 3: answers delayed JoinGroup/SyncGroup requests
+            self.txn.shutdown()  # issue 4
             self.replicas.fetch_waiters.notify_all()
             self.server.begin_shutdown()
             await self.server.wait_drained(10.0)
