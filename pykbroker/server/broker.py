@@ -36,7 +36,9 @@ from pykbroker.storage.log_manager import LogManager
 log = logging.getLogger("pykbroker.broker")
 
 
-def _periodic(interval_s: float, fn: Callable[[], Any], *, thread: bool = False) -> Callable[[], Coroutine[Any, Any, None]]:
+def _periodic(
+    interval_s: float, fn: Callable[[], Any], *, thread: bool = False
+) -> Callable[[], Coroutine[Any, Any, None]]:
     async def loop() -> None:
         while True:
             await anyio.sleep(interval_s)
@@ -140,6 +142,8 @@ class Broker:
             tg.start_soon(self.txn.run)  # issue 4: loads transaction state, aborts timed-out transactions
             if handle_signals:
                 tg.start_soon(self._watch_signals)
+            tg.start_soon(_periodic(self.config["producer.id.expiration.check.interval.ms"] / 1000,
+                                    self._expire_producers))
             tg.start_soon(_periodic(self.config["log.retention.check.interval.ms"] / 1000,
                                     self.log_manager.run_retention))
             tg.start_soon(_periodic(min(self.config.flush_ms, 1000) / 1000, self.log_manager.flush_dirty,
@@ -171,6 +175,9 @@ class Broker:
         self.log_manager.shutdown()
         self.store.close()
         log.info("shutdown complete")
+
+    def _expire_producers(self) -> None:
+        self.log_manager.expire_producers(int(time.time() * 1000), self.config["producer.id.expiration.ms"])
 
     async def _watch_signals(self) -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

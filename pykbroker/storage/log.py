@@ -5,6 +5,13 @@ Appends, reads and retention run on the event-loop thread at page-cache speed; o
 mutable state; ``flush`` holds it just long enough to snapshot which files to sync and
 then fsyncs duplicated descriptors without it, so appends are never stalled by disk
 latency.  Memory use is O(number of segments), independent of the number of batches.
+
+Idempotent/transactional producers: the log owns a
+:class:`~pykbroker.storage.producer_state.ProducerStateManager`, validates producer batches
+against it before appending (batch headers only) and updates it afterwards.  Its state is
+snapshotted to ``<offset>.snapshot`` files at segment roll and clean close; opening loads
+the newest usable snapshot and replays batch headers from there.  Aborted transactions
+are recorded in the ``.txnindex`` of the segment holding their abort marker.
 """
 
 from __future__ import annotations
@@ -28,19 +35,33 @@ from pykbroker.protocol.records import (
 )
 from pykbroker.storage.index import CorruptIndex
 from pykbroker.storage.log_config import LogConfig
+from pykbroker.storage.producer_state import (
+    AppendOrigin,
+    CompletedTxn,
+    EndTxnMarker,
+    ProducerStateError,
+    ProducerStateManager,
+    parse_end_txn_marker,
+)
 from pykbroker.storage.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     Segment,
+    filename_prefix,
     parse_base_offset,
 )
+from pykbroker.storage.txn_index import AbortedTxn
 
-__all__ = ["AppendResult", "Log", "OffsetOutOfRange", "ReadResult"]
+__all__ = ["AppendOrigin", "AppendResult", "Log", "OffsetOutOfRange", "ProducerStateError", "ReadResult"]
 
 log = logging.getLogger(__name__)
 
-_STRAY_SUFFIXES = (".deleted", ".cleaned", ".swap")
+_STRAY_SUFFIXES = (".deleted", ".cleaned", ".swap", ".snapshot.tmp")
+_ORIGINS = frozenset(("client", "coordinator", "replication"))
+SNAPSHOT_SUFFIX = ".snapshot"
+SNAPSHOTS_TO_KEEP = 3  # newest producer snapshots kept (plus the one recovery would start from)
 
 
 def _wall_clock_ms() -> int:
@@ -60,6 +81,7 @@ class AppendResult:
     log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
     max_timestamp: int
     log_start_offset: int
+    duplicate: bool = False  # a retried idempotent batch: nothing appended, the original offsets
 
 
 @dataclass(slots=True)
@@ -102,6 +124,10 @@ class Log:
         self._last_flush_ms = now_ms()
         self._dir_dirty = False
         self._closed = False
+        self.producer_state = ProducerStateManager()
+        self.producer_state.map_end_offset = log_end_offset
+        self._snapshots: list[int] = []  # offsets of the <offset>.snapshot files, ascending
+        self._unsynced_snapshots: set[Path] = set()
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -158,14 +184,38 @@ class Log:
             recovery_point=leo,
             now_ms=clock,
         )
+        # Transaction indexes of recovered segments (and any torn one) are rebuilt by the
+        # producer-state replay, which then has to start at or below the first of them.
+        rebuild: set[int] = set()
         if recover:
+            rebuild.update(s.base_offset for s in segments[_floor_index(segments, recovery_point or 0) :])
+        for seg in segments:
+            try:
+                seg.txn_index.sanity_check()
+            except CorruptIndex as exc:
+                log.warning("Rebuilding transaction index of %s: %s", seg.log_path, exc)
+                rebuild.add(seg.base_offset)
+        try:
+            for seg in segments:
+                if seg.base_offset in rebuild:
+                    seg.txn_index.reset()
+            self._snapshots = _list_snapshots(dir)
+            with self._lock:
+                self._load_producer_state_locked(leo, limit=min(rebuild) if rebuild else None, rebuild=rebuild)
+        except BaseException:
+            for seg in segments:
+                with contextlib.suppress(OSError):
+                    seg.close()
+            raise
+        if rebuild:
             # Recovered data is now known good: make it durable before claiming it flushed.
-            for seg in segments[_floor_index(segments, recovery_point or 0) :]:
-                for fd in seg.dup_fds():
-                    try:
-                        os.fsync(fd)
-                    finally:
-                        os.close(fd)
+            for seg in segments:
+                if seg.base_offset in rebuild:
+                    for fd in seg.dup_fds():
+                        try:
+                            os.fsync(fd)
+                        finally:
+                            os.close(fd)
             _fsync_dir(dir)
         return self
 
@@ -201,12 +251,19 @@ class Log:
         *,
         log_append_time_ms: int | None = None,
         leader_epoch: int | None = None,
+        origin: AppendOrigin = "client",
     ) -> AppendResult:
         """Assign offsets to validated batches and write them to the active segment.
 
         With ``message.timestamp.type=LogAppendTime`` the append time defaults to the
         clock.  ``leader_epoch`` (if given) is stamped as each batch's partition leader epoch.
         Page-cache write only; durability is :meth:`flush`'s job.
+
+        Batches with a producer id are first checked against the producer state (``origin``
+        says how strictly: see :mod:`~pykbroker.storage.producer_state`); a rejected batch
+        raises :class:`ProducerStateError` and a retried ``client`` batch appends nothing and
+        returns the original offsets with ``duplicate=True``.  Transaction markers are
+        appended with ``origin="coordinator"``.
         """
         if not batches:
             raise ValueError("nothing to append")
@@ -220,6 +277,27 @@ class Log:
                     RECORD_LIST_TOO_LARGE,
                     f"append of {size} bytes is larger than the segment size {self.config.segment_bytes}",
                 )
+            producer_state = self.producer_state
+            idempotent = False
+            for b in batches:
+                if b.producer_id >= 0:
+                    idempotent = True
+                    break
+            markers: dict[int, EndTxnMarker] | None = None
+            if idempotent:
+                if origin not in _ORIGINS:
+                    raise ValueError(f"unknown append origin {origin!r}")
+                markers = _decode_markers(records, batches)
+                duplicate = producer_state.check_all(batches, origin, markers)
+                if duplicate is not None:
+                    return AppendResult(
+                        first_offset=duplicate.first_offset,
+                        last_offset=duplicate.last_offset,
+                        log_append_time_ms=duplicate.timestamp if self.config.log_append_time else -1,
+                        max_timestamp=duplicate.timestamp,
+                        log_start_offset=self.log_start_offset,
+                        duplicate=True,
+                    )
             if log_append_time_ms is None and self.config.log_append_time:
                 log_append_time_ms = self._now_ms()
             first_offset = self.log_end_offset
@@ -256,6 +334,13 @@ class Log:
                 )
             self.log_end_offset = next_offset
             self._unflushed_messages += count
+            if idempotent:
+                for i, b in enumerate(batches):
+                    if b.producer_id >= 0:
+                        completed = producer_state.update(b, markers.get(i) if markers else None)
+                        if completed is not None:
+                            _index_completed_txn(segment, producer_state, completed)
+            producer_state.map_end_offset = next_offset
             return AppendResult(
                 first_offset=first_offset,
                 last_offset=next_offset - 1,
@@ -332,6 +417,166 @@ class Log:
             ts, offset = found
             return offset, ts
 
+    # -- producers and transactions --------------------------------------------------------------
+
+    def first_unstable_offset(self) -> int | None:
+        """First offset of the oldest open transaction (the last stable offset cannot pass it)."""
+        with self._lock:
+            return self.producer_state.first_unstable_offset()
+
+    def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of aborted transactions overlapping [start, upper bound).
+
+        For read_committed fetches (Kafka's collectAbortedTransactions): searches the
+        transaction indexes from the segment holding ``start_offset`` until an entry's last
+        stable offset shows no later marker can concern the range.
+        """
+        with self._lock:
+            self._check_open()
+            out: list[tuple[int, int]] = []
+            if upper_bound_offset <= start_offset:
+                return out
+            i = max(0, bisect.bisect_right(self._bases, start_offset) - 1)
+            for segment in self._segments[i:]:
+                if segment.txn_index.entries == 0:
+                    continue
+                txns, complete = segment.txn_index.collect(start_offset, upper_bound_offset)
+                out.extend((t.producer_id, t.first_offset) for t in txns)
+                if complete:
+                    break
+            return out
+
+    def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers idle for ``expiration_ms`` (producer.id.expiration.ms); returns how many."""
+        with self._lock:
+            if self._closed:
+                return 0
+            expired = self.producer_state.remove_expired(now_ms, expiration_ms)
+            if expired:
+                log.debug("Expired %d producer id(s) of %s", len(expired), self.dir.name)
+            return len(expired)
+
+    def _snapshot_path(self, offset: int) -> Path:
+        return self.dir / (filename_prefix(offset) + SNAPSHOT_SUFFIX)
+
+    def _take_snapshot_locked(self, *, sync: bool) -> None:
+        """Write the producer state as ``<LEO>.snapshot`` (atomically); a failure is only logged."""
+        offset = self.log_end_offset
+        state = self.producer_state
+        state.map_end_offset = offset
+        path = self._snapshot_path(offset)
+        tmp = path.with_name(path.name + ".tmp")
+        try:
+            data = state.snapshot()
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                with memoryview(data) as view:
+                    written = 0
+                    while written < len(view):
+                        written += os.write(fd, view[written:])
+                if sync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+            if sync:
+                _fsync_dir(self.dir)
+                self._unsynced_snapshots.discard(path)
+            else:
+                self._unsynced_snapshots.add(path)
+                self._dir_dirty = True
+        except OSError as exc:
+            log.warning("Could not write producer snapshot %s: %s", path, exc)
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            return
+        if offset not in self._snapshots:
+            bisect.insort(self._snapshots, offset)
+        self._prune_snapshots_locked()
+
+    def _delete_snapshot_locked(self, offset: int) -> None:
+        path = self._snapshot_path(offset)
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        self._unsynced_snapshots.discard(path)
+        with contextlib.suppress(ValueError):
+            self._snapshots.remove(offset)
+        self._dir_dirty = True
+
+    def _prune_snapshots_locked(self) -> None:
+        """Keep the newest few snapshots and the one recovery would start from; drop those
+        below the log start offset (but never the newest)."""
+        snapshots = self._snapshots
+        if len(snapshots) <= 1:
+            return
+        keep = set(snapshots[-SNAPSHOTS_TO_KEEP:])
+        recovery_base = self._segments[_floor_index(self._segments, self.recovery_point)].base_offset
+        i = bisect.bisect_right(snapshots, recovery_base)
+        if i:
+            keep.add(snapshots[i - 1])
+        newest = snapshots[-1]
+        for offset in list(snapshots):
+            if offset == newest or (offset in keep and offset >= self.log_start_offset):
+                continue
+            self._delete_snapshot_locked(offset)
+
+    def _load_producer_state_locked(
+        self, end: int, *, limit: int | None = None, rebuild: set[int] | None = None, sync: bool = True
+    ) -> int:
+        """Producer state as of ``end``: the newest readable snapshot at or below ``end`` (and
+        ``limit``) plus a replay of batch headers, adding aborted transactions to the indexes of
+        segments in ``rebuild``.  Newer snapshots are deleted.  Returns the batches replayed."""
+        max_offset = end if limit is None else min(end, limit)
+        for offset in [o for o in self._snapshots if o > max_offset]:
+            self._delete_snapshot_locked(offset)
+        state: ProducerStateManager | None = None
+        start = self.log_start_offset
+        while self._snapshots:
+            offset = self._snapshots[-1]
+            path = self._snapshot_path(offset)
+            try:
+                state = ProducerStateManager.from_snapshot(path.read_bytes())
+            except (OSError, ValueError) as exc:
+                log.warning("Deleting unreadable producer snapshot %s: %s", path, exc)
+                self._delete_snapshot_locked(offset)
+                continue
+            start = max(offset, self.log_start_offset)
+            break
+        if state is None:
+            state = ProducerStateManager()
+        state.map_end_offset = start
+        replayed = self._replay_locked(state, start, end, rebuild or set())
+        state.map_end_offset = end
+        self.producer_state = state
+        if replayed:
+            log.info("Loaded producer state of %s: replayed %d batch(es) from %d", self.dir.name, replayed, start)
+            self._take_snapshot_locked(sync=sync)
+        return replayed
+
+    def _replay_locked(self, state: ProducerStateManager, start: int, end: int, rebuild: set[int]) -> int:
+        replayed = 0
+        if start >= end:
+            return replayed
+        segments = self._segments
+        for segment in segments[_floor_index(segments, start) :]:
+            if segment.base_offset >= end:
+                break
+            _, position = segment.offset_index.lookup(start)
+            try:
+                for header in segment.scan(position):
+                    if header.base_offset >= end:
+                        break
+                    if header.last_offset < start or header.producer_id < 0:
+                        continue
+                    marker = _read_marker(segment, header) if header.is_control else None
+                    completed = state.update(header, marker)
+                    replayed += 1
+                    if completed is not None and segment.base_offset in rebuild:
+                        _index_completed_txn(segment, state, completed)
+            except InvalidRecords as exc:
+                log.warning("Producer state replay stopped in %s: %s", segment.log_path, exc)
+        return replayed
+
     # -- roll / flush ------------------------------------------------------------------------------
 
     def roll(self) -> None:
@@ -356,6 +601,8 @@ class Log:
         self._bases.append(segment.base_offset)
         self._dir_dirty = True
         log.debug("Rolled new log segment %s at offset %d", segment.name, segment.base_offset)
+        # Producer state as of the new segment's base: recovery replays from here at most.
+        self._take_snapshot_locked(sync=False)
 
     def needs_flush(self, now_ms: int) -> bool:
         """Whether flush.messages / flush.ms say so, or rolled segments are not yet durable."""
@@ -385,6 +632,10 @@ class Log:
                 fds: list[int] = []
                 for segment in self._segments[i:]:
                     fds.extend(segment.dup_fds())
+                for path in self._unsynced_snapshots:
+                    with contextlib.suppress(FileNotFoundError):
+                        fds.append(os.open(path, os.O_RDONLY))
+                self._unsynced_snapshots.clear()
             try:
                 for fd in fds:
                     os.fsync(fd)
@@ -493,6 +744,7 @@ class Log:
         self._bases = [s.base_offset for s in self._segments]
         self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
         self._dir_dirty = True
+        self._prune_snapshots_locked()
         return names
 
     def truncate_to(self, offset: int) -> None:
@@ -518,6 +770,8 @@ class Log:
             self.recovery_point = min(self.recovery_point, offset)
             self._unflushed_messages = 0
             self._dir_dirty = True
+            # Producer state as of ``offset``: newest snapshot at or below it plus a replay.
+            self._load_producer_state_locked(offset, sync=False)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete all data and restart the log at ``offset``."""
@@ -533,21 +787,68 @@ class Log:
             self.recovery_point = offset
             self._unflushed_messages = 0
             self._dir_dirty = True
+            for snapshot_offset in list(self._snapshots):
+                self._delete_snapshot_locked(snapshot_offset)
+            self.producer_state.truncate_and_reset(offset)
 
     # -- shutdown ----------------------------------------------------------------------------------
 
-    def close(self) -> None:
-        """Seal the active segment's indexes and close every file (no fsync; see flush)."""
+    # -- log cleaner hooks (issue 3: pykbroker/storage/cleaner.py) ------------------------------
+
+    def inactive_segments(self) -> list[Segment]:
+        """Every segment but the active one (a snapshot; the cleaner works on these)."""
+        with self._lock:
+            return list(self._segments[:-1])
+
+    def replace_segment(self, old: Segment, cleaned: Path) -> bool:
+        """Swap a cleaned copy of an inactive segment in, atomically (one rename of the .log file).
+
+        ``cleaned`` holds a subset of ``old``'s batches with their original offsets.  A crash
+        before the rename leaves a stray ``.cleaned`` file (deleted on open) and the old segment;
+        after it, the new data with indexes rebuilt on open.  An empty result that is not the
+        first segment is deleted instead.  Returns False if ``old`` is no longer an inactive segment.
+        """
+        with self._lock:
+            if self._closed or old not in self._segments[:-1]:
+                cleaned.unlink(missing_ok=True)
+                return False
+            i = self._segments.index(old)
+            if cleaned.stat().st_size == 0 and i > 0:
+                old.delete()
+                cleaned.unlink(missing_ok=True)
+                del self._segments[i]
+                self._bases = [s.base_offset for s in self._segments]
+                _fsync_dir(self.dir)
+                return True
+            old.close()
+            os.replace(cleaned, old.log_path)
+            for index in (old.offset_index, old.time_index):
+                with contextlib.suppress(FileNotFoundError):
+                    index.path.unlink()
+            _fsync_dir(self.dir)
+            new = Segment(self.dir, old.base_offset, self.config, active=False, now_ms=self._now_ms())
+            new.recover(verify_crc=False)
+            self._segments[i] = new
+            return True
+
+    def close(self, *, snapshot: bool = True) -> None:
+        """Seal the active segment's indexes and close every file (no fsync of the data; see flush).
+
+        Writes (and syncs) a producer-state snapshot at the log end offset first, so a clean
+        reopen needs no replay.
+        """
         with self._flush_lock, self._lock:
             if self._closed:
                 return
+            if snapshot:
+                self._take_snapshot_locked(sync=True)
             self._closed = True
             for seg in self._segments:
                 seg.close()
 
     def delete(self) -> None:
         """Close and remove the whole partition directory."""
-        self.close()
+        self.close(snapshot=False)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def _check_open(self) -> None:
@@ -569,6 +870,50 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _decode_markers(records: bytearray, batches: list[BatchHeader]) -> dict[int, EndTxnMarker] | None:
+    """Decoded transaction markers of the control batches (by batch index); raises InvalidRecords."""
+    markers: dict[int, EndTxnMarker] | None = None
+    for i, b in enumerate(batches):
+        if b.is_control and b.producer_id >= 0:
+            marker = parse_end_txn_marker(bytes(records[b.position : b.position + b.size]))
+            if marker is not None:
+                if markers is None:
+                    markers = {}
+                markers[i] = marker
+    return markers
+
+
+def _read_marker(segment: Segment, header: BatchHeader) -> EndTxnMarker | None:
+    try:
+        return parse_end_txn_marker(segment.read_batch(header))
+    except InvalidRecords as exc:
+        log.warning("Ignoring unreadable control batch at offset %d of %s: %s", header.base_offset, segment.name, exc)
+        return None
+
+
+def _index_completed_txn(segment: Segment, state: ProducerStateManager, completed: CompletedTxn) -> None:
+    """Record an aborted transaction in the index of the segment holding its marker."""
+    if completed.is_aborted:
+        segment.txn_index.append(
+            AbortedTxn(
+                completed.producer_id,
+                completed.first_offset,
+                completed.last_offset,
+                state.last_stable_offset(completed),
+            )
+        )
+
+
+def _list_snapshots(dir: Path) -> list[int]:
+    out: list[int] = []
+    for entry in os.scandir(dir):
+        if entry.name.endswith(SNAPSHOT_SUFFIX) and entry.is_file():
+            offset = parse_base_offset(entry.name)
+            if offset is not None:
+                out.append(offset)
+    return sorted(out)
 
 
 def _floor_index(segments: list[Segment], offset: int) -> int:
@@ -594,7 +939,7 @@ def _clean_dir_and_list_bases(dir: Path) -> list[int]:
             continue
         if name.endswith(LOG_SUFFIX):
             bases.add(base)
-        elif name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX)):
+        elif name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)):
             index_files.append((Path(entry.path), base))
     for path, base in index_files:
         if base not in bases:

@@ -248,6 +248,16 @@ class LogManager:
             except OSError:
                 log.exception("Retention failed for %s-%d", tp[0], tp[1])
 
+    def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget idle producer ids (producer.id.expiration.ms) in every log; returns how many.
+
+        Meant to run every producer.id.expiration.check.interval.ms.
+        """
+        removed = 0
+        for partition_log in self.all_logs().values():
+            removed += partition_log.remove_expired_producers(now_ms, expiration_ms)
+        return removed
+
     def flush_dirty(self) -> None:
         """fsync logs whose flush.messages / flush.ms / roll says so (worker-thread safe)."""
         now = self._now_ms()

@@ -29,11 +29,13 @@ from pykbroker.protocol.records import (
 )
 from pykbroker.storage.index import CorruptIndex, OffsetIndex, TimeIndex
 from pykbroker.storage.log_config import LogConfig
+from pykbroker.storage.txn_index import TransactionIndex
 
 __all__ = [
     "INDEX_SUFFIX",
     "LOG_SUFFIX",
     "TIME_INDEX_SUFFIX",
+    "TXN_INDEX_SUFFIX",
     "Segment",
     "SegmentRead",
     "filename_prefix",
@@ -45,6 +47,7 @@ log = logging.getLogger(__name__)
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
 MAX_RELATIVE_OFFSET = 2**31 - 1  # Kafka keeps relative offsets within a signed int
 _SCAN_CHUNK = 16 * 1024
 
@@ -96,6 +99,7 @@ class Segment:
                 config.segment_index_bytes,
                 writable=active,
             )
+            self.txn_index = TransactionIndex(dir / (filename_prefix(base_offset) + TXN_INDEX_SUFFIX), base_offset)
         except BaseException:
             os.close(self._fd)
             raise
@@ -173,6 +177,7 @@ class Segment:
             self.log_path.unlink()
         self.offset_index.delete()
         self.time_index.delete()
+        self.txn_index.delete()
         self.active = False
 
     def dup_fds(self) -> list[int]:
@@ -182,6 +187,9 @@ class Segment:
             fd = index.dup_fd()
             if fd is not None:
                 fds.append(fd)
+        fd = self.txn_index.dup_fd()
+        if fd is not None:
+            fds.append(fd)
         return fds
 
     # -- appends ---------------------------------------------------------------------------------
@@ -434,6 +442,7 @@ class Segment:
 
     def truncate_to(self, offset: int) -> int:
         """Drop the batch containing ``offset`` and everything after; returns bytes removed."""
+        self.txn_index.truncate_to(offset)
         header = self.translate_offset(offset)
         if header is None:
             return 0

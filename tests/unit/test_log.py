@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from pykbroker.protocol.records import (
     RECORD_LIST_TOO_LARGE,
@@ -18,8 +20,10 @@ from pykbroker.protocol.records import (
     iter_batches,
     validate_for_append,
 )
-from pykbroker.storage.log import AppendResult, Log, OffsetOutOfRange
+from pykbroker.storage.log import SNAPSHOTS_TO_KEEP, AppendResult, Log, OffsetOutOfRange
 from pykbroker.storage.log_config import LogConfig
+from pykbroker.storage.log_manager import LogManager
+from pykbroker.storage.producer_state import ProducerStateError, end_txn_marker_record
 
 T0 = 1_700_000_000_000
 
@@ -544,3 +548,271 @@ def test_crash_at_random_point_recovers_a_prefix(tmp_path: Path, clock: Clock, o
         assert got == list(range(len(got))) and lg.log_end_offset == len(got)
         assert append(lg).first_offset == len(got)
         assert read_all(lg) == list(range(len(got) + 1))
+
+
+# --- idempotent producers and transactions -------------------------------------------------------------------------
+
+
+def produce(
+    lg: Log, pid: int, seq: int, n: int = 1, *, epoch: int = 0, txn: bool = False, ts: int = T0
+) -> AppendResult:
+    buf = bytearray(
+        build_batch(
+            [(b"k", b"v" * 40, [])] * n,
+            timestamp_ms=ts,
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=seq,
+            is_transactional=txn,
+        )
+    )
+    hs = validate_for_append(buf, max_batch_bytes=10**7, now_ms=ts, timestamp_type=0)
+    return lg.append(buf, hs)
+
+
+def end_txn(lg: Log, pid: int, commit: bool, *, epoch: int = 0, coordinator_epoch: int = 0) -> AppendResult:
+    key, value, headers = end_txn_marker_record(commit, coordinator_epoch)
+    buf = bytearray(
+        build_batch(
+            [(key, value, headers)],
+            timestamp_ms=T0,
+            producer_id=pid,
+            producer_epoch=epoch,
+            is_control=True,
+            is_transactional=True,
+        )
+    )
+    hs = validate_for_append(buf, max_batch_bytes=10**7, now_ms=T0, timestamp_type=0, from_client=False)
+    return lg.append(buf, hs, origin="coordinator")
+
+
+def snapshot_offsets(path: Path) -> list[int]:
+    return sorted(int(p.name.split(".")[0]) for p in path.glob("*.snapshot"))
+
+
+def crash_copy(lg: Log, target: Path) -> Path:
+    """The partition dir as a kill -9 would leave it: files copied while the log is open."""
+    shutil.copytree(lg.dir, target)
+    return target
+
+
+def test_duplicate_append_returns_original_offsets(tmp_path: Path, clock: Clock, opened: list[Log]) -> None:
+    lg = open_log(tmp_path / "t-0", LogConfig(), clock, opened)
+    first = produce(lg, 7, seq=0, n=3)
+    assert (first.first_offset, first.last_offset, first.duplicate) == (0, 2, False)
+    append(lg)  # a non-idempotent batch in between
+    assert produce(lg, 7, seq=3, n=2).first_offset == 4
+    size, leo = lg.size_bytes, lg.log_end_offset
+    retry = produce(lg, 7, seq=0, n=3)
+    assert (retry.first_offset, retry.last_offset, retry.duplicate) == (0, 2, True)
+    assert retry.log_append_time_ms == -1
+    assert (lg.size_bytes, lg.log_end_offset) == (size, leo)
+    assert produce(lg, 7, seq=3, n=2).duplicate
+    assert read_all(lg) == list(range(6))
+
+
+def test_producer_state_errors_append_nothing(tmp_path: Path, clock: Clock, opened: list[Log]) -> None:
+    lg = open_log(tmp_path / "t-0", LogConfig(), clock, opened)
+    produce(lg, 7, seq=0, epoch=2)
+    with pytest.raises(ProducerStateError) as info:
+        produce(lg, 7, seq=5, epoch=2)
+    assert info.value.error_code == ErrorCode.out_of_order_sequence_number
+    with pytest.raises(ProducerStateError) as info:
+        produce(lg, 7, seq=1, epoch=1)
+    assert info.value.error_code == ErrorCode.invalid_producer_epoch
+    with pytest.raises(ProducerStateError) as info:
+        end_txn(lg, 7, commit=True, epoch=1)
+    assert info.value.error_code == ErrorCode.invalid_producer_epoch
+    assert lg.log_end_offset == 1
+    assert produce(lg, 7, seq=1, epoch=2).first_offset == 1
+
+
+def test_first_unstable_offset_moves_with_markers(tmp_path: Path, clock: Clock, opened: list[Log]) -> None:
+    lg = open_log(tmp_path / "t-0", LogConfig(), clock, opened)
+    append(lg)
+    assert lg.first_unstable_offset() is None
+    produce(lg, 1, seq=0, txn=True)  # 1
+    produce(lg, 2, seq=0, txn=True)  # 2
+    produce(lg, 1, seq=1, txn=True)  # 3
+    assert lg.first_unstable_offset() == 1
+    assert end_txn(lg, 1, commit=True).first_offset == 4
+    assert lg.first_unstable_offset() == 2
+    assert end_txn(lg, 2, commit=True).first_offset == 5
+    assert lg.first_unstable_offset() is None
+    assert lg.collect_aborted_transactions(0, lg.log_end_offset) == []
+    assert not list((tmp_path / "t-0").glob("*.txnindex"))
+
+
+def test_aborted_transactions_across_segments(tmp_path: Path, clock: Clock, opened: list[Log]) -> None:
+    path = tmp_path / "t-0"
+    lg = open_log(path, LogConfig(segment_bytes=600), clock, opened)
+    seqs: dict[int, int] = {}
+
+    def write(pid: int, n: int = 1, txn: bool = True) -> int:
+        r = produce(lg, pid, seq=seqs.get(pid, 0), n=n, txn=txn)
+        seqs[pid] = seqs.get(pid, 0) + n
+        return r.first_offset
+
+    p1_first = write(1)
+    for _ in range(8):
+        write(9, txn=False)  # rolls a segment or two
+    write(1)
+    p3_first = write(3)
+    p1_marker = end_txn(lg, 1, commit=False).first_offset
+    for _ in range(8):
+        write(9, txn=False)
+    end_txn(lg, 3, commit=True)
+    p4_first = write(4, n=2)
+    for _ in range(8):
+        write(9, txn=False)
+    p4_marker = end_txn(lg, 4, commit=False).first_offset
+    assert len(lg.segments) >= 4
+    leo = lg.log_end_offset
+
+    # Each entry sits in the txn index of the segment holding its abort marker.
+    marker_segments = {
+        s.base_offset for s in lg.segments for t in s.txn_index.all() if t.last_offset in (p1_marker, p4_marker)
+    }
+    assert len(marker_segments) == 2
+    assert lg.segments[0].txn_index.entries == 0
+    (p1_entry,) = next(s for s in lg.segments if s.txn_index.entries and s.base_offset <= p1_marker).txn_index.all()
+    assert p1_entry.last_stable_offset == p3_first  # producer 3's open transaction pinned the LSO
+
+    assert lg.collect_aborted_transactions(0, leo) == [(1, p1_first), (4, p4_first)]
+    assert lg.collect_aborted_transactions(p1_marker + 1, leo) == [(4, p4_first)]
+    assert lg.collect_aborted_transactions(p1_first, p1_first + 1) == [(1, p1_first)]
+    assert lg.collect_aborted_transactions(p1_marker + 1, p4_first) == []
+    assert lg.collect_aborted_transactions(p4_marker, leo) == [(4, p4_first)]
+    assert lg.collect_aborted_transactions(p4_marker + 1, leo) == []
+
+    # Clean reopen keeps the indexes; recovery rebuilds a lost one.
+    lg.close()
+    lg = open_log(path, LogConfig(segment_bytes=600), clock, opened)
+    assert lg.collect_aborted_transactions(0, leo) == [(1, p1_first), (4, p4_first)]
+    lg.close()
+    for f in path.glob("*.txnindex"):
+        f.unlink()
+    lg = open_log(path, LogConfig(segment_bytes=600), clock, opened, recover=True)
+    assert lg.collect_aborted_transactions(0, leo) == [(1, p1_first), (4, p4_first)]
+    assert lg.first_unstable_offset() is None
+
+
+def test_dedup_survives_crash(
+    tmp_path: Path, clock: Clock, opened: list[Log], caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = LogConfig(segment_bytes=700)
+    lg = open_log(tmp_path / "t-0", cfg, clock, opened)
+    results = []
+    seq = 0
+    while len(lg.segments) < 3:
+        results.append(produce(lg, 42, seq=seq, n=2))
+        seq += 2
+    lg.flush()  # the recovery point reaches the active segment, whose base has a snapshot
+    recovery_point = lg.recovery_point
+    active_base = lg.active_segment.base_offset
+    assert active_base in snapshot_offsets(lg.dir)
+    for _ in range(2):
+        results.append(produce(lg, 42, seq=seq, n=2))
+        seq += 2
+    produce(lg, 43, seq=0, txn=True)
+    aborted_first = produce(lg, 44, seq=0, txn=True).first_offset
+    end_txn(lg, 44, commit=False)
+    leo = lg.log_end_offset
+
+    copy = crash_copy(lg, tmp_path / "crashed-0")
+    caplog.set_level(logging.INFO, logger="pykbroker.storage.log")
+    lg2 = open_log(copy, cfg, clock, opened, recover=True, recovery_point=recovery_point)
+    assert lg2.log_end_offset == leo
+    # replay started at the snapshot (the batch that rolled + 5 more), not at the log start
+    assert any(f"replayed 6 batch(es) from {active_base}" in r.getMessage() for r in caplog.records)
+    for r, retry_seq in zip(results[-5:], range(seq - 10, seq, 2), strict=True):
+        again = produce(lg2, 42, seq=retry_seq, n=2)
+        assert again.duplicate
+        assert (again.first_offset, again.last_offset) == (r.first_offset, r.last_offset)
+    assert lg2.log_end_offset == leo
+    assert lg2.first_unstable_offset() == leo - 3  # producer 43's transaction is still open
+    assert lg2.collect_aborted_transactions(0, leo) == [(44, aborted_first)]
+    with pytest.raises(ProducerStateError):
+        produce(lg2, 42, seq=seq + 1, n=2)
+    assert produce(lg2, 42, seq=seq, n=2).first_offset == leo
+
+    # A crash with no snapshot at all: replay from the log start gives the same answer.
+    for f in copy.glob("*.snapshot"):
+        f.unlink()
+    copy2 = crash_copy(lg2, tmp_path / "crashed2-0")
+    lg3 = open_log(copy2, cfg, clock, opened, recover=True)
+    assert produce(lg3, 42, seq=seq, n=2).duplicate
+    assert not produce(lg3, 42, seq=seq + 2, n=2).duplicate
+
+
+def test_clean_reopen_uses_snapshot(
+    tmp_path: Path, clock: Clock, opened: list[Log], caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "t-0"
+    lg = open_log(path, LogConfig(), clock, opened)
+    for i in range(4):
+        produce(lg, 5, seq=i)
+    produce(lg, 6, seq=0, txn=True)
+    state = lg.producer_state.snapshot()
+    lg.close()
+    assert snapshot_offsets(path) == [5]
+    caplog.set_level(logging.INFO, logger="pykbroker.storage.log")
+    lg = open_log(path, LogConfig(), clock, opened)
+    assert not any("replayed" in r.getMessage() for r in caplog.records)
+    assert lg.producer_state.snapshot() == state
+    assert produce(lg, 5, seq=3).duplicate
+    assert lg.first_unstable_offset() == 4
+
+
+def test_truncate_to_reloads_producer_state(tmp_path: Path, clock: Clock, opened: list[Log]) -> None:
+    lg = open_log(tmp_path / "t-0", LogConfig(segment_bytes=600), clock, opened)
+    offsets = [produce(lg, 1, seq=i).first_offset for i in range(10)]
+    produce(lg, 2, seq=0, txn=True)
+    end_txn(lg, 2, commit=False)
+    assert len(lg.segments) >= 2
+    assert lg.collect_aborted_transactions(0, lg.log_end_offset) == [(2, 10)]
+    lg.truncate_to(offsets[7])
+    assert all(o <= offsets[7] for o in snapshot_offsets(lg.dir))
+    assert lg.collect_aborted_transactions(0, lg.log_end_offset + 5) == []
+    assert lg.first_unstable_offset() is None
+    # batch 7 is gone, so it is the next in sequence, not a duplicate
+    r = produce(lg, 1, seq=7)
+    assert (r.first_offset, r.duplicate) == (offsets[7], False)
+    assert produce(lg, 1, seq=6).duplicate
+    lg.truncate_to(2)
+    assert produce(lg, 1, seq=1).duplicate
+    assert produce(lg, 1, seq=2).first_offset == 2
+    lg.truncate_fully_and_start_at(100)
+    assert snapshot_offsets(lg.dir) == [] and len(lg.producer_state) == 0
+    assert produce(lg, 1, seq=50).first_offset == 100  # unknown producer again
+
+
+def test_snapshot_retention(tmp_path: Path, clock: Clock, opened: list[Log]) -> None:
+    lg = open_log(tmp_path / "t-0", LogConfig(segment_bytes=400), clock, opened)
+    for i in range(60):
+        produce(lg, 1, seq=i)
+        if i % 10 == 0:
+            lg.flush()
+    assert len(lg.segments) > 8
+    snaps = snapshot_offsets(lg.dir)
+    assert 2 <= len(snaps) <= SNAPSHOTS_TO_KEEP + 1
+    assert snaps[-1] == lg.active_segment.base_offset
+    lg.flush()
+    lg.delete_records_before(lg.log_end_offset)
+    assert len(lg.segments) == 1
+    assert snapshot_offsets(lg.dir) == [snaps[-1]]  # below the log start offset, but the newest is kept
+    assert produce(lg, 1, seq=59).duplicate  # the state itself is not tied to the log start offset
+
+
+def test_expire_producers(tmp_path: Path, clock: Clock) -> None:
+    mgr = LogManager([tmp_path], LogConfig(), now_ms=clock)
+    mgr.startup()
+    lg = mgr.get_or_create_log("t", 0, LogConfig())
+    produce(lg, 1, seq=0, ts=T0)
+    produce(lg, 2, seq=0, ts=T0 + 5_000)
+    produce(lg, 3, seq=0, ts=T0, txn=True)
+    assert mgr.expire_producers(T0 + 1_000, 1_000) == 1
+    assert lg.remove_expired_producers(T0 + 6_000, 1_000) == 1
+    assert set(lg.producer_state.producers) == {3}
+    assert not produce(lg, 1, seq=17).duplicate  # forgotten: any sequence is accepted
+    mgr.shutdown()
