@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -12,6 +13,10 @@ from pykbroker.metadata.store import MetadataStore
 from pykbroker.protocol.header import RequestHeader
 from pykbroker.server.replica_manager import ReplicaManager
 from pykbroker.server.topics import TopicManager
+
+if TYPE_CHECKING:  # group coordinator (issue 3)
+    from pykbroker.coordinator.group.service import GroupCoordinator
+    from pykbroker.coordinator.transaction.service import TransactionCoordinator  # issue 4
 
 
 def now_ms() -> int:
@@ -43,6 +48,10 @@ class Services:
     shutting_down: anyio.Event = field(default_factory=anyio.Event)
     # Testing hook: how many more produce responses to drop after the append.
     drop_produce_responses: int = 0
+    # The group coordinator (issue 3); set by the broker at construction.
+    groups: GroupCoordinator | None = None
+    # The transaction coordinator (issue 4); set by the broker at construction.
+    txn_coordinator: TransactionCoordinator | None = None
 
     @property
     def broker_id(self) -> int:

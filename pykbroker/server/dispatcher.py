@@ -17,6 +17,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from pykbroker.coordinator.group import handlers as groups
+from pykbroker.coordinator.transaction import handlers as txn
 from pykbroker.protocol import codec
 from pykbroker.protocol.framing import encode_frame
 from pykbroker.protocol.header import (
@@ -81,6 +83,32 @@ API_TABLE: dict[int, ApiSpec] = {
         ApiSpec(21, 0, 2, offsets.handle_delete_records),
         ApiSpec(32, 1, 4, admin.handle_describe_configs),
         ApiSpec(37, 0, 3, admin.handle_create_partitions),
+        # --- group coordinator (issue 3) ---
+        ApiSpec(8, 2, 9, groups.handle_offset_commit),
+        ApiSpec(9, 1, 9, groups.handle_offset_fetch),
+        ApiSpec(10, 0, 6, groups.handle_find_coordinator),
+        ApiSpec(11, 0, 9, groups.handle_join_group),
+        ApiSpec(12, 0, 4, groups.handle_heartbeat),
+        ApiSpec(13, 0, 5, groups.handle_leave_group),
+        ApiSpec(14, 0, 5, groups.handle_sync_group),
+        ApiSpec(15, 0, 5, groups.handle_describe_groups),
+        ApiSpec(16, 0, 5, groups.handle_list_groups),
+        ApiSpec(42, 0, 2, groups.handle_delete_groups),
+        ApiSpec(47, 0, 0, groups.handle_offset_delete),
+        ApiSpec(68, 0, 1, groups.handle_consumer_group_heartbeat),
+        ApiSpec(69, 0, 1, groups.handle_consumer_group_describe),
+        # --- end group coordinator ---
+        # --- transaction coordinator (issue 4) ---
+        ApiSpec(22, 0, 4, txn.handle_init_producer_id),
+        ApiSpec(24, 0, 3, txn.handle_add_partitions_to_txn),
+        ApiSpec(25, 0, 3, txn.handle_add_offsets_to_txn),
+        ApiSpec(26, 0, 4, txn.handle_end_txn),
+        ApiSpec(27, 1, 1, txn.handle_write_txn_markers),
+        ApiSpec(28, 0, 4, txn.handle_txn_offset_commit),
+        ApiSpec(61, 0, 0, txn.handle_describe_producers),
+        ApiSpec(65, 0, 0, txn.handle_describe_transactions),
+        ApiSpec(66, 0, 1, txn.handle_list_transactions),
+        # --- end transaction coordinator ---
     ]
 }
 

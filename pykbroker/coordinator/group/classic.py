@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from pykbroker.coordinator.group.serde import subscribed_topics
@@ -13,7 +13,7 @@ Response = dict[str, Any]
 Callback = Callable[[Response], None]
 
 
-class GroupState(str, Enum):
+class GroupState(StrEnum):
     EMPTY = "Empty"
     PREPARING_REBALANCE = "PreparingRebalance"
     COMPLETING_REBALANCE = "CompletingRebalance"

@@ -1,0 +1,312 @@
+"""The group APIs: FindCoordinator, Join/Sync/Heartbeat/LeaveGroup, offsets, and group admin."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from kio.schema.errors import ErrorCode
+
+from pykbroker.coordinator.group.classic import Callback, ClassicGroup, Response
+from pykbroker.coordinator.group.manager import CommitEntry, GroupManager, JoinRequest
+from pykbroker.server.context import RequestContext, Services
+
+if TYPE_CHECKING:
+    from pykbroker.coordinator.group.service import GroupCoordinator
+
+KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
+AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+
+
+def _ms(v: Any) -> int:
+    if isinstance(v, datetime.timedelta):
+        return int(v / datetime.timedelta(milliseconds=1))
+    return int(v)
+
+
+def _coordinator(svc: Services) -> GroupCoordinator | None:
+    return getattr(svc, "groups", None)
+
+
+def _manager(svc: Services) -> GroupManager:
+    gc = _coordinator(svc)
+    assert gc is not None, "the group coordinator is not running"
+    return gc.manager
+
+
+def _client_host(ctx: RequestContext) -> str:
+    host = ctx.peer.rsplit(":", 1)[0] if ctx.peer else ""
+    return "/" + host
+
+
+async def _await_callback(start: Callable[[Callback], None], timeout_s: float, on_timeout: Response) -> Response:
+    box: list[Response] = []
+    done = anyio.Event()
+
+    def cb(resp: Response) -> None:
+        if not box:
+            box.append(resp)
+            done.set()
+
+    start(cb)
+    if not box:
+        with anyio.move_on_after(timeout_s):
+            await done.wait()
+    return box[0] if box else on_timeout
+
+
+# --- FindCoordinator ------------------------------------------------------------------------
+
+def _find_one(svc: Services, ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": ErrorCode.none,
+                           "error_message": None}
+    gc = _coordinator(svc)
+    # --- issue 4: transaction coordinators ---
+    tc = getattr(svc, "txn_coordinator", None)
+    if key_type == KEY_TYPE_TRANSACTION and tc is not None and key:
+        gc, key_type = tc, KEY_TYPE_GROUP  # same coordinator_node seam
+    # --- end issue 4 ---
+    if key_type != KEY_TYPE_GROUP or gc is None:
+        out["error_code"] = ErrorCode.coordinator_not_available if key_type == KEY_TYPE_TRANSACTION \
+            else ErrorCode.invalid_request
+        out["error_message"] = out["error_code"].name
+        return out
+    if not key:
+        out["error_code"] = ErrorCode.invalid_request
+        out["error_message"] = "Group id must not be empty"
+        return out
+    node = gc.coordinator_node(key)
+    endpoints = svc.store.live_brokers().get(node) if node is not None else None
+    if node is None or not endpoints:
+        out["error_code"] = ErrorCode.coordinator_not_available
+        out["error_message"] = "The coordinator is not available."
+        return out
+    for name, host, port in endpoints:
+        if name == ctx.listener:
+            out.update(node_id=node, host=host, port=port)
+            return out
+    out["error_code"] = ErrorCode.coordinator_not_available
+    return out
+
+
+async def handle_find_coordinator(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    key_type = int(getattr(req, "key_type", 0))
+    if ctx.version >= 4:
+        return {"throttle_time": 0,
+                "coordinators": [_find_one(svc, ctx, k, key_type) for k in req.coordinator_keys]}
+    one = _find_one(svc, ctx, req.key, key_type)
+    one.pop("key")
+    return {"throttle_time": 0, **one}
+
+
+# --- JoinGroup / SyncGroup / Heartbeat / LeaveGroup -----------------------------------------------
+
+async def handle_join_group(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    v = ctx.version
+    mgr = _manager(svc)
+    session = _ms(req.session_timeout)
+    rebalance = _ms(req.rebalance_timeout) if v >= 1 else session
+    if rebalance < 0:
+        rebalance = session
+    jr = JoinRequest(
+        group_id=req.group_id, member_id=req.member_id or "",
+        group_instance_id=req.group_instance_id if v >= 5 else None,
+        protocol_type=req.protocol_type, protocols=[(p.name, bytes(p.metadata)) for p in req.protocols],
+        session_timeout_ms=session, rebalance_timeout_ms=rebalance,
+        client_id=ctx.header.client_id or "", client_host=_client_host(ctx),
+        require_known_member_id=v >= 4, reason=getattr(req, "reason", None),
+    )
+    timeout_s = (rebalance + mgr.config.initial_rebalance_delay_ms) / 1000 + 5
+    resp = await _await_callback(lambda cb: mgr.join_group(jr, cb), timeout_s,
+                                 mgr.join_error(ErrorCode.rebalance_in_progress, jr.member_id))
+    resp = dict(resp)
+    if v < 7 and resp.get("protocol_name") is None:
+        resp["protocol_name"] = ""
+    if v < 9:
+        resp["skip_assignment"] = False
+    resp["throttle_time"] = 0
+    return resp
+
+
+async def handle_sync_group(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    v = ctx.version
+    mgr = _manager(svc)
+    gc = _coordinator(svc)
+    assignments = {a.member_id: bytes(a.assignment) for a in req.assignments}
+    g = mgr.groups.get(req.group_id)
+    bound = (g.rebalance_timeout_ms() if isinstance(g, ClassicGroup) else 60_000) / 1000 + 5
+    resp = await _await_callback(
+        lambda cb: mgr.sync_group(req.group_id, int(req.generation_id), req.member_id,
+                                  req.group_instance_id if v >= 3 else None,
+                                  getattr(req, "protocol_type", None), getattr(req, "protocol_name", None),
+                                  assignments, cb),
+        bound, {"error_code": ErrorCode.rebalance_in_progress, "assignment": b""})
+    if gc is not None and resp.get("error_code") == ErrorCode.none:
+        await gc.flush(req.group_id)
+    return {"throttle_time": 0, "error_code": resp["error_code"], "protocol_type": resp.get("protocol_type"),
+            "protocol_name": resp.get("protocol_name"), "assignment": resp.get("assignment") or b""}
+
+
+async def handle_heartbeat(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    instance = req.group_instance_id if ctx.version >= 3 else None
+    code = _manager(svc).heartbeat(req.group_id, int(req.generation_id), req.member_id, instance)
+    return {"throttle_time": 0, "error_code": code}
+
+
+async def handle_leave_group(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    mgr = _manager(svc)
+    if ctx.version < 3:
+        top, errs = mgr.leave_group(req.group_id, [(req.member_id, None)])
+        return {"throttle_time": 0, "error_code": top if top != ErrorCode.none or not errs else errs[0]}
+    identities = [(m.member_id or "", m.group_instance_id) for m in req.members]
+    top, errs = mgr.leave_group(req.group_id, identities)
+    members = []
+    if top == ErrorCode.none:
+        members = [{"member_id": mid, "group_instance_id": inst, "error_code": e}
+                   for (mid, inst), e in zip(identities, errs, strict=True)]
+    return {"throttle_time": 0, "error_code": top, "members": members}
+
+
+# --- offsets ----------------------------------------------------------------------------------
+
+async def handle_offset_commit(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    v = ctx.version
+    mgr = _manager(svc)
+    gc = _coordinator(svc)
+    retention = -1
+    if 2 <= v <= 4:
+        retention = _ms(req.retention_time)
+    entries: list[CommitEntry] = []
+    unknown: set[tuple[str, int]] = set()
+    for t in req.topics:
+        rec = svc.store.topic(t.name)
+        for p in t.partitions:
+            tp = (t.name, int(p.partition_index))
+            if rec is None or tp[1] not in rec.partitions:
+                unknown.add(tp)
+                continue
+            entries.append(CommitEntry(t.name, tp[1], int(p.committed_offset),
+                                       int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata))
+    results = mgr.commit_offsets(req.group_id, int(req.generation_id_or_member_epoch), req.member_id or "",
+                                 req.group_instance_id if v >= 7 else None, entries, retention)
+    if gc is not None and entries and any(c == ErrorCode.none for c in results.values()):
+        await gc.flush(req.group_id)
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            tp = (t.name, int(p.partition_index))
+            code = ErrorCode.unknown_topic_or_partition if tp in unknown else results.get(tp, ErrorCode.none)
+            parts.append({"partition_index": tp[1], "error_code": code})
+        topics.append({"name": t.name, "partitions": parts})
+    return {"throttle_time": 0, "topics": topics}
+
+
+def _fetch_group(mgr: GroupManager, group_id: str, topics: Any, member_id: str | None, member_epoch: int,
+                 version: int) -> tuple[ErrorCode, list[dict[str, Any]]]:
+    requested = None if topics is None else [(t.name, int(p)) for t in topics for p in t.partition_indexes]
+    code, rows = mgr.fetch_offsets(group_id, requested, member_id, member_epoch)
+    if code != ErrorCode.none:
+        if version < 2 and requested is not None:
+            # No top-level error before v2: every partition carries it.
+            rows = [(tp, None) for tp in requested]
+        else:
+            return code, []
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (topic, part), v in rows:
+        by_topic.setdefault(topic, []).append({
+            "partition_index": part,
+            "committed_offset": -1 if v is None else v.offset,
+            "committed_leader_epoch": -1 if v is None else v.leader_epoch,
+            "metadata": "" if v is None else v.metadata,
+            "error_code": code,
+        })
+    return code, [{"name": t, "partitions": ps} for t, ps in by_topic.items()]
+
+
+async def handle_offset_fetch(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    v = ctx.version
+    mgr = _manager(svc)
+    if v >= 8:
+        groups = []
+        for g in req.groups:
+            code, topics = _fetch_group(mgr, g.group_id, g.topics, getattr(g, "member_id", None),
+                                        int(getattr(g, "member_epoch", -1)), v)
+            groups.append({"group_id": g.group_id, "topics": topics, "error_code": code})
+        return {"throttle_time": 0, "groups": groups}
+    code, topics = _fetch_group(mgr, req.group_id, req.topics, None, -1, v)
+    return {"throttle_time": 0, "topics": topics, "error_code": code}
+
+
+async def handle_offset_delete(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    mgr = _manager(svc)
+    wanted = [(t.name, int(p.partition_index)) for t in req.topics for p in t.partitions]
+    unknown = {tp for tp in wanted if (rec := svc.store.topic(tp[0])) is None or tp[1] not in rec.partitions}
+    code, results = mgr.delete_offsets(req.group_id, [tp for tp in wanted if tp not in unknown])
+    topics = []
+    if code == ErrorCode.none:
+        for t in req.topics:
+            parts = []
+            for p in t.partitions:
+                tp = (t.name, int(p.partition_index))
+                e = ErrorCode.unknown_topic_or_partition if tp in unknown else results.get(tp, ErrorCode.none)
+                parts.append({"partition_index": tp[1], "error_code": e})
+            topics.append({"name": t.name, "partitions": parts})
+    return {"error_code": code, "throttle_time": 0, "topics": topics}
+
+
+# --- admin ------------------------------------------------------------------------------------
+
+async def handle_list_groups(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    mgr = _manager(svc)
+    states = {s.lower() for s in getattr(req, "states_filter", ()) or ()} or None
+    types = {s.lower() for s in getattr(req, "types_filter", ()) or ()} or None
+    error = ErrorCode.none
+    if any(st == "loading" for st in mgr.partitions.values()):
+        error = ErrorCode.coordinator_load_in_progress
+    return {"throttle_time": 0, "error_code": error, "groups": mgr.list_groups(states, types)}
+
+
+async def handle_describe_groups(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    mgr = _manager(svc)
+    groups = []
+    for gid in req.groups:
+        d = mgr.describe_group(gid)
+        if d["error_code"] == ErrorCode.group_id_not_found and ctx.version < 6:
+            # Before v6 (KIP-1043) an unknown group is described as Dead with no error.
+            d["error_code"] = ErrorCode.none
+        groups.append(d)
+    return {"throttle_time": 0, "groups": groups}
+
+
+async def handle_delete_groups(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    mgr = _manager(svc)
+    results = mgr.delete_groups(list(req.groups_names))
+    return {"throttle_time": 0,
+            "results": [{"group_id": g, "error_code": results[g]} for g in req.groups_names]}
+
+
+# --- KIP-848 ----------------------------------------------------------------------------------
+
+async def handle_consumer_group_heartbeat(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    mgr = _manager(svc)
+    gc = _coordinator(svc)
+    if mgr.consumer is None or gc is None or not gc.consumer_protocol_enabled:
+        return {"throttle_time": 0, "error_code": ErrorCode.unsupported_version, "error_message": None,
+                "member_id": None, "member_epoch": -1, "heartbeat_interval": 0, "assignment": None}
+    resp = mgr.consumer.heartbeat(req, ctx.header.client_id or "", _client_host(ctx))
+    return {"throttle_time": 0, **resp}
+
+
+async def handle_consumer_group_describe(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    mgr = _manager(svc)
+
+    def name_of(topic_id: Any) -> str | None:
+        rec = svc.store.topic_by_id(topic_id)
+        return None if rec is None else rec.name
+
+    groups = [mgr.consumer.describe(gid, name_of) for gid in req.group_ids] if mgr.consumer is not None else []
+    return {"throttle_time": 0, "groups": groups}

@@ -1,0 +1,273 @@
+"""The group coordinator's I/O edge: the internal topic, loading, timers and appends.
+
+:class:`GroupCoordinator` owns a sans-I/O :class:`GroupManager` and gives it a clock, a
+writer that appends to ``__consumer_offsets`` through the replica manager, and a task that
+fires its timers.  Which broker coordinates a group is answered by :meth:`coordinator_node`
+(group id -> offsets partition -> that partition's leader in the metadata store); leadership
+changes arrive as metadata-store notifications and load or unload partitions.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from pykbroker.config import BrokerConfig
+from pykbroker.coordinator.group.manager import GroupConfig, GroupManager
+from pykbroker.metadata.store import MetadataStore, TopicRecord
+from pykbroker.protocol.records import build_batch, decode_records, iter_batches, validate_for_append
+from pykbroker.server.replica_manager import ReplicaManager
+from pykbroker.server.topics import TopicError, TopicManager, TopicSpec
+
+if TYPE_CHECKING:  # issue 4: transactional offset commits
+    from pykbroker.coordinator.transaction.offsets import TxnOffsets
+
+log = logging.getLogger("pykbroker.groups")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+LOAD_CHUNK_BYTES = 4 << 20
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def group_config_from(config: BrokerConfig) -> GroupConfig:
+    return GroupConfig(
+        num_partitions=config["offsets.topic.num.partitions"],
+        min_session_timeout_ms=config["group.min.session.timeout.ms"],
+        max_session_timeout_ms=config["group.max.session.timeout.ms"],
+        initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
+        max_size=config["group.max.size"],
+        offsets_retention_ms=config["offsets.retention.minutes"] * 60_000,
+        offset_metadata_max_bytes=config["offset.metadata.max.bytes"],
+        consumer_session_timeout_ms=config["group.consumer.session.timeout.ms"],
+        consumer_min_session_timeout_ms=config["group.consumer.min.session.timeout.ms"],
+        consumer_max_session_timeout_ms=config["group.consumer.max.session.timeout.ms"],
+        consumer_heartbeat_interval_ms=config["group.consumer.heartbeat.interval.ms"],
+        consumer_assignors=list(config["group.consumer.assignors"]),
+        consumer_max_size=config["group.consumer.max.size"],
+    )
+
+
+class GroupCoordinator:
+    def __init__(self, config: BrokerConfig, store: MetadataStore, replicas: ReplicaManager,
+                 topics: TopicManager) -> None:
+        self.config = config
+        self.store = store
+        self.replicas = replicas
+        self.topics = topics
+        self.manager = GroupManager(group_config_from(config), self._write, now_ms)
+        self.manager.on_timers_changed = self._timers_changed
+        self.manager.topic_partitions = self._topic_partitions
+        self._wake = anyio.Event()
+        self._sleep_until: int | None = None
+        self._to_load: set[int] = set()
+        self._load_wake = anyio.Event()
+        self.flush_on_ack: bool = config["log.flush.on.ack"]
+        self.consumer_protocol_enabled = "consumer" in config["group.coordinator.rebalance.protocols"]
+        try:
+            from pykbroker.coordinator.group.consumer import ConsumerGroups
+        except ImportError:  # pragma: no cover - the KIP-848 module is optional
+            pass
+        else:
+            self.manager.consumer = ConsumerGroups(self.manager)
+            self.manager.consumer.topic_ids = self._topic_id
+            self.manager.consumer.topic_names = self._topic_names
+        # --- issue 4: transactional offset commits (set by the broker) ---
+        self.txn_offsets: TxnOffsets | None = None
+        self._txn_open: dict[int, dict[int, list[tuple[bytes | None, bytes | None]]]] = {}
+        # --- end issue 4 ---
+        store.add_listener(self._on_metadata_change)
+
+    # --- the coordinator seam -------------------------------------------------------------
+
+    def partition_for(self, group_id: str) -> int:
+        return self.manager.partition_for(group_id)
+
+    def coordinator_node(self, group_id: str) -> int | None:
+        """The broker leading the offsets partition of this group, or None if unknown."""
+        rec = self.store.topic(OFFSETS_TOPIC)
+        if rec is None:
+            return None
+        a = rec.partitions.get(self.partition_for(group_id))
+        if a is None or a.leader < 0:
+            return None
+        return a.leader
+
+    def ensure_topic(self) -> None:
+        if self.store.topic(OFFSETS_TOPIC) is not None:
+            return
+        rf = min(self.config["offsets.topic.replication.factor"], max(1, len(self.store.live_brokers())))
+        spec = TopicSpec(OFFSETS_TOPIC, num_partitions=self.config["offsets.topic.num.partitions"],
+                         replication_factor=rf,
+                         configs={"cleanup.policy": "compact",
+                                  "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
+                                  "compression.type": "producer"})
+        try:
+            self.topics.create(spec)
+        except TopicError as e:
+            if self.store.topic(OFFSETS_TOPIC) is None:
+                raise RuntimeError(f"cannot create {OFFSETS_TOPIC}: {e.message}") from None
+
+    def _led_partitions(self, rec: TopicRecord | None) -> set[int]:
+        if rec is None:
+            return set()
+        return {i for i, a in rec.partitions.items() if a.leader == self.replicas.broker_id}
+
+    def _on_metadata_change(self, name: str, rec: TopicRecord | None) -> None:
+        if name != OFFSETS_TOPIC:
+            if self.manager.consumer is not None:
+                self.manager.consumer.on_topic_change(name, rec)
+            return
+        led = self._led_partitions(rec)
+        for p in list(self.manager.partitions):
+            if p not in led:
+                self.manager.unload(p)
+        for p in led:
+            if p not in self.manager.partitions:
+                self.manager.begin_loading(p)
+                self._to_load.add(p)
+        self._load_wake.set()
+
+    def _topic_partitions(self, topic: str) -> int | None:
+        rec = self.store.topic(topic)
+        return None if rec is None else len(rec.partitions)
+
+    def _topic_id(self, topic: str) -> Any:
+        rec = self.store.topic(topic)
+        return None if rec is None else rec.topic_id
+
+    def _topic_names(self) -> list[str]:
+        return [n for n in self.store.topics() if n not in (OFFSETS_TOPIC, "__transaction_state")]
+
+    # --- writes ---------------------------------------------------------------------------
+
+    def _write(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
+        p = self.replicas.partition(OFFSETS_TOPIC, partition)
+        if p is None or p.leader_id != self.replicas.broker_id:
+            raise RuntimeError(f"not the leader of {OFFSETS_TOPIC}-{partition}")
+        now = now_ms()
+        buf = bytearray(build_batch([(k, v, ()) for k, v in records], timestamp_ms=now))
+        batches = validate_for_append(buf, max_batch_bytes=max(len(buf), p.log.config.max_message_bytes),
+                                      now_ms=now, timestamp_type=0, from_client=False)
+        p.log.append(buf, batches, leader_epoch=p.leader_epoch)
+        self.replicas.on_appended(p)
+
+    async def flush(self, group_id: str) -> None:
+        if not self.flush_on_ack:
+            return
+        p = self.replicas.partition(OFFSETS_TOPIC, self.partition_for(group_id))
+        if p is not None:
+            await anyio.to_thread.run_sync(p.log.flush)
+
+    # --- loading --------------------------------------------------------------------------
+
+    def _read_partition(self, partition: int) -> list[tuple[bytes | None, bytes | None]]:
+        p = self.replicas.partition(OFFSETS_TOPIC, partition)
+        if p is None:
+            return []
+        lg = p.log
+        out: list[tuple[bytes | None, bytes | None]] = []
+        offset = lg.log_start_offset
+        end = p.high_watermark
+        from pykbroker.coordinator.transaction.offsets import TxnLoadFilter  # issue 4
+        txn = TxnLoadFilter()  # issue 4: transactional records wait for their marker
+        while offset < end:
+            res = lg.read(offset, LOAD_CHUNK_BYTES, max_offset=end)
+            if not res.records:
+                break
+            before = offset
+            data = res.records
+            for h in iter_batches(data):
+                if h.next_offset <= offset:
+                    continue
+                view = memoryview(data)[h.position:h.position + h.size]
+                recs = [(r.key, r.value) for r in decode_records(view) if r.offset >= offset]
+                out.extend(txn.feed(h, recs))  # issue 4 (was: skip control batches)
+                offset = max(offset, h.next_offset)
+            if offset == before:
+                break
+        self._txn_open[partition] = txn.open  # issue 4: still-open transactions, restored by _load
+        return out
+
+    async def _load(self, partition: int) -> None:
+        started = time.monotonic()
+        try:
+            records = await anyio.to_thread.run_sync(self._read_partition, partition)
+        except Exception:
+            log.exception("failed to read %s-%d", OFFSETS_TOPIC, partition)
+            records = []
+        if self.manager.partitions.get(partition) is None:
+            return  # unloaded meanwhile
+        self.manager.load_records(partition, records)
+        open_txns = self._txn_open.pop(partition, {})  # issue 4
+        if self.txn_offsets is not None and open_txns:
+            self.txn_offsets.restore(partition, open_txns)
+        self.manager.finish_loading(partition)
+        if records:
+            log.info("loaded %s-%d: %d records in %.3fs", OFFSETS_TOPIC, partition, len(records),
+                     time.monotonic() - started)
+
+    # --- tasks ----------------------------------------------------------------------------
+
+    def startup(self) -> None:
+        """Create the internal topic if needed and mark the partitions this broker leads as loading."""
+        self.ensure_topic()
+        self._on_metadata_change(OFFSETS_TOPIC, self.store.topic(OFFSETS_TOPIC))
+
+    def shutdown(self) -> None:
+        """Stop coordinating: pending JoinGroup/SyncGroup requests get NOT_COORDINATOR now."""
+        for p in list(self.manager.partitions):
+            self.manager.unload(p)
+        self._to_load.clear()
+
+    async def run(self) -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._loader)
+            tg.start_soon(self._timer_loop)
+            tg.start_soon(self._expiry_loop)
+
+    async def _loader(self) -> None:
+        while True:
+            while self._to_load:
+                p = min(self._to_load)
+                self._to_load.discard(p)
+                await self._load(p)
+            self._load_wake = anyio.Event()
+            if not self._to_load:
+                await self._load_wake.wait()
+
+    def _timers_changed(self) -> None:
+        deadline = self.manager.next_deadline()
+        if deadline is not None and (self._sleep_until is None or deadline < self._sleep_until):
+            self._wake.set()
+
+    async def _timer_loop(self) -> None:
+        while True:
+            try:
+                self.manager.tick()
+            except Exception:
+                log.exception("group coordinator timer failed")
+            deadline = self.manager.next_deadline()
+            now = now_ms()
+            wait_ms = 1000 if deadline is None else min(1000, max(0, deadline - now))
+            self._sleep_until = now + wait_ms
+            self._wake = anyio.Event()
+            with anyio.move_on_after(wait_ms / 1000):
+                await self._wake.wait()
+            self._sleep_until = None
+
+    async def _expiry_loop(self) -> None:
+        interval = self.config["offsets.retention.check.interval.ms"] / 1000
+        while True:
+            await anyio.sleep(interval)
+            try:
+                n = self.manager.expire_offsets()
+                if n:
+                    log.info("expired %d committed offsets", n)
+            except Exception:
+                log.exception("offset expiration failed")
