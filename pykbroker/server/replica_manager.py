@@ -42,8 +42,11 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        # No transactions yet: everything below the high watermark is stable.
-        return self.high_watermark
+        # The first offset of the oldest open transaction pins it (issue 4), else the high watermark.
+        first_unstable = self.log.first_unstable_offset()
+        if first_unstable is None:
+            return self.high_watermark
+        return min(self.high_watermark, first_unstable)
 
     def maybe_advance_high_watermark(self) -> bool:
         """With the ISR being only this broker, every appended offset is fully replicated."""

@@ -60,7 +60,9 @@ def _read_all(svc: Services, ctx: RequestContext, req: Any, by_id: bool) -> _Pla
                 "log_start_offset": -1,
                 "aborted_transactions": () if read_committed else None,
                 "preferred_read_replica": -1,
-                "records": None,
+                # Empty, never null, even with an error: Kafka sends MemoryRecords.EMPTY and
+                # librdkafka rejects a null record set (MessageSetSize -1) as a parse failure.
+                "records": b"",
             }
             parts.append(entry)
             if rec is None or p is None:
@@ -92,6 +94,10 @@ def _read_all(svc: Services, ctx: RequestContext, req: Any, by_id: bool) -> _Pla
                 plan.errors = True
                 continue
             data = result.records
+            if data and read_committed:  # issue 4: aborted transactions in the returned range
+                entry["aborted_transactions"] = [
+                    {"producer_id": pid, "first_offset": first}
+                    for pid, first in lg.collect_aborted_transactions(result.first_offset, result.next_offset)]
             if data:
                 entry["records"] = bytes(data)
                 plan.bytes += len(data)

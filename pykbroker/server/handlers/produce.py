@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 from pykbroker.protocol.records import InvalidRecords, validate_for_append
 from pykbroker.server.context import CloseConnection, RequestContext, Services, now_ms
 from pykbroker.server.replica_manager import Partition
+from pykbroker.storage.producer_state import ProducerStateError
 
 log = logging.getLogger("pykbroker.produce")
 
@@ -42,8 +43,10 @@ def _append(svc: Services, p: Partition, records: bytes, acks: int, now: int) ->
         timestamp_type=1 if log_append else 0,
     )
     buf = bytearray(records)
+    # A retried idempotent batch (result.duplicate) appends nothing and reports its original offsets.
     result = lg.append(buf, batches, log_append_time_ms=now if log_append else None)
-    svc.replicas.on_appended(p)
+    if not result.duplicate:
+        svc.replicas.on_appended(p)
     return {
         "index": p.index,
         "error_code": ErrorCode.none,
@@ -98,6 +101,10 @@ async def handle_produce(svc: Services, ctx: RequestContext, req: Any) -> dict[s
             except InvalidRecords as e:
                 log.warning("produce rejected topic=%s partition=%d client=%s error=%s reason=%r",
                             name, idx, ctx.header.client_id, ErrorCode(e.error_code).name, str(e))
+                parts.append(_partition_error(idx, ErrorCode(e.error_code), str(e)))
+            except ProducerStateError as e:  # issue 4: fenced epochs, sequence gaps, txn state
+                log.info("produce rejected topic=%s partition=%d client=%s error=%s reason=%r",
+                         name, idx, ctx.header.client_id, ErrorCode(e.error_code).name, str(e))
                 parts.append(_partition_error(idx, ErrorCode(e.error_code), str(e)))
         responses.append({"name": name, "partition_responses": parts})
 

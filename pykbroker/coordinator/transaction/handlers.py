@@ -1,0 +1,239 @@
+"""The transaction APIs: InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+WriteTxnMarkers, TxnOffsetCommit, DescribeTransactions, ListTransactions, DescribeProducers."""
+
+from __future__ import annotations
+
+import datetime
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from pykbroker.coordinator.group.manager import CommitEntry
+from pykbroker.coordinator.transaction.state import STATE_BY_NAME, TxnState
+from pykbroker.server.context import RequestContext, Services
+
+if TYPE_CHECKING:
+    from pykbroker.coordinator.transaction.service import TransactionCoordinator
+
+INTERNAL = ("__consumer_offsets", "__transaction_state")
+
+
+def _ms(v: Any) -> int:
+    if isinstance(v, datetime.timedelta):
+        return int(v / datetime.timedelta(milliseconds=1))
+    return int(v)
+
+
+def _tc(svc: Services) -> TransactionCoordinator:
+    tc = getattr(svc, "txn_coordinator", None)
+    assert tc is not None, "the transaction coordinator is not running"
+    return tc
+
+
+def _compat(code: ErrorCode, version: int, fenced_since: int) -> ErrorCode:
+    """PRODUCER_FENCED is new in Kafka 2.7; older request versions get INVALID_PRODUCER_EPOCH."""
+    if code == ErrorCode.producer_fenced and version < fenced_since:
+        return ErrorCode.invalid_producer_epoch
+    return code
+
+
+# --- InitProducerId -----------------------------------------------------------------------------
+
+async def handle_init_producer_id(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    tc = _tc(svc)
+    txn_id = req.transactional_id
+    result = tc.sm.init_producer_id(txn_id, _ms(req.transaction_timeout),
+                                    int(getattr(req, "producer_id", -1)), int(getattr(req, "producer_epoch", -1)))
+    if txn_id:
+        if result.error == ErrorCode.none or result.job is not None:
+            await tc.flush(txn_id)
+        if result.job is not None:
+            await tc.finish(result.job)
+    return {"throttle_time": 0, "error_code": _compat(result.error, ctx.version, 4),
+            "producer_id": result.producer_id, "producer_epoch": result.producer_epoch}
+
+
+# --- AddPartitionsToTxn / AddOffsetsToTxn -------------------------------------------------------------
+
+async def handle_add_partitions_to_txn(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    tc = _tc(svc)
+    txn_id = req.v3_and_below_transactional_id
+    topics = [(t.name, [int(p) for p in t.partitions]) for t in req.v3_and_below_topics]
+    bad: dict[tuple[str, int], ErrorCode] = {}
+    wanted: list[tuple[str, int]] = []
+    for name, parts in topics:
+        rec = svc.store.topic(name)
+        for p in parts:
+            if rec is None or p not in rec.partitions or name in INTERNAL:
+                bad[(name, p)] = ErrorCode.unknown_topic_or_partition
+            else:
+                wanted.append((name, p))
+    if bad:
+        codes = {tp: bad.get(tp, ErrorCode.operation_not_attempted) for name, ps in topics for tp in
+                 [(name, p) for p in ps]}
+    else:
+        code = tc.sm.add_partitions(txn_id, int(req.v3_and_below_producer_id),
+                                    int(req.v3_and_below_producer_epoch), wanted)
+        if code == ErrorCode.none:
+            await tc.flush(txn_id)
+        code = _compat(code, ctx.version, 2)
+        codes = {(name, p): code for name, ps in topics for p in ps}
+    results = [{"name": name, "results_by_partition": [
+        {"partition_index": p, "partition_error_code": codes[(name, p)]} for p in ps]} for name, ps in topics]
+    return {"throttle_time": 0, "results_by_topic_v3_and_below": results}
+
+
+async def handle_add_offsets_to_txn(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    tc = _tc(svc)
+    groups = getattr(svc, "groups", None)
+    if groups is None:
+        return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available}
+    tp = ("__consumer_offsets", groups.partition_for(req.group_id))
+    code = tc.sm.add_partitions(req.transactional_id, int(req.producer_id), int(req.producer_epoch), [tp])
+    if code == ErrorCode.none:
+        await tc.flush(req.transactional_id)
+    return {"throttle_time": 0, "error_code": _compat(code, ctx.version, 2)}
+
+
+# --- EndTxn / WriteTxnMarkers -------------------------------------------------------------------------
+
+async def handle_end_txn(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    tc = _tc(svc)
+    code, job = tc.sm.end_txn(req.transactional_id, int(req.producer_id), int(req.producer_epoch),
+                              bool(req.committed))
+    if job is not None:
+        await tc.flush(req.transactional_id)
+        await tc.finish(job)
+    return {"throttle_time": 0, "error_code": _compat(code, ctx.version, 2)}
+
+
+async def handle_write_txn_markers(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    tc = _tc(svc)
+    markers = []
+    for m in req.markers:
+        topics = []
+        for t in m.topics:
+            parts = []
+            for p in t.partition_indexes:
+                code = tc.write_one_marker(t.name, int(p), int(m.producer_id), int(m.producer_epoch),
+                                           bool(m.transaction_result), int(m.coordinator_epoch))
+                parts.append({"partition_index": int(p), "error_code": code})
+            topics.append({"name": t.name, "partitions": parts})
+        markers.append({"producer_id": int(m.producer_id), "topics": topics})
+    return {"markers": markers}
+
+
+# --- TxnOffsetCommit ------------------------------------------------------------------------------------
+
+async def handle_txn_offset_commit(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    tc = _tc(svc)
+    v = ctx.version
+    entries: list[CommitEntry] = []
+    unknown: set[tuple[str, int]] = set()
+    for t in req.topics:
+        rec = svc.store.topic(t.name)
+        for p in t.partitions:
+            tp = (t.name, int(p.partition_index))
+            if rec is None or tp[1] not in rec.partitions:
+                unknown.add(tp)
+                continue
+            entries.append(CommitEntry(t.name, tp[1], int(p.committed_offset),
+                                       int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata))
+    results: dict[tuple[str, int], ErrorCode] = {}
+    # The producer must be the transactional id's current one, with the offsets partition in its transaction.
+    err, md = tc.sm._check_producer(req.transactional_id, int(req.producer_id), int(req.producer_epoch))
+    groups = getattr(svc, "groups", None)
+    if md is not None and err == ErrorCode.none and groups is not None and md.state != TxnState.ONGOING:
+        err = ErrorCode.invalid_txn_state
+    if err in (ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress):
+        err = ErrorCode.none  # TxnOffsetCommit goes to the group coordinator; only fencing matters here
+        md = tc.sm.txns.get(req.transactional_id)
+    if groups is None or tc.txn_offsets is None:
+        results = {(e.topic, e.partition): ErrorCode.coordinator_not_available for e in entries}
+    elif err != ErrorCode.none:
+        results = {(e.topic, e.partition): _compat(err, v, 3) for e in entries}
+    else:
+        results = tc.txn_offsets.commit(req.group_id, int(req.producer_id), int(req.producer_epoch),
+                                        int(getattr(req, "generation_id", -1)), getattr(req, "member_id", "") or "",
+                                        getattr(req, "group_instance_id", None), entries)
+        if any(c == ErrorCode.none for c in results.values()):
+            await groups.flush(req.group_id)
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            tp = (t.name, int(p.partition_index))
+            code = ErrorCode.unknown_topic_or_partition if tp in unknown else results.get(tp, ErrorCode.none)
+            parts.append({"partition_index": tp[1], "error_code": code})
+        topics.append({"name": t.name, "partitions": parts})
+    return {"throttle_time": 0, "topics": topics}
+
+
+# --- operator APIs --------------------------------------------------------------------------------------
+
+async def handle_describe_transactions(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    tc = _tc(svc)
+    out = []
+    for txn_id in req.transactional_ids:
+        code, md = tc.sm.describe(txn_id)
+        entry: dict[str, Any] = {"error_code": code, "transactional_id": txn_id, "transaction_state": "",
+                                 "transaction_timeout": 0, "transaction_start_time": 0, "producer_id": -1,
+                                 "producer_epoch": -1, "topics": []}
+        if md is not None:
+            by_topic: dict[str, list[int]] = {}
+            for t, p in sorted(md.partitions):
+                by_topic.setdefault(t, []).append(p)
+            entry.update(transaction_state=md.state.display, transaction_timeout=md.timeout_ms,
+                         transaction_start_time=md.start_ms, producer_id=md.producer_id,
+                         producer_epoch=md.producer_epoch,
+                         topics=[{"topic": t, "partitions": ps} for t, ps in by_topic.items()])
+        out.append(entry)
+    return {"throttle_time": 0, "transaction_states": out}
+
+
+async def handle_list_transactions(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    tc = _tc(svc)
+    states: set[TxnState] = set()
+    unknown: list[str] = []
+    for s in req.state_filters:
+        st = STATE_BY_NAME.get(s)
+        if st is None:
+            unknown.append(s)
+        else:
+            states.add(st)
+    if req.state_filters and not states:
+        listed = []
+    else:
+        listed = tc.sm.list(states or None, {int(p) for p in req.producer_id_filters} or None,
+                            int(getattr(req, "duration_filter", -1)))
+    error = ErrorCode.coordinator_load_in_progress if tc.sm.loading() else ErrorCode.none
+    return {"throttle_time": 0, "error_code": error, "unknown_state_filters": unknown,
+            "transaction_states": [{"transactional_id": md.transactional_id, "producer_id": md.producer_id,
+                                    "transaction_state": md.state.display} for md in listed]}
+
+
+async def handle_describe_producers(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    topics = []
+    for t in req.topics:
+        rec = svc.store.topic(t.name)
+        parts = []
+        for idx in t.partition_indexes:
+            entry: dict[str, Any] = {"partition_index": int(idx), "error_code": ErrorCode.none,
+                                     "error_message": None, "active_producers": []}
+            p = svc.replicas.partition(t.name, int(idx))
+            if rec is None or p is None:
+                entry["error_code"] = ErrorCode.unknown_topic_or_partition
+            elif p.leader_id != svc.broker_id:
+                entry["error_code"] = ErrorCode.not_leader_or_follower
+            else:
+                ps = getattr(p.log, "producer_state", None)
+                producers = getattr(ps, "producers", {}) if ps is not None else {}
+                entry["active_producers"] = [{
+                    "producer_id": e.producer_id, "producer_epoch": e.epoch, "last_sequence": e.last_seq,
+                    "last_timestamp": e.last_timestamp, "coordinator_epoch": e.coordinator_epoch,
+                    "current_txn_start_offset": -1 if e.current_txn_first_offset is None
+                    else e.current_txn_first_offset,
+                } for e in producers.values()]
+            parts.append(entry)
+        topics.append({"name": t.name, "partitions": parts})
+    return {"throttle_time": 0, "topics": topics}

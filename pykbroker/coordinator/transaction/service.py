@@ -1,0 +1,302 @@
+"""The transaction coordinator's I/O edge: ``__transaction_state``, loading, markers and timers.
+
+:class:`TransactionCoordinator` owns a sans-I/O :class:`TransactionStateMachine` and gives it a
+clock, a producer id allocator (blocks reserved through the metadata store, so ids are unique
+for the cluster), and a writer that appends to ``__transaction_state`` through the replica
+manager.  Which broker coordinates a transactional id is :meth:`coordinator_node` (id ->
+partition -> that partition's leader in the metadata store).  Markers are written as local
+appends (:func:`write_marker`); a background task aborts timed-out transactions, expires idle
+transactional ids and retries the markers of prepared transactions (also those found prepared
+when a partition is loaded after a restart).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import anyio
+from kio.schema.errors import ErrorCode
+
+from pykbroker.config import BrokerConfig
+from pykbroker.coordinator.transaction.markers import write_marker
+from pykbroker.coordinator.transaction.state import MarkerJob, TransactionStateMachine, TxnConfig
+from pykbroker.metadata.store import MetadataStore, TopicRecord
+from pykbroker.protocol.records import build_batch, decode_records, iter_batches, validate_for_append
+from pykbroker.server.replica_manager import ReplicaManager
+from pykbroker.server.topics import TopicError, TopicManager, TopicSpec
+
+if TYPE_CHECKING:
+    from pykbroker.coordinator.transaction.offsets import TxnOffsets
+
+log = logging.getLogger("pykbroker.txn")
+
+TXN_TOPIC = "__transaction_state"
+OFFSETS_TOPIC = "__consumer_offsets"
+LOAD_CHUNK_BYTES = 4 << 20
+PRODUCER_ID_BLOCK = 1000
+ABORT_CHECK_INTERVAL_S = 1.0
+EXPIRE_CHECK_INTERVAL_S = 60.0
+# Testing hook: if this file exists in the first log dir when a commit is prepared, the broker
+# halts (like kill -9) right after writing PrepareCommit, before any marker.
+FAULT_FILE = "pykbroker-fault-txn-halt-after-prepare"
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class ProducerIdManager:
+    """Hands out producer ids from blocks reserved in the metadata store (Kafka's ProducerIdManager)."""
+
+    def __init__(self, store: MetadataStore, block: int = PRODUCER_ID_BLOCK) -> None:
+        self.store = store
+        self.block = block
+        self._next = 0
+        self._end = 0
+
+    def next(self) -> int:
+        if self._next >= self._end:
+            self._next = self.store.allocate_producer_ids(self.block)
+            self._end = self._next + self.block
+        pid = self._next
+        self._next += 1
+        return pid
+
+
+class TransactionCoordinator:
+    def __init__(self, config: BrokerConfig, store: MetadataStore, replicas: ReplicaManager,
+                 topics: TopicManager) -> None:
+        self.config = config
+        self.store = store
+        self.replicas = replicas
+        self.topics = topics
+        self.producer_ids = ProducerIdManager(store)
+        self.sm = TransactionStateMachine(
+            TxnConfig(num_partitions=config["transaction.state.log.num.partitions"],
+                      max_timeout_ms=config["transaction.max.timeout.ms"],
+                      id_expiration_ms=config["transactional.id.expiration.ms"]),
+            self._write, now_ms, self.producer_ids.next)
+        self.flush_on_ack: bool = config["log.flush.on.ack"]
+        self.txn_offsets: TxnOffsets | None = None  # set by the broker when the group coordinator runs
+        self._to_load: set[int] = set()
+        self._load_wake = anyio.Event()
+        self._in_flight: set[str] = set()
+        self._fault_file = Path(config.log_dirs[0]) / FAULT_FILE
+        store.add_listener(self._on_metadata_change)
+
+    # --- the coordinator seam ---------------------------------------------------------------
+
+    def partition_for(self, transactional_id: str) -> int:
+        return self.sm.partition_for(transactional_id)
+
+    def coordinator_node(self, transactional_id: str) -> int | None:
+        rec = self.store.topic(TXN_TOPIC)
+        if rec is None:
+            return None
+        a = rec.partitions.get(self.partition_for(transactional_id))
+        if a is None or a.leader < 0:
+            return None
+        return a.leader
+
+    def ensure_topic(self) -> None:
+        if self.store.topic(TXN_TOPIC) is not None:
+            return
+        rf = min(self.config["transaction.state.log.replication.factor"], max(1, len(self.store.live_brokers())))
+        spec = TopicSpec(TXN_TOPIC, num_partitions=self.config["transaction.state.log.num.partitions"],
+                         replication_factor=rf,
+                         configs={"cleanup.policy": "compact", "compression.type": "uncompressed",
+                                  "min.insync.replicas": str(min(rf, self.config["transaction.state.log.min.isr"])),
+                                  "segment.bytes": str(100 * 1024 * 1024)})
+        try:
+            self.topics.create(spec)
+        except TopicError as e:
+            if self.store.topic(TXN_TOPIC) is None:
+                raise RuntimeError(f"cannot create {TXN_TOPIC}: {e.message}") from None
+
+    def _on_metadata_change(self, name: str, rec: TopicRecord | None) -> None:
+        if name != TXN_TOPIC:
+            return
+        led = {} if rec is None else {i: a.leader_epoch for i, a in rec.partitions.items()
+                                      if a.leader == self.replicas.broker_id}
+        for p in list(self.sm.partitions):
+            if p not in led:
+                self.sm.unload(p)
+        for p, epoch in led.items():
+            part = self.sm.partitions.get(p)
+            if part is None or part.coordinator_epoch != epoch:
+                self.sm.begin_loading(p, epoch)
+                self._to_load.add(p)
+        self._load_wake.set()
+
+    # --- writes ------------------------------------------------------------------------------
+
+    def _write(self, partition: int, key: bytes, value: bytes | None) -> None:
+        p = self.replicas.partition(TXN_TOPIC, partition)
+        if p is None or p.leader_id != self.replicas.broker_id:
+            raise RuntimeError(f"not the leader of {TXN_TOPIC}-{partition}")
+        now = now_ms()
+        buf = bytearray(build_batch([(key, value, ())], timestamp_ms=now))
+        batches = validate_for_append(buf, max_batch_bytes=max(len(buf), p.log.config.max_message_bytes),
+                                      now_ms=now, timestamp_type=0, from_client=False)
+        p.log.append(buf, batches, leader_epoch=p.leader_epoch)
+        self.replicas.on_appended(p)
+
+    async def flush(self, transactional_id: str) -> None:
+        if not self.flush_on_ack:
+            return
+        p = self.replicas.partition(TXN_TOPIC, self.partition_for(transactional_id))
+        if p is not None:
+            await anyio.to_thread.run_sync(p.log.flush)
+
+    # --- markers -----------------------------------------------------------------------------
+
+    def write_markers(self, job: MarkerJob) -> dict[tuple[str, int], ErrorCode]:
+        """Append the job's marker to each of its partitions; returns the failures to retry."""
+        failed: dict[tuple[str, int], ErrorCode] = {}
+        for topic, index in sorted(job.partitions):
+            code = self.write_one_marker(topic, index, job.producer_id, job.producer_epoch, job.commit,
+                                         job.coordinator_epoch)
+            if code == ErrorCode.unknown_topic_or_partition and self.store.topic(topic) is None:
+                continue  # the topic was deleted: nothing left to close
+            if code != ErrorCode.none:
+                failed[(topic, index)] = code
+        return failed
+
+    def write_one_marker(self, topic: str, index: int, producer_id: int, producer_epoch: int, commit: bool,
+                         coordinator_epoch: int) -> ErrorCode:
+        code = write_marker(self.replicas, topic, index, producer_id, producer_epoch, commit, coordinator_epoch)
+        if code == ErrorCode.none and topic == OFFSETS_TOPIC and self.txn_offsets is not None:
+            self.txn_offsets.complete(index, producer_id, commit)
+        return code
+
+    async def finish(self, job: MarkerJob) -> bool:
+        """Write the markers of a prepared transaction, then record it complete."""
+        if job.transactional_id in self._in_flight:
+            return False
+        self._in_flight.add(job.transactional_id)
+        try:
+            if job.commit and self._fault_file.exists():
+                self._fault_file.unlink()
+                await self.flush(job.transactional_id)
+                log.warning("fault injection: halting after PrepareCommit of %s", job.transactional_id)
+                os._exit(137)
+            failed = self.write_markers(job)
+            if failed:
+                log.warning("markers of transaction %s not written to %s; will retry", job.transactional_id,
+                            {f"{t}-{p}": c.name for (t, p), c in failed.items()})
+                return False
+            if self.flush_on_ack:
+                for topic, index in job.partitions:
+                    p = self.replicas.partition(topic, index)
+                    if p is not None:
+                        await anyio.to_thread.run_sync(p.log.flush)
+            try:
+                done = self.sm.complete(job)
+            except Exception:
+                log.exception("failed to complete transaction %s", job.transactional_id)
+                return False
+            if done:
+                await self.flush(job.transactional_id)
+            return done
+        finally:
+            self._in_flight.discard(job.transactional_id)
+
+    # --- loading -----------------------------------------------------------------------------
+
+    def _read_partition(self, partition: int) -> list[tuple[bytes | None, bytes | None]]:
+        p = self.replicas.partition(TXN_TOPIC, partition)
+        if p is None:
+            return []
+        lg = p.log
+        out: list[tuple[bytes | None, bytes | None]] = []
+        offset = lg.log_start_offset
+        end = p.high_watermark
+        while offset < end:
+            res = lg.read(offset, LOAD_CHUNK_BYTES, max_offset=end)
+            if not res.records:
+                break
+            before = offset
+            data = res.records
+            for h in iter_batches(data):
+                if h.next_offset <= offset:
+                    continue
+                if not h.is_control:
+                    view = memoryview(data)[h.position:h.position + h.size]
+                    out.extend((r.key, r.value) for r in decode_records(view) if r.offset >= offset)
+                offset = max(offset, h.next_offset)
+            if offset == before:
+                break
+        return out
+
+    async def _load(self, partition: int) -> None:
+        started = time.monotonic()
+        try:
+            records = await anyio.to_thread.run_sync(self._read_partition, partition)
+        except Exception:
+            log.exception("failed to read %s-%d", TXN_TOPIC, partition)
+            records = []
+        part = self.sm.partitions.get(partition)
+        if part is None or not part.loading:
+            return
+        n = self.sm.load(partition, records)
+        jobs = self.sm.finish_loading(partition)
+        if records:
+            log.info("loaded %s-%d: %d transactional ids (%d prepared) in %.3fs", TXN_TOPIC, partition, n,
+                     len(jobs), time.monotonic() - started)
+        for job in jobs:
+            log.info("completing %s of transaction %s found prepared at load",
+                     "commit" if job.commit else "abort", job.transactional_id)
+            await self.finish(job)
+
+    # --- tasks -------------------------------------------------------------------------------
+
+    def startup(self) -> None:
+        self.ensure_topic()
+        self._on_metadata_change(TXN_TOPIC, self.store.topic(TXN_TOPIC))
+
+    def shutdown(self) -> None:
+        for p in list(self.sm.partitions):
+            self.sm.unload(p)
+        self._to_load.clear()
+
+    async def run(self) -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._loader)
+            tg.start_soon(self._abort_loop)
+            tg.start_soon(self._expire_loop)
+
+    async def _loader(self) -> None:
+        while True:
+            while self._to_load:
+                p = min(self._to_load)
+                self._to_load.discard(p)
+                await self._load(p)
+            self._load_wake = anyio.Event()
+            if not self._to_load:
+                await self._load_wake.wait()
+
+    async def _abort_loop(self) -> None:
+        while True:
+            await anyio.sleep(ABORT_CHECK_INTERVAL_S)
+            try:
+                for job in self.sm.abort_timed_out():
+                    await self.flush(job.transactional_id)
+                    await self.finish(job)
+                for job in self.sm.prepared_jobs():
+                    await self.finish(job)  # markers that failed earlier
+            except Exception:
+                log.exception("transaction timeout check failed")
+
+    async def _expire_loop(self) -> None:
+        while True:
+            await anyio.sleep(EXPIRE_CHECK_INTERVAL_S)
+            try:
+                expired = self.sm.expire_transactional_ids()
+                if expired:
+                    log.info("expired %d transactional ids", len(expired))
+            except Exception:
+                log.exception("transactional id expiration failed")
