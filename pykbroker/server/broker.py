@@ -68,7 +68,8 @@ class Broker:
                                  drop_produce_responses=config["pykbroker.fault.drop.produce.response"])
         self.groups = GroupCoordinator(config, self.store, self.replicas, self.topics)  # issue 3
         self.services.groups = self.groups
-        self.cleaner = LogCleaner(self.log_manager.all_logs, self._delete_retention_ms)  # issue 3
+        self.cleaner = LogCleaner(self.log_manager.all_logs, self._delete_retention_ms,  # issue 3
+                                  self._topic_config)
         self.txn = TransactionCoordinator(config, self.store, self.replicas, self.topics)  # issue 4
         self.txn.txn_offsets = self.groups.txn_offsets = TxnOffsets(self.groups)
         self.services.txn_coordinator = self.txn
@@ -82,6 +83,10 @@ class Broker:
         )
         self._stop = anyio.Event()
         self.bound_ports: list[int] = []
+
+    def _topic_config(self, topic: str) -> dict[str, Any]:  # issue 3: compaction settings for the cleaner
+        rec = self.store.topic(topic)
+        return effective_topic_config(self.config, rec.configs if rec else {})
 
     def _delete_retention_ms(self, topic: str) -> int:  # issue 3: for the log cleaner
         rec = self.store.topic(topic)

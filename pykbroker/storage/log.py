@@ -831,6 +831,61 @@ class Log:
             self._segments[i] = new
             return True
 
+    # --- issue 3 (cleaner fidelity): merged rewrites and producers' last batches ---
+
+    def last_data_offsets(self) -> dict[int, int]:
+        """Producer id -> last offset of its last data batch (the cleaner keeps those batches)."""
+        with self._lock:
+            return {pid: e.batches[-1].last_offset for pid, e in self.producer_state.producers.items() if e.batches}
+
+    def replace_segments(self, olds: list[Segment], cleaned: Path, txn_index: bytes = b"") -> bool:
+        """Swap one cleaned file in for several adjacent inactive segments (Kafka's .swap protocol).
+
+        ``cleaned`` (fsynced by the caller) holds the surviving batches of ``olds`` with their
+        offsets; ``txn_index`` the raw transaction-index entries for the merged segment.  It
+        is renamed to ``<base>.log.swap`` (the commit point: from here recovery finishes the
+        swap, see :func:`_complete_swaps`), the old segments are deleted, then the swap file
+        is renamed to ``<base>.log``.  Returns False if ``olds`` are no longer adjacent inactive
+        segments of this log.
+        """
+        with self._lock:
+            inactive = self._segments[:-1]
+            if self._closed or not olds or any(s not in inactive for s in olds):
+                cleaned.unlink(missing_ok=True)
+                return False
+            i = self._segments.index(olds[0])
+            if self._segments[i:i + len(olds)] != olds:
+                cleaned.unlink(missing_ok=True)
+                return False
+            if len(olds) == 1:
+                return self.replace_segment(olds[0], cleaned)
+            base = olds[0].base_offset
+            prefix = filename_prefix(base)
+            log_swap = self.dir / (prefix + LOG_SUFFIX + ".swap")
+            txn_swap = self.dir / (prefix + TXN_INDEX_SUFFIX + ".swap")
+            if txn_index:
+                fd = os.open(txn_swap, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    os.write(fd, txn_index)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            os.replace(cleaned, log_swap)
+            _fsync_dir(self.dir)  # committed: recovery completes the swap from here on
+            for seg in olds:
+                seg.delete()
+            if txn_index:
+                os.replace(txn_swap, self.dir / (prefix + TXN_INDEX_SUFFIX))
+            os.replace(log_swap, self.dir / (prefix + LOG_SUFFIX))
+            _fsync_dir(self.dir)
+            new = Segment(self.dir, base, self.config, active=False, now_ms=self._now_ms())
+            new.recover(verify_crc=False)
+            self._segments[i:i + len(olds)] = [new]
+            self._bases = [s.base_offset for s in self._segments]
+            return True
+
+    # --- end issue 3 ---
+
     def close(self, *, snapshot: bool = True) -> None:
         """Seal the active segment's indexes and close every file (no fsync of the data; see flush).
 
@@ -925,6 +980,7 @@ def _clean_dir_and_list_bases(dir: Path) -> list[int]:
     """Delete leftovers of interrupted operations and return the segment base offsets."""
     bases: set[int] = set()
     index_files: list[tuple[Path, int]] = []
+    _complete_swaps(dir)  # issue 3: a merged clean interrupted after its commit point
     for entry in os.scandir(dir):
         if not entry.is_file():
             continue
@@ -947,6 +1003,38 @@ def _clean_dir_and_list_bases(dir: Path) -> list[int]:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
     return sorted(bases)
+
+
+def _complete_swaps(dir: Path) -> None:  # issue 3: finish Log.replace_segments after a crash
+    for swap in sorted(dir.glob("*" + LOG_SUFFIX + ".swap")):
+        base = parse_base_offset(swap.name)
+        if base is None:
+            continue
+        data = swap.read_bytes()
+        last, pos = base, 0
+        while pos + 61 <= len(data):
+            batch_base = int.from_bytes(data[pos:pos + 8], "big", signed=True)
+            length = int.from_bytes(data[pos + 8:pos + 12], "big", signed=True)
+            last = batch_base + int.from_bytes(data[pos + 23:pos + 27], "big", signed=True)
+            if length <= 0:
+                break
+            pos += 12 + length
+        prefix = filename_prefix(base)
+        txn_swap = dir / (prefix + TXN_INDEX_SUFFIX + ".swap")
+        for entry in list(os.scandir(dir)):
+            b = parse_base_offset(entry.name)
+            if b is None or not base <= b <= last or entry.name.endswith(".swap"):
+                continue
+            if entry.name.endswith(TXN_INDEX_SUFFIX) and b == base and not txn_swap.exists():
+                continue  # already the merged index
+            if entry.name.endswith((LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+        if txn_swap.exists():
+            os.replace(txn_swap, dir / (prefix + TXN_INDEX_SUFFIX))
+        os.replace(swap, dir / (prefix + LOG_SUFFIX))
+        log.info("Completed an interrupted segment swap at base offset %d in %s", base, dir)
+        _fsync_dir(dir)
 
 
 def _recover_segments(dir: Path, segments: list[Segment], recovery_point: int) -> None:

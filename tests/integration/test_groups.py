@@ -414,3 +414,110 @@ def test_consumer_protocol_describe(gbroker: BrokerProcess) -> None:
     assert len(desc.members) == 1 and desc.members[0].client_id == "kip848"
     assert {tp.partition for tp in desc.members[0].assignment.topic_partitions} == {0, 1, 2}
     c.close()
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("how", ["stop", "kill"])
+def test_consumer_protocol_member_survives_broker_restart(tmp_path: Path, how: str) -> None:
+    """KIP-848 state is in __consumer_offsets: after a restart the member keeps its id, epoch and partitions."""
+    b = BrokerProcess(tmp_path / "broker", overrides=GROUP_OVERRIDES).start()
+    try:
+        topic = _topic(b, 4)
+        group = f"g-{uuid.uuid4().hex[:8]}"
+        _produce(b, topic, 20, 4)
+        events: list[str] = []
+        c = _consumer(b, group, "consumer")
+        c.subscribe([topic], on_assign=lambda _c, p: events.append(f"assign {len(p)}"),
+                    on_revoke=lambda _c, p: events.append(f"revoke {len(p)}"),
+                    on_lost=lambda _c, p: events.append(f"lost {len(p)}"))
+        got: list[Any] = []
+
+        def poll() -> None:
+            m = c.poll(0.1)
+            if m is not None and not m.error():
+                got.append(m)
+                c.commit(message=m, asynchronous=False)
+        _wait(lambda: len(got) >= 20, 30, poll, "first messages")
+        member_id = c.memberid()
+        assert member_id and _parts(c) == {0, 1, 2, 3}
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        epoch_before = admin.describe_consumer_groups([group])[group].result(10)
+        events.clear()
+        if how == "kill":
+            b.kill()
+        else:
+            b.stop()
+        b.start()
+        _produce(b, topic, 20, 4, start=20)
+        _wait(lambda: len(got) >= 40, 40, poll, "messages after the restart")
+        # Keep heartbeating a few intervals: nothing is revoked, lost or reassigned.
+        end = time.monotonic() + 2
+        while time.monotonic() < end:
+            poll()
+        assert events == [], events
+        assert c.memberid() == member_id and _parts(c) == {0, 1, 2, 3}
+        # Every message exactly once: consumption resumed at the committed offsets.
+        values = sorted(int(m.value()) for m in got)
+        assert values == list(range(40)), values
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        desc = admin.describe_consumer_groups([group])[group].result(10)
+        assert [m.member_id for m in desc.members] == [member_id]
+        assert len(epoch_before.members) == 1
+        c.close()
+    finally:
+        b.kill()
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("assignor", ["range", "cooperative-sticky"])
+def test_mixed_group_online_upgrade_and_downgrade(gbroker: BrokerProcess, assignor: str) -> None:
+    """Kafka 4.0 migration: a classic group upgrades when a consumer-protocol member joins, and back."""
+    topic = _topic(gbroker, 4)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    _produce(gbroker, topic, 40, 4)
+    classic = _consumer(gbroker, group, "classic", **{"partition.assignment.strategy": assignor})
+    classic.subscribe([topic])
+    got: dict[int, list[bytes]] = {}
+    _wait(lambda: len(_parts(classic)) == 4, 30, _poll_all([classic], got), "classic member alone")
+    admin = AdminClient({"bootstrap.servers": gbroker.bootstrap})
+
+    def group_type() -> str:
+        listed = {g.group_id: g for g in admin.list_consumer_groups().result(10).valid}
+        t = listed[group].type
+        return str(getattr(t, "name", t)).lower()
+
+    assert "classic" in group_type()
+    modern = _consumer(gbroker, group, "consumer")
+    modern.subscribe([topic])
+    both = [classic, modern]
+    _wait(lambda: [len(_parts(c)) for c in both] == [2, 2], 40, _poll_all(both, got), "2+2 in the upgraded group")
+    assert _parts(classic) | _parts(modern) == {0, 1, 2, 3}
+    assert "consumer" in group_type()
+    desc = admin.describe_consumer_groups([group])[group].result(10)
+    assert len(desc.members) == 2
+    _wait(lambda: sum(len(v) for v in got.values()) >= 40, 30, _poll_all(both, got), "all messages")
+    # The consumer-protocol member leaves: the group goes back to classic and the classic member takes all.
+    modern.close()
+    _wait(lambda: len(_parts(classic)) == 4, 40, _poll_all([classic], got), "classic member alone again")
+    _wait(lambda: "classic" in group_type(), 10, None, "downgraded group")
+    classic.close()
+
+
+@pytest.mark.timeout(60)
+def test_require_stable_offset_fetch_waits_for_the_transaction(gbroker: BrokerProcess) -> None:
+    """KIP-447: a read_committed consumer's OffsetFetch(require_stable) sees UNSTABLE_OFFSET_COMMIT until commit."""
+    topic = _topic(gbroker, 1)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    p = Producer({"bootstrap.servers": gbroker.bootstrap, "transactional.id": f"tx-{group}"})
+    p.init_transactions(20)
+    p.begin_transaction()
+    p.produce(topic, value=b"x", partition=0)
+    c = _consumer(gbroker, group, "classic", **{"isolation.level": "read_committed"})
+    p.send_offsets_to_transaction([TopicPartition(topic, 0, 7)], c.consumer_group_metadata(), 20)
+    with pytest.raises(KafkaException) as ei:
+        c.committed([TopicPartition(topic, 0)], timeout=2)
+    assert "UNSTABLE_OFFSET_COMMIT" in str(ei.value) or "TIMED_OUT" in str(ei.value), ei.value
+    p.commit_transaction(20)
+    res = c.committed([TopicPartition(topic, 0)], timeout=10)
+    assert res[0].offset == 7
+    c.close()

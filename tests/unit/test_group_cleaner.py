@@ -38,12 +38,12 @@ def _open(tmp_path: Path) -> Log:
                     now_ms=lambda: NOW)
 
 
-def test_compaction_keeps_latest_per_key_and_drops_old_tombstones(tmp_path: Path) -> None:
+def test_compaction_keeps_latest_per_key_and_drops_tombstones_after_horizon(tmp_path: Path) -> None:
     lg = _open(tmp_path)
     for i in range(60):
         _append(lg, [(b"k%d" % (i % 5), b"v%d" % i)])
-    _append(lg, [(b"k0", None)], ts=NOW - 10_000)  # an old tombstone
-    _append(lg, [(b"k1", None)])  # a fresh tombstone
+    _append(lg, [(b"k0", None)], ts=NOW - 10_000)  # an old tombstone: age does not matter (KIP-534)
+    _append(lg, [(b"k1", None)])
     _append(lg, [(None, b"keyless")])
     lg.roll()
     _append(lg, [(b"k2", b"latest-in-active")])
@@ -51,26 +51,37 @@ def test_compaction_keeps_latest_per_key_and_drops_old_tombstones(tmp_path: Path
     before = _read_all(lg)
     stats = clean_log(lg, delete_retention_ms=5_000, now_ms=NOW)
     assert stats.records_removed > 0 and stats.bytes_after < stats.bytes_before
+    assert stats.next_horizon == NOW + 5_000
     after = _read_all(lg)
     assert lg.log_end_offset == end
     keys = [k for _o, k, _v in after]
-    # One record per key in the cleaned part (k2 also in the active segment), old tombstone gone.
-    assert b"k0" not in keys
-    assert (61, b"k1", None) in after  # the fresh tombstone stays
+    # One record per key in the cleaned part (k2 also in the active segment); tombstones stay for now.
+    assert (60, b"k0", None) in after and (61, b"k1", None) in after
     assert (62, None, b"keyless") in after
     assert keys.count(b"k3") == 1 and keys.count(b"k4") == 1 and keys.count(b"k2") == 2
     latest = {k: v for _o, k, v in before}
-    assert {k: v for _o, k, v in after} == {k: v for k, v in latest.items() if k != b"k0"}
+    assert {k: v for _o, k, v in after} == latest
+    # The tombstones' batches now carry the delete horizon; record timestamps are unchanged.
+    res = lg.read(60, 1 << 20)
+    h = next(iter_batches(res.records))
+    assert h.has_delete_horizon and h.base_timestamp == NOW + 5_000
+    assert decode_records(memoryview(res.records)[h.position:h.position + h.size])[0].timestamp == NOW - 10_000
     # Offsets are preserved and increasing.
     offs = [o for o, _k, _v in after]
     assert offs == sorted(offs)
     # Reads from any offset in a removed range land on the next kept record.
     res = lg.read(1, 1 << 20)
     assert res.records
+    # Before the horizon a second clean keeps them; after it they go.
+    clean_log(lg, delete_retention_ms=5_000, now_ms=NOW + 4_999)
+    assert (60, b"k0", None) in _read_all(lg)
+    clean_log(lg, delete_retention_ms=5_000, now_ms=NOW + 5_000)
+    final = _read_all(lg)
+    assert not any(v is None for _o, _k, v in final)
     lg.close()
     # Reopen (indexes rebuilt, data identical).
     lg2 = _open(tmp_path)
-    assert _read_all(lg2) == after
+    assert _read_all(lg2) == final
     lg2.close()
 
 

@@ -6,21 +6,29 @@ assignment for that epoch with the group's assignor, and moves each member towar
 target: partitions it must give up are revoked first (the member keeps its epoch until it
 acknowledges), then it receives the new epoch with the partitions no other member still owns.
 
-Scope: this state is kept in memory.  Committed offsets are persisted as for classic groups,
-but after a coordinator restart consumer-protocol members are fenced (UNKNOWN_MEMBER_ID) and
-rejoin with epoch 0.
+Persistence follows Kafka: every change is written to ``__consumer_offsets`` as Kafka's
+consumer-group records (:mod:`.consumer_records`) before the heartbeat is answered, and the
+records are replayed when the partition is loaded, so members keep their epochs and
+assignments across a coordinator restart.  Writes are computed as a diff between the group's
+state and what was last persisted (one batch per change); a member's removal or the group's
+deletion writes tombstones.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kio.schema.errors import ErrorCode
+
+from pykbroker.coordinator.group import consumer_records as cr
+from pykbroker.coordinator.group.consumer_records import ClassicMetadata
+from pykbroker.coordinator.group.serde import encode_group_key
 
 if TYPE_CHECKING:
     from pykbroker.coordinator.group.manager import GroupManager
@@ -29,6 +37,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("pykbroker.groups")
 
 Assignment = dict[uuid.UUID, set[int]]
+R = TypeVar("R")
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
 
@@ -61,6 +70,8 @@ class ConsumerMember:
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
     last_sent: Assignment | None = None
+    # Set for a member that uses the classic protocol (JoinGroup/SyncGroup) inside this group.
+    classic: ClassicMetadata | None = None
 
 
 def _copy(a: Assignment) -> Assignment:
@@ -93,6 +104,8 @@ class ConsumerGroup:
     state_timestamp: int = 0
     assignor: str = "uniform"
     resolve: Callable[[str], bool] = field(default=lambda _t: False)
+    # The records last written for this group (key -> value), to write only what changed.
+    persisted: dict[bytes, bytes] = field(default_factory=dict)
 
     kind = "consumer"
 
@@ -144,13 +157,58 @@ class ConsumerGroup:
         return out
 
     def tombstones(self) -> list[tuple[bytes, bytes | None]]:
-        return []
+        """Tombstones for every record of this group, in Kafka's deletion order."""
+        return [(k, None) for k in sorted(self.persisted, key=_delete_order)]
 
     def describe_as_classic(self) -> dict[str, Any]:
         return {"group_state": self.state_name(), "protocol_type": "consumer", "protocol_data": "",
                 "members": [{"member_id": m.member_id, "group_instance_id": m.instance_id,
                              "client_id": m.client_id, "client_host": m.client_host,
                              "member_metadata": b"", "member_assignment": b""} for m in self.members.values()]}
+
+
+_DELETE_ORDER = {cr.CURRENT_ASSIGNMENT: 0, cr.TARGET_MEMBER: 1, cr.TARGET_METADATA: 2, cr.MEMBER_METADATA: 3,
+                 cr.PARTITION_METADATA: 4, cr.GROUP_METADATA: 5}
+_UPSERT_ORDER = {cr.MEMBER_METADATA: 0, cr.GROUP_METADATA: 1, cr.PARTITION_METADATA: 2, cr.TARGET_MEMBER: 3,
+                 cr.TARGET_METADATA: 4, cr.CURRENT_ASSIGNMENT: 5}
+
+
+def _delete_order(key: bytes) -> int:
+    return _DELETE_ORDER.get(int.from_bytes(key[:2], "big", signed=True), 9)
+
+
+def group_records(g: ConsumerGroup, topic_id: Callable[[str], uuid.UUID | None]) -> dict[bytes, bytes]:
+    """The full set of Kafka records describing ``g`` (key -> value)."""
+    gid = g.group_id
+    out: dict[bytes, bytes] = {}
+    for mid, m in g.members.items():
+        out[cr.encode_key(cr.MEMBER_METADATA, gid, mid)] = cr.encode_member_metadata(cr.MemberMetadata(
+            m.instance_id, m.rack_id, m.client_id, m.client_host, list(m.subscribed_names), m.subscribed_regex,
+            m.rebalance_timeout_ms, m.server_assignor, m.classic))
+    out[cr.encode_key(cr.GROUP_METADATA, gid)] = cr.encode_group_metadata(g.group_epoch)
+    topics = []
+    for name, n in sorted(g.topic_snapshot.items()):
+        tid = topic_id(name)
+        if tid is not None:
+            topics.append((tid, name, n))
+    out[cr.encode_key(cr.PARTITION_METADATA, gid)] = cr.encode_partition_metadata(g.group_epoch, topics)
+    for mid in g.members:
+        out[cr.encode_key(cr.TARGET_MEMBER, gid, mid)] = cr.encode_target_member(g.target.get(mid, {}))
+    out[cr.encode_key(cr.TARGET_METADATA, gid)] = cr.encode_target_metadata(g.assignment_epoch)
+    for mid, m in g.members.items():
+        out[cr.encode_key(cr.CURRENT_ASSIGNMENT, gid, mid)] = cr.encode_current_assignment(cr.CurrentAssignment(
+            m.member_epoch, m.previous_epoch, m.state, m.assigned, m.pending_revocation))
+    return out
+
+
+def diff_records(old: dict[bytes, bytes], new: dict[bytes, bytes]) -> list[tuple[bytes, bytes | None]]:
+    """Tombstones for what went away (deletion order), then what changed (Kafka's write order)."""
+    gone = sorted((k for k in old if k not in new), key=_delete_order)
+    changed = [k for k, v in new.items() if old.get(k) != v]
+    changed.sort(key=lambda k: _UPSERT_ORDER.get(int.from_bytes(k[:2], "big", signed=True), 9))
+    out: list[tuple[bytes, bytes | None]] = [(k, None) for k in gone]
+    out += [(k, new[k]) for k in changed]
+    return out
 
 
 # --- assignors --------------------------------------------------------------------------------
@@ -248,6 +306,7 @@ ASSIGNORS = {"uniform": uniform_assign, "range": range_assign}
 class ConsumerGroups:
     def __init__(self, manager: GroupManager) -> None:
         self.m = manager
+        self._loading: dict[int, dict[tuple[int, str, str | None], bytes | None]] = {}
         self.topic_ids: Callable[[str], Any] = lambda _t: None
         self.topic_names: Callable[[], list[str]] = list
 
@@ -255,12 +314,91 @@ class ConsumerGroups:
     def cfg(self) -> Any:
         return self.m.config
 
-    # Hooks called by the manager.
+    # --- persistence ------------------------------------------------------------------------
+
+    def _topic_id_or_none(self, name: str) -> uuid.UUID | None:
+        tid = self.topic_ids(name)
+        return tid if isinstance(tid, uuid.UUID) else None
+
+    def persist(self, g: ConsumerGroup, extra: list[tuple[bytes, bytes | None]] | None = None) -> None:
+        """Write what changed in ``g`` since the last write (raises if the write fails)."""
+        new = group_records(g, self._topic_id_or_none)
+        records = list(extra or []) + diff_records(g.persisted, new)
+        if records:
+            self.m.writer(g.partition, records)
+        g.persisted = new
+
+    def _persist_quietly(self, g: ConsumerGroup) -> None:
+        try:
+            self.persist(g)
+        except Exception:
+            log.exception("failed to persist consumer group %s", g.group_id)
+
+    # Hooks called by the manager while loading a partition.
     def replay(self, partition: int, key: bytes, value: bytes | None) -> None:
-        """Consumer-group records of other implementations are ignored (state is in memory)."""
+        """Collect one KIP-848 record (last write per key wins); groups are built by finish_loading."""
+        k = cr.decode_consumer_key(key)
+        if k is None:
+            return
+        self._loading.setdefault(partition, {})[(k.type, k.group, k.member)] = value
 
     def finish_loading(self, partition: int) -> None:
-        pass
+        recs = self._loading.pop(partition, {})
+        by_group: dict[str, dict[tuple[int, str | None], bytes]] = {}
+        for (kind, gid, mid), value in recs.items():
+            if value is not None:
+                by_group.setdefault(gid, {})[(kind, mid)] = value
+        for gid, items in by_group.items():
+            if (cr.GROUP_METADATA, None) not in items:
+                continue
+            try:
+                g = self._build_group(gid, partition, items)
+            except Exception as e:  # a bad record must not stop loading
+                log.warning("skipping undecodable consumer group %s: %s", gid, e)
+                continue
+            if gid in self.m.groups:
+                log.warning("group %s has both classic and consumer records; using the consumer group", gid)
+            self.m.groups[gid] = g
+            for m in g.members.values():
+                self._schedule_session(g, m)
+                if m.state == UNREVOKED:
+                    self._schedule_revocation(g, m)
+            log.info("loaded consumer group %s: epoch %d, %d member(s)", gid, g.group_epoch, len(g.members))
+
+    def _build_group(self, gid: str, partition: int, items: dict[tuple[int, str | None], bytes]) -> ConsumerGroup:
+        g = ConsumerGroup(gid, partition, state_timestamp=self.m.clock(), assignor=self.cfg.consumer_assignors[0])
+        g.group_epoch = cr.decode_group_metadata(items[(cr.GROUP_METADATA, None)])
+        if (cr.TARGET_METADATA, None) in items:
+            g.assignment_epoch = cr.decode_target_metadata(items[(cr.TARGET_METADATA, None)])
+        if (cr.PARTITION_METADATA, None) in items:
+            _e, topics = cr.decode_partition_metadata(items[(cr.PARTITION_METADATA, None)])
+            g.topic_snapshot = {name: n for _tid, name, n in topics}
+        for (kind, mid), value in items.items():
+            if kind != cr.MEMBER_METADATA or mid is None:
+                continue
+            md = cr.decode_member_metadata(value)
+            m = ConsumerMember(mid, md.instance_id, md.rack_id, md.client_id, md.client_host,
+                               md.rebalance_timeout_ms if md.rebalance_timeout_ms > 0 else 300_000,
+                               list(md.subscribed_names), md.subscribed_regex, md.server_assignor, classic=md.classic)
+            cur = items.get((cr.CURRENT_ASSIGNMENT, mid))
+            if cur is not None:
+                ca = cr.decode_current_assignment(cur)
+                m.member_epoch, m.previous_epoch, m.state = ca.member_epoch, ca.previous_epoch, ca.state
+                m.assigned, m.pending_revocation = ca.assigned, ca.pending_revocation
+            g.members[mid] = m
+            if m.instance_id is not None:
+                g.static_members[m.instance_id] = mid
+            tgt = items.get((cr.TARGET_MEMBER, mid))
+            if tgt is not None:
+                g.target[mid] = cr.decode_target_member(tgt)
+        votes: dict[str, int] = {}
+        for m in g.members.values():
+            if m.server_assignor:
+                votes[m.server_assignor] = votes.get(m.server_assignor, 0) + 1
+        if votes:
+            g.assignor = max(votes, key=lambda a: (votes[a], a))
+        g.persisted = group_records(g, self._topic_id_or_none)
+        return g
 
     def unload_group(self, g: ConsumerGroup) -> None:
         for mid in g.members:
@@ -271,6 +409,10 @@ class ConsumerGroups:
         return g.is_empty()
 
     def delete_for_conversion(self, g: ConsumerGroup) -> None:
+        """An empty consumer group makes way for a classic one (its records are tombstoned)."""
+        tombstones = g.tombstones()
+        if tombstones:
+            self.m.writer(g.partition, tombstones)
         self.m.groups.pop(g.group_id, None)
 
     def on_topic_change(self, name: str, rec: TopicRecord | None) -> None:
@@ -284,6 +426,9 @@ class ConsumerGroups:
         m = g.members.get(member_id)
         if m is None:
             return ErrorCode.unknown_member_id
+        if m.classic is not None:
+            # A classic member commits with its generation, which is its member epoch.
+            return ErrorCode.illegal_generation if epoch != m.member_epoch else None
         if epoch > m.member_epoch:
             return ErrorCode.fenced_member_epoch
         if epoch < m.member_epoch:
@@ -302,9 +447,42 @@ class ConsumerGroups:
 
     # --- heartbeat ----------------------------------------------------------------------------
 
+    def _apply(self, gid: str, fn: Callable[[], R]) -> R:
+        """Run ``fn`` (which changes group ``gid``), then persist; on any failure undo its changes."""
+        before = self.m.groups.get(gid)
+        snapshot = copy.deepcopy(before) if isinstance(before, ConsumerGroup) else None
+
+        def rollback() -> None:
+            if before is None:
+                self.m.groups.pop(gid, None)
+            else:
+                self.m.groups[gid] = snapshot if snapshot is not None else before
+
+        try:
+            result = fn()
+        except BaseException:
+            rollback()
+            raise
+        g = self.m.groups.get(gid)
+        extra: list[tuple[bytes, bytes | None]] = []
+        if before is not None and before is not g and not isinstance(before, ConsumerGroup) \
+                and getattr(before, "persisted", False):
+            extra.append((encode_group_key(gid), None))  # the classic group this one replaces
+        try:
+            if isinstance(g, ConsumerGroup):
+                self.persist(g, extra)
+            elif g is not before and isinstance(before, ConsumerGroup):
+                self.m.writer(before.partition, before.tombstones() + self.m.classic_records(g))
+        except Exception:
+            log.exception("failed to persist group %s", gid)
+            # Memory never runs ahead of the log: undo the changes.
+            rollback()
+            raise HeartbeatError(ErrorCode.coordinator_not_available) from None
+        return result
+
     def heartbeat(self, req: Any, client_id: str, client_host: str) -> dict[str, Any]:
         try:
-            return self._heartbeat(req, client_id, client_host)
+            return self._apply(req.group_id, lambda: self._heartbeat(req, client_id, client_host))
         except HeartbeatError as e:
             return {"error_code": e.code, "error_message": e.message, "member_id": req.member_id or None,
                     "member_epoch": -1, "heartbeat_interval": 0, "assignment": None}
@@ -348,6 +526,8 @@ class ConsumerGroups:
             if g.state == GroupState.EMPTY and not g.members:
                 self.m.groups.pop(gid)  # Kafka converts an empty classic group
                 g = None
+            elif epoch == 0 and self._can_upgrade(g):
+                g = self._convert_from_classic(g)
             else:
                 raise HeartbeatError(ErrorCode.group_id_not_found,
                                      f"Group {gid} is not a consumer group.")
@@ -438,14 +618,7 @@ class ConsumerGroups:
         if changed and not created:
             g.group_epoch += 1
 
-        topics = self._topics()
-        subscribed = g.subscribed_topics(list(topics))
-        snapshot = {t: topics[t][1] for t in subscribed if t in topics}
-        if snapshot != g.topic_snapshot:
-            g.group_epoch = max(g.group_epoch, g.assignment_epoch + 1)
-        if g.group_epoch > g.assignment_epoch:
-            self._compute_target(g, topics)
-            g.topic_snapshot = snapshot
+        self._update_target(g)
 
         owned = self._owned(req)
         self._reconcile(g, m, owned)
@@ -482,20 +655,30 @@ class ConsumerGroups:
             m.member_epoch = STATIC_LEAVE_EPOCH
             self._schedule_session(g, m)
         else:
-            self._remove(g, m, "left the group")
+            self._remove(g, m, "left the group", persist=False)
         return {"error_code": ErrorCode.none, "error_message": None, "member_id": member_id,
                 "member_epoch": epoch, "heartbeat_interval": 0, "assignment": None}
 
-    def _remove(self, g: ConsumerGroup, m: ConsumerMember, why: str) -> None:
+    def _remove(self, g: ConsumerGroup, m: ConsumerMember, why: str, persist: bool = True) -> None:
         g.members.pop(m.member_id, None)
         g.target.pop(m.member_id, None)
         if m.instance_id is not None and g.static_members.get(m.instance_id) == m.member_id:
             del g.static_members[m.instance_id]
-        self.m.timers.cancel(("chb", g.group_id, m.member_id))
-        self.m.timers.cancel(("crev", g.group_id, m.member_id))
+        for kind in ("chb", "crev", "cjoin", "csync"):
+            self.m.timers.cancel((kind, g.group_id, m.member_id))
         g.group_epoch += 1
         g.state_timestamp = self.m.clock()
         log.info("member %s %s consumer group %s (group epoch %d)", m.member_id, why, g.group_id, g.group_epoch)
+        if m.classic is None and self._maybe_downgrade(g):
+            if persist:
+                cg = self.m.groups[g.group_id]
+                try:
+                    self.m.writer(g.partition, g.tombstones() + self.m.classic_records(cg))
+                except Exception:
+                    log.exception("failed to persist the downgrade of group %s", g.group_id)
+            return
+        if persist:
+            self._persist_quietly(g)
 
     def _schedule_session(self, g: ConsumerGroup, m: ConsumerMember) -> None:
         gid, mid = g.group_id, m.member_id
@@ -505,7 +688,29 @@ class ConsumerGroups:
             if isinstance(grp, ConsumerGroup) and mid in grp.members:
                 self._remove(grp, grp.members[mid], "expired from (session timeout)")
 
-        self.m._schedule(("chb", gid, mid), self.cfg.consumer_session_timeout_ms, expire)
+        timeout = m.classic.session_timeout_ms if m.classic is not None else self.cfg.consumer_session_timeout_ms
+        self.m._schedule(("chb", gid, mid), timeout, expire)
+
+    def _update_target(self, g: ConsumerGroup) -> None:
+        """Bump the group epoch if subscribed topics changed, and compute the target if it is stale."""
+        topics = self._topics()
+        subscribed = g.subscribed_topics(list(topics))
+        snapshot = {t: topics[t][1] for t in subscribed if t in topics}
+        if snapshot != g.topic_snapshot:
+            g.group_epoch = max(g.group_epoch, g.assignment_epoch + 1)
+        if g.group_epoch > g.assignment_epoch:
+            self._compute_target(g, topics)
+            g.topic_snapshot = snapshot
+
+    def _schedule_revocation(self, g: ConsumerGroup, m: ConsumerMember) -> None:
+        gid, mid = g.group_id, m.member_id
+
+        def revocation_timeout() -> None:
+            grp = self.m.groups.get(gid)
+            if isinstance(grp, ConsumerGroup) and mid in grp.members and grp.members[mid].state == UNREVOKED:
+                self._remove(grp, grp.members[mid], "was fenced: it did not revoke partitions in time")
+
+        self.m._schedule(("crev", gid, mid), m.rebalance_timeout_ms, revocation_timeout)
 
     def _compute_target(self, g: ConsumerGroup, topics: Topics) -> None:
         votes: dict[str, int] = {}
@@ -534,18 +739,15 @@ class ConsumerGroups:
         if m.member_epoch == g.assignment_epoch and m.state == STABLE and m.assigned == _copy(target):
             return
         revoke = _minus(m.assigned, target)
+        if revoke and owned is not None and not _and(owned, revoke):
+            # The member already gave them up (an eager classic member rejoining): move on at once.
+            m.assigned = _and(m.assigned, target)
+            revoke = {}
         if revoke:
             m.assigned = _and(m.assigned, target)
             m.pending_revocation = revoke
             m.state = UNREVOKED
-            gid, mid = g.group_id, m.member_id
-
-            def revocation_timeout() -> None:
-                grp = self.m.groups.get(gid)
-                if isinstance(grp, ConsumerGroup) and mid in grp.members and grp.members[mid].state == UNREVOKED:
-                    self._remove(grp, grp.members[mid], "was fenced: it did not revoke partitions in time")
-
-            self.m._schedule(("crev", gid, mid), m.rebalance_timeout_ms, revocation_timeout)
+            self._schedule_revocation(g, m)
             return
         owners = g.owner_map(m.member_id)
         new = _copy(m.assigned)
@@ -561,6 +763,257 @@ class ConsumerGroups:
             m.previous_epoch = m.member_epoch
             m.member_epoch = g.assignment_epoch
         m.state = UNRELEASED if unreleased else STABLE
+
+    # --- migration between the classic and the consumer protocol (Kafka 4.0) ---------------------
+
+    @property
+    def _policy(self) -> str:
+        return str(getattr(self.cfg, "consumer_migration_policy", "bidirectional")).lower()
+
+    def _can_upgrade(self, cg: Any) -> bool:
+        """Kafka's validateOnlineUpgrade: policy, a live group of the consumer protocol, room for one more."""
+        from pykbroker.coordinator.group.classic import GroupState
+        if self._policy not in ("upgrade", "bidirectional"):
+            log.info("cannot upgrade classic group %s: migration policy %s", cg.group_id, self._policy)
+            return False
+        if cg.state == GroupState.DEAD or cg.protocol_type != "consumer":
+            return False
+        return bool(len(cg.members) < self.cfg.consumer_max_size)
+
+    def _names_to_ids(self, parts: dict[str, list[int]]) -> Assignment:
+        out: Assignment = {}
+        for name, ps in parts.items():
+            tid = self._topic_id_or_none(name)
+            if tid is not None and ps:
+                out.setdefault(tid, set()).update(ps)
+        return out
+
+    def _ids_to_names(self, a: Assignment) -> dict[str, list[int]]:
+        names = {tid: name for name, (tid, _n) in self._topics().items()}
+        return {names[t]: sorted(ps) for t, ps in a.items() if t in names and ps}
+
+    def _convert_from_classic(self, cg: Any) -> ConsumerGroup:
+        """Kafka's ConsumerGroup.fromClassicGroup: members keep their assignment at epoch = generation."""
+        from pykbroker.coordinator.group.serde import decode_consumer_assignment, decode_consumer_subscription
+        gen = cg.generation_id
+        g = ConsumerGroup(cg.group_id, cg.partition, group_epoch=gen, assignment_epoch=gen,
+                          state_timestamp=self.m.clock(), assignor=self.cfg.consumer_assignors[0])
+        for cm in cg.members.values():
+            md = cm.metadata(cg.protocol_name) if cg.protocol_name else (cm.protocols[0][1] if cm.protocols else b"")
+            sub = decode_consumer_subscription(md)
+            asg = decode_consumer_assignment(cm.assignment)
+            if sub is None or asg is None:
+                raise HeartbeatError(ErrorCode.group_id_not_found,
+                                     f"Cannot upgrade classic group {cg.group_id} to consumer group because the "
+                                     "embedded consumer protocol is malformed.")
+            assigned = self._names_to_ids(asg)
+            m = ConsumerMember(cm.member_id, cm.group_instance_id, None, cm.client_id, cm.client_host,
+                               cm.rebalance_timeout_ms, sorted(sub.topics), member_epoch=gen, previous_epoch=gen,
+                               assigned=assigned, classic=ClassicMetadata(cm.session_timeout_ms, list(cm.protocols)))
+            g.members[m.member_id] = m
+            if m.instance_id is not None:
+                g.static_members[m.instance_id] = m.member_id
+            g.target[m.member_id] = _copy(assigned)
+        topics = self._topics()
+        g.topic_snapshot = {t: topics[t][1] for t in g.subscribed_topics(list(topics)) if t in topics}
+        # Pending JoinGroup/SyncGroup calls learn that another rebalance is under way.
+        for cm in cg.members.values():
+            self.m._respond_join(cm, self.m.join_error(ErrorCode.rebalance_in_progress, cm.member_id))
+            self.m._respond_sync(cm, {"error_code": ErrorCode.rebalance_in_progress, "assignment": b""})
+        self.m.groups[g.group_id] = g
+        for m in g.members.values():
+            self._schedule_session(g, m)
+        log.info("upgraded classic group %s (generation %d, %d member(s)) to a consumer group", g.group_id, gen,
+                 len(g.members))
+        return g
+
+    def _maybe_downgrade(self, g: ConsumerGroup) -> bool:
+        """Kafka's validateOnlineDowngrade: the last consumer-protocol member left and classic ones remain."""
+        if not g.members or any(m.classic is None for m in g.members.values()):
+            return False
+        if self._policy not in ("downgrade", "bidirectional"):
+            log.info("cannot downgrade consumer group %s: migration policy %s", g.group_id, self._policy)
+            return False
+        if len(g.members) > self.cfg.max_size:
+            return False
+        from pykbroker.coordinator.group.serde import encode_consumer_assignment
+        members = [(m.member_id, m.instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                    m.classic.session_timeout_ms if m.classic else 0, list(m.classic.protocols) if m.classic else [],
+                    encode_consumer_assignment(self._ids_to_names(m.assigned)))
+                   for m in g.members.values()]
+        for m in g.members.values():
+            for kind in ("chb", "crev", "cjoin", "csync"):
+                self.m.timers.cancel((kind, g.group_id, m.member_id))
+        self.m.downgrade_to_classic(g.group_id, g.partition, g.group_epoch, members)
+        log.info("downgraded consumer group %s to a classic group (%d member(s))", g.group_id, len(members))
+        return True
+
+    # --- classic members inside a consumer group --------------------------------------------------
+
+    def classic_join(self, g: ConsumerGroup, req: Any, cb: Callable[[dict[str, Any]], None]) -> None:
+        try:
+            resp = self._apply(g.group_id, lambda: self._classic_join(req))
+        except HeartbeatError as e:
+            resp = self.m.join_error(e.code, req.member_id)
+        cb(resp)
+
+    def _classic_join(self, req: Any) -> dict[str, Any]:
+        from pykbroker.coordinator.group.serde import decode_consumer_subscription
+        gid = req.group_id
+        g = self.m.groups[gid]
+        assert isinstance(g, ConsumerGroup)
+        if req.protocol_type != "consumer" or not req.protocols:
+            raise HeartbeatError(ErrorCode.inconsistent_group_protocol)
+        sub = decode_consumer_subscription(req.protocols[0][1])
+        if sub is None:
+            raise HeartbeatError(ErrorCode.inconsistent_group_protocol)
+        member_id, instance = req.member_id, req.group_instance_id
+        if instance is None:
+            if not member_id:
+                member_id = str(uuid.uuid4())
+                if req.require_known_member_id:
+                    return self.m.join_error(ErrorCode.member_id_required, member_id)
+            m = g.members.get(member_id)
+            if m is not None and m.classic is None:
+                raise HeartbeatError(ErrorCode.unknown_member_id)
+        else:
+            existing = g.static_members.get(instance)
+            if member_id and existing is None:
+                raise HeartbeatError(ErrorCode.unknown_member_id)
+            if member_id and existing != member_id:
+                raise HeartbeatError(ErrorCode.fenced_instance_id)
+            if not member_id:
+                member_id = str(uuid.uuid4())
+                old = g.members.get(existing) if existing is not None else None
+                if old is not None:
+                    # A static member replacing its predecessor takes over its assignment.
+                    del g.members[old.member_id]
+                    for kind in ("chb", "crev", "cjoin", "csync"):
+                        self.m.timers.cancel((kind, gid, old.member_id))
+                    if old.member_id in g.target:
+                        g.target[member_id] = g.target.pop(old.member_id)
+                    old.member_id = member_id
+                    if old.member_epoch == STATIC_LEAVE_EPOCH:
+                        old.member_epoch = max(old.previous_epoch, 0)
+                    g.members[member_id] = old
+                    g.static_members[instance] = member_id
+            m = g.members.get(member_id)
+        created = False
+        if m is None:
+            if len(g.members) >= self.cfg.consumer_max_size:
+                raise HeartbeatError(ErrorCode.group_max_size_reached)
+            m = ConsumerMember(member_id, instance)
+            g.members[member_id] = m
+            if instance is not None:
+                g.static_members[instance] = member_id
+            g.group_epoch += 1
+            created = True
+            log.info("classic member %s joined consumer group %s (group epoch %d)", member_id, gid, g.group_epoch)
+        m.client_id, m.client_host = req.client_id, req.client_host
+        m.rebalance_timeout_ms = req.rebalance_timeout_ms
+        m.classic = ClassicMetadata(req.session_timeout_ms, list(req.protocols))
+        topics = sorted(sub.topics)
+        if topics != sorted(m.subscribed_names):
+            m.subscribed_names = topics
+            if not created:
+                g.group_epoch += 1
+        self._update_target(g)
+        self._reconcile(g, m, self._names_to_ids(sub.owned))
+        g.state_timestamp = self.m.clock()
+        self.m.timers.cancel(("cjoin", gid, member_id))
+        self._schedule_session(g, m)
+        self._schedule_classic_timeout(g, m, "csync", "did not send SyncGroup in time")
+        return {"error_code": ErrorCode.none, "generation_id": m.member_epoch, "protocol_type": "consumer",
+                "protocol_name": req.protocols[0][0], "leader": "", "skip_assignment": False,
+                "member_id": member_id, "members": []}
+
+    def _schedule_classic_timeout(self, g: ConsumerGroup, m: ConsumerMember, kind: str, why: str) -> None:
+        gid, mid = g.group_id, m.member_id
+
+        def fire() -> None:
+            grp = self.m.groups.get(gid)
+            if isinstance(grp, ConsumerGroup) and mid in grp.members:
+                self._remove(grp, grp.members[mid], why)
+
+        self.m._schedule((kind, gid, mid), m.rebalance_timeout_ms, fire)
+
+    def _classic_member(self, g: ConsumerGroup, member_id: str, instance: str | None) -> ConsumerMember:
+        m = g.members.get(member_id)
+        if instance is not None:
+            existing = g.static_members.get(instance)
+            if existing is None:
+                raise HeartbeatError(ErrorCode.unknown_member_id)
+            if existing != member_id:
+                raise HeartbeatError(ErrorCode.fenced_instance_id)
+        if m is None or m.classic is None:
+            raise HeartbeatError(ErrorCode.unknown_member_id)
+        return m
+
+    def classic_sync(self, g: ConsumerGroup, generation: int, member_id: str, instance: str | None,
+                     protocol_type: str | None, protocol_name: str | None) -> dict[str, Any]:
+        from pykbroker.coordinator.group.serde import encode_consumer_assignment
+        try:
+            m = self._classic_member(g, member_id, instance)
+            if generation != m.member_epoch:
+                raise HeartbeatError(ErrorCode.illegal_generation)
+            names = [n for n, _ in m.classic.protocols] if m.classic else []
+            if (protocol_type is not None and protocol_type != "consumer") or (
+                    protocol_name is not None and protocol_name not in names):
+                raise HeartbeatError(ErrorCode.inconsistent_group_protocol)
+        except HeartbeatError as e:
+            return {"error_code": e.code, "protocol_type": None, "protocol_name": None, "assignment": b""}
+        self.m.timers.cancel(("csync", g.group_id, member_id))
+        self._schedule_session(g, m)
+        m.last_sent = _copy(m.assigned)
+        return {"error_code": ErrorCode.none, "protocol_type": "consumer",
+                "protocol_name": protocol_name or (names[0] if names else None),
+                "assignment": encode_consumer_assignment(self._ids_to_names(m.assigned))}
+
+    def _waiting_on_unreleased(self, g: ConsumerGroup, m: ConsumerMember) -> bool:
+        owners = g.owner_map(m.member_id)
+        missing = _minus(g.target.get(m.member_id, {}), m.assigned)
+        return any((t, p) in owners for t, ps in missing.items() for p in ps)
+
+    def classic_heartbeat(self, g: ConsumerGroup, generation: int, member_id: str, instance: str | None
+                          ) -> ErrorCode:
+        try:
+            m = self._classic_member(g, member_id, instance)
+        except HeartbeatError as e:
+            return e.code
+        if generation != m.member_epoch:
+            return ErrorCode.illegal_generation
+        self._schedule_session(g, m)
+        # Kafka rejoins a classic member when the group moved on, it must revoke, or what it waits for is free.
+        if (m.member_epoch < g.group_epoch or m.state == UNREVOKED
+                or (m.state == UNRELEASED and not self._waiting_on_unreleased(g, m))):
+            if not self.m.timers.is_scheduled(("cjoin", g.group_id, member_id)):
+                self._schedule_classic_timeout(g, m, "cjoin", "did not rejoin in time")
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
+
+    def classic_leave(self, g: ConsumerGroup, members: list[tuple[str, str | None]]) -> list[ErrorCode]:
+        out: list[ErrorCode] = []
+
+        def run() -> None:
+            for member_id, instance in members:
+                if not member_id and instance is not None:
+                    member_id = g.static_members.get(instance, "")
+                try:
+                    m = self._classic_member(g, member_id, instance) if member_id else None
+                except HeartbeatError as e:
+                    out.append(e.code)
+                    continue
+                if m is None:
+                    out.append(ErrorCode.unknown_member_id)
+                    continue
+                self._remove(g, m, "left the group", persist=False)
+                out.append(ErrorCode.none)
+
+        try:
+            self._apply(g.group_id, run)
+        except HeartbeatError as e:
+            return [e.code for _ in members]
+        return out
 
     # --- describe ---------------------------------------------------------------------------------
 
@@ -589,6 +1042,6 @@ class ConsumerGroups:
             "member_epoch": m.member_epoch, "client_id": m.client_id, "client_host": m.client_host,
             "subscribed_topic_names": m.subscribed_names, "subscribed_topic_regex": m.subscribed_regex,
             "assignment": asg(m.assigned), "target_assignment": asg(g.target.get(m.member_id, {})),
-            "member_type": 1,
+            "member_type": 0 if m.classic is not None else 1,
         } for m in g.members.values()]
         return out

@@ -206,9 +206,11 @@ async def handle_offset_commit(svc: Services, ctx: RequestContext, req: Any) -> 
 
 
 def _fetch_group(mgr: GroupManager, group_id: str, topics: Any, member_id: str | None, member_epoch: int,
-                 version: int) -> tuple[ErrorCode, list[dict[str, Any]]]:
+                 version: int, require_stable: bool = False) -> tuple[ErrorCode, list[dict[str, Any]]]:
     requested = None if topics is None else [(t.name, int(p)) for t in topics for p in t.partition_indexes]
     code, rows = mgr.fetch_offsets(group_id, requested, member_id, member_epoch)
+    # KIP-447: with require_stable, a partition with a pending transactional commit is UNSTABLE_OFFSET_COMMIT.
+    unstable = mgr.unstable_offsets(group_id) if require_stable and code == ErrorCode.none else set()
     if code != ErrorCode.none:
         if version < 2 and requested is not None:
             # No top-level error before v2: every partition carries it.
@@ -217,6 +219,11 @@ def _fetch_group(mgr: GroupManager, group_id: str, topics: Any, member_id: str |
             return code, []
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for (topic, part), v in rows:
+        if (topic, part) in unstable:
+            by_topic.setdefault(topic, []).append({
+                "partition_index": part, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
+                "error_code": ErrorCode.unstable_offset_commit})
+            continue
         by_topic.setdefault(topic, []).append({
             "partition_index": part,
             "committed_offset": -1 if v is None else v.offset,
@@ -234,10 +241,12 @@ async def handle_offset_fetch(svc: Services, ctx: RequestContext, req: Any) -> d
         groups = []
         for g in req.groups:
             code, topics = _fetch_group(mgr, g.group_id, g.topics, getattr(g, "member_id", None),
-                                        int(getattr(g, "member_epoch", -1)), v)
+                                        int(getattr(g, "member_epoch", -1)), v,
+                                        bool(getattr(req, "require_stable", False)))
             groups.append({"group_id": g.group_id, "topics": topics, "error_code": code})
         return {"throttle_time": 0, "groups": groups}
-    code, topics = _fetch_group(mgr, req.group_id, req.topics, None, -1, v)
+    code, topics = _fetch_group(mgr, req.group_id, req.topics, None, -1, v,
+                                bool(getattr(req, "require_stable", False)) if v >= 7 else False)
     return {"throttle_time": 0, "topics": topics, "error_code": code}
 
 

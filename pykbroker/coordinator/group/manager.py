@@ -83,6 +83,8 @@ class GroupConfig:
     consumer_heartbeat_interval_ms: int = 5000
     consumer_assignors: list[str] = field(default_factory=lambda: ["uniform", "range"])
     consumer_max_size: int = 2**31 - 1
+    # Kafka 4.0's group.consumer.migration.policy: disabled, upgrade, downgrade or bidirectional.
+    consumer_migration_policy: str = "bidirectional"
 
 
 class CoordinatorError(Exception):
@@ -132,6 +134,8 @@ class GroupManager:
         self.consumer: Any = None
         # Called when the set of timers may have changed (the I/O edge re-arms its sleep).
         self.on_timers_changed: Callable[[], None] = lambda: None
+        # Partitions of a group with a pending transactional offset commit (set by the I/O edge).
+        self.pending_txn_offsets: Callable[[str], Iterable[TopicPartition]] = lambda _g: ()
         # Resolves a topic name to its partition count (for KIP-848 assignment); None if unknown.
         self.topic_partitions: Callable[[str], int | None] = lambda _t: None
 
@@ -166,6 +170,8 @@ class GroupManager:
             if gv is None:
                 continue
             self.groups[gid] = self._group_from_record(gid, partition, gv, now)
+        if self.consumer is not None:
+            self.consumer.finish_loading(partition)
         for gid, offs in offsets.items():
             live = {tp: v for tp, v in offs.items() if v is not None}
             if not live:
@@ -174,8 +180,6 @@ class GroupManager:
             if gid not in self.groups:
                 g = ClassicGroup(gid, partition, state_timestamp=now)
                 self.groups[gid] = g
-        if self.consumer is not None:
-            self.consumer.finish_loading(partition)
 
     def finish_loading(self, partition: int) -> None:
         self.partitions[partition] = PARTITION_ACTIVE
@@ -280,6 +284,35 @@ class GroupManager:
         return encode_group_value(GroupValue(g.protocol_type or "", g.generation_id, g.protocol_name,
                                              g.leader_id, g.state_timestamp, members))
 
+    def classic_records(self, g: Any) -> list[tuple[bytes, bytes | None]]:
+        """The GroupMetadata record of a classic group (marks it persisted)."""
+        if not isinstance(g, ClassicGroup):
+            return []
+        g.persisted = True
+        return [(encode_group_key(g.group_id), self._group_record(g))]
+
+    def downgrade_to_classic(self, gid: str, partition: int, generation: int,
+                             members: list[tuple[str, str | None, str, str, int, int, list[tuple[str, bytes]],
+                                                 bytes]]) -> ClassicGroup:
+        """Kafka's ClassicGroup.fromConsumerGroup, then a rebalance so the members rejoin as a classic group."""
+        now = self.clock()
+        g = ClassicGroup(gid, partition, state=GroupState.STABLE, state_timestamp=now, generation_id=generation)
+        for mid, instance, client_id, host, rebalance, session, protocols, assignment in members:
+            m = ClassicMember(mid, instance, client_id, host, rebalance, session, "consumer", protocols,
+                              assignment=assignment)
+            g.add(m)
+        g.protocol_type = "consumer"
+        first = next(iter(g.members.values()))
+        g.protocol_name = first.protocols[0][0] if first.protocols else None
+        if g.protocol_name not in g.candidate_protocols() and g.candidate_protocols():
+            g.protocol_name = g.select_protocol()
+        g.compute_subscriptions()
+        self.groups[gid] = g
+        for m in g.members.values():
+            self._schedule_heartbeat(g, m)
+        self._prepare_rebalance(g, f"Downgrade group {gid} from consumer to classic.")
+        return g
+
     def _store_group(self, g: ClassicGroup, assignments: dict[str, bytes] | None = None) -> None:
         self.writer(g.partition, [(encode_group_key(g.group_id), self._group_record(g, assignments))])
         g.persisted = True
@@ -330,12 +363,20 @@ class GroupManager:
         unknown = req.member_id == ""
         g = self.groups.get(req.group_id)
         if g is not None and not isinstance(g, ClassicGroup):
-            if self.consumer is not None and self.consumer.can_convert_to_classic(g):
-                self.consumer.delete_for_conversion(g)
-                g = None
-            else:
+            if self.consumer is None:
                 cb(self.join_error(ErrorCode.inconsistent_group_protocol, req.member_id))
                 return
+            if not self.consumer.can_convert_to_classic(g):
+                # Kafka 4.0: a classic member joins a non-empty consumer group through JoinGroup/SyncGroup.
+                self.consumer.classic_join(g, req, cb)
+                return
+            try:
+                self.consumer.delete_for_conversion(g)
+            except Exception:
+                log.exception("failed to delete empty consumer group %s", req.group_id)
+                cb(self.join_error(ErrorCode.coordinator_not_available, req.member_id))
+                return
+            g = None
         if g is None:
             if not unknown:
                 cb(self.join_error(ErrorCode.unknown_member_id, req.member_id))
@@ -614,6 +655,10 @@ class GroupManager:
         err = self.coordinator_error(group_id)
         if err is not None:
             return fail(err)
+        cg = self.groups.get(group_id)
+        if cg is not None and self.consumer is not None and not isinstance(cg, ClassicGroup):
+            cb(self.consumer.classic_sync(cg, generation_id, member_id, instance_id, protocol_type, protocol_name))
+            return
         g = self._classic(group_id)
         if g is None:
             return fail(ErrorCode.unknown_member_id)
@@ -674,6 +719,10 @@ class GroupManager:
         err = self.coordinator_error(group_id)
         if err is not None:
             return err
+        cg = self.groups.get(group_id)
+        if cg is not None and self.consumer is not None and not isinstance(cg, ClassicGroup):
+            code: ErrorCode = self.consumer.classic_heartbeat(cg, generation_id, member_id, instance_id)
+            return code
         g = self._classic(group_id)
         if g is None:
             return ErrorCode.unknown_member_id
@@ -696,6 +745,9 @@ class GroupManager:
         err = self.coordinator_error(group_id)
         if err is not None:
             return err, []
+        cg = self.groups.get(group_id)
+        if cg is not None and self.consumer is not None and not isinstance(cg, ClassicGroup):
+            return ErrorCode.none, self.consumer.classic_leave(cg, members)
         g = self._classic(group_id)
         if g is None:
             return ErrorCode.none, [ErrorCode.unknown_member_id for _ in members]
@@ -808,6 +860,10 @@ class GroupManager:
         if partitions is None:
             return ErrorCode.none, sorted(offs.items())
         return ErrorCode.none, [(tp, offs.get(tp)) for tp in partitions]
+
+    def unstable_offsets(self, group_id: str) -> set[TopicPartition]:
+        """Partitions whose offset commit is pending in an open transaction (UNSTABLE_OFFSET_COMMIT)."""
+        return set(self.pending_txn_offsets(group_id))
 
     def delete_offsets(self, group_id: str, partitions: list[TopicPartition]
                        ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:

@@ -253,6 +253,51 @@ def subscribed_topics(metadata: bytes) -> set[str] | None:
         return None
 
 
+@dataclass(slots=True)
+class ConsumerSubscription:
+    topics: list[str]
+    owned: dict[str, list[int]] = field(default_factory=dict)
+    generation: int = -1
+
+
+def decode_consumer_subscription(metadata: bytes) -> ConsumerSubscription | None:
+    """A ``ConsumerProtocolSubscription`` (v0-v3): topics, and owned partitions from v1; None if malformed."""
+    try:
+        r = _Reader(metadata)
+        version = r.i16()
+        if version < 0:
+            return None
+        n = r.i32()
+        if n < 0 or n > 1_000_000:
+            return None
+        topics = [r.string() or "" for _ in range(n)]
+        r.bytes_()  # user data
+        owned: dict[str, list[int]] = {}
+        generation = -1
+        if version >= 1 and r.remaining:
+            for _ in range(r.i32()):
+                t = r.string() or ""
+                owned.setdefault(t, []).extend(r.i32() for _ in range(r.i32()))
+            if version >= 2 and r.remaining >= 4:
+                generation = r.i32()
+        return ConsumerSubscription(topics, owned, generation)
+    except (SerdeError, UnicodeDecodeError):
+        return None
+
+
+def encode_consumer_subscription_v1(topics: list[str], owned: dict[str, list[int]]) -> bytes:
+    """A v1 ``ConsumerProtocolSubscription`` with owned partitions (cooperative members; for tests)."""
+    w = _Writer().i16(1).i32(len(topics))
+    for t in topics:
+        w.string(t)
+    w.bytes_(None).i32(len(owned))
+    for t, ps in owned.items():
+        w.string(t).i32(len(ps))
+        for p in ps:
+            w.i32(p)
+    return w.done()
+
+
 def encode_consumer_assignment(partitions: dict[str, list[int]], version: int = 0) -> bytes:
     """A ``ConsumerProtocolAssignment`` (used by tests and by KIP-848 conversions)."""
     w = _Writer().i16(version).i32(len(partitions))

@@ -50,6 +50,7 @@ def group_config_from(config: BrokerConfig) -> GroupConfig:
         consumer_heartbeat_interval_ms=config["group.consumer.heartbeat.interval.ms"],
         consumer_assignors=list(config["group.consumer.assignors"]),
         consumer_max_size=config["group.consumer.max.size"],
+        consumer_migration_policy=config["group.consumer.migration.policy"],
     )
 
 
@@ -81,6 +82,7 @@ class GroupCoordinator:
         self.txn_offsets: TxnOffsets | None = None
         self._txn_open: dict[int, dict[int, list[tuple[bytes | None, bytes | None]]]] = {}
         # --- end issue 4 ---
+        self.manager.pending_txn_offsets = self._pending_txn_offsets
         store.add_listener(self._on_metadata_change)
 
     # --- the coordinator seam -------------------------------------------------------------
@@ -132,6 +134,9 @@ class GroupCoordinator:
                 self.manager.begin_loading(p)
                 self._to_load.add(p)
         self._load_wake.set()
+
+    def _pending_txn_offsets(self, group_id: str) -> list[tuple[str, int]]:
+        return list(self.txn_offsets.pending_for(group_id)) if self.txn_offsets is not None else []
 
     def _topic_partitions(self, topic: str) -> int | None:
         rec = self.store.topic(topic)
