@@ -41,7 +41,7 @@ if [ $WANT_TEST -eq 1 ]; then
     apt_install kcat zookeeper ca-certificates
     command -v javac >/dev/null || apt_install openjdk-17-jdk-headless
     command -v node >/dev/null || apt_install nodejs npm
-    .venv/bin/pip install -q -e '.[test]' 2>&1 | grep -v -i '^warning' || true
+    .venv/bin/pip install -q -e '.[test,spark]' 2>&1 | grep -v -i '^warning' || true
 else
     .venv/bin/pip install -q -e . 2>&1 | grep -v -i '^warning' || true
 fi

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 bash scripts/install.sh --test
 [ -f scripts/setup-podman.sh ] && bash scripts/setup-podman.sh
 export PYTHONDONTWRITEBYTECODE=1
-echo "== ruff"; .venv/bin/ruff check pykbroker tests compat bench
+echo "== ruff"; .venv/bin/ruff check pykbroker tests compat bench pipelines
 echo "== mypy"; .venv/bin/mypy
 echo "== pytest"
 .venv/bin/pytest -p no:cacheprovider -n "${PYTEST_WORKERS:-2}" --dist loadgroup -q tests "$@"

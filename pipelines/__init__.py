@@ -1,0 +1,1 @@
+"""Example data pipelines that run against pykbroker (see docs/spark.md)."""
