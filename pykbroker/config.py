@@ -187,7 +187,7 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         _D("group.min.session.timeout.ms", "int", 6000),
         _D("group.max.session.timeout.ms", "int", 1800000),
         _D("group.max.size", "int", 2147483647, validator=at_least(1)),
-        # --- group coordinator (issue 3) ---
+        # --- group coordinator ---
         _D("offsets.retention.check.interval.ms", "long", 600000, validator=at_least(1)),
         _D("offset.metadata.max.bytes", "int", 4096, validator=at_least(0)),
         _D("offsets.load.buffer.size", "int", 5242880, validator=at_least(1), inert=True),

@@ -41,8 +41,8 @@ if [ $WANT_TEST -eq 1 ]; then
     apt_install kcat zookeeper ca-certificates
     command -v javac >/dev/null || apt_install openjdk-17-jdk-headless
     command -v node >/dev/null || apt_install nodejs npm
-    .venv/bin/pip install -q -e '.[test,spark]' 2>&1 | grep -v -i '^warning' || true
+    .venv/bin/pip install -q -e '.[test,spark]'
 else
-    .venv/bin/pip install -q -e . 2>&1 | grep -v -i '^warning' || true
+    .venv/bin/pip install -q -e .
 fi
 .venv/bin/python -c 'import pykbroker, kio, anyio' 

@@ -66,11 +66,11 @@ class Broker:
         self.topics = TopicManager(config, self.store, self.replicas)
         self.services = Services(config, self.store, self.replicas, self.topics, advertised,
                                  drop_produce_responses=config["pykbroker.fault.drop.produce.response"])
-        self.groups = GroupCoordinator(config, self.store, self.replicas, self.topics)  # issue 3
+        self.groups = GroupCoordinator(config, self.store, self.replicas, self.topics)
         self.services.groups = self.groups
-        self.cleaner = LogCleaner(self.log_manager.all_logs, self._delete_retention_ms,  # issue 3
+        self.cleaner = LogCleaner(self.log_manager.all_logs, self._delete_retention_ms,
                                   self._topic_config)
-        self.txn = TransactionCoordinator(config, self.store, self.replicas, self.topics)  # issue 4
+        self.txn = TransactionCoordinator(config, self.store, self.replicas, self.topics)
         self.txn.txn_offsets = self.groups.txn_offsets = TxnOffsets(self.groups)
         self.services.txn_coordinator = self.txn
         self.dispatcher = Dispatcher(self.services)
@@ -84,11 +84,11 @@ class Broker:
         self._stop = anyio.Event()
         self.bound_ports: list[int] = []
 
-    def _topic_config(self, topic: str) -> dict[str, Any]:  # issue 3: compaction settings for the cleaner
+    def _topic_config(self, topic: str) -> dict[str, Any]:  # compaction settings for the cleaner
         rec = self.store.topic(topic)
         return effective_topic_config(self.config, rec.configs if rec else {})
 
-    def _delete_retention_ms(self, topic: str) -> int:  # issue 3: for the log cleaner
+    def _delete_retention_ms(self, topic: str) -> int:  # for the log cleaner
         rec = self.store.topic(topic)
         return int(effective_topic_config(self.config, rec.configs if rec else {})["delete.retention.ms"])
 
@@ -100,8 +100,8 @@ class Broker:
         self.store.start()
         self.log_manager.startup(config_for=self._log_config_for)
         self.topics.load_all()
-        self.groups.startup()  # issue 3: creates __consumer_offsets, marks its partitions loading
-        self.txn.startup()  # issue 4: creates __transaction_state, marks its partitions loading
+        self.groups.startup()  # creates __consumer_offsets, marks its partitions loading
+        self.txn.startup()  # creates __transaction_state, marks its partitions loading
         log.info(
             "storage ready log_dirs=%s partitions=%d topics=%d in %.3fs",
             ",".join(str(d) for d in self.config.log_dirs), len(self.replicas.partitions()),
@@ -140,11 +140,11 @@ class Broker:
                     serve_done.set()
 
             tg.start_soon(serve_all)
-            tg.start_soon(self.groups.run)  # issue 3: loads offsets partitions, fires group timers
-            if self.config["log.cleaner.enable"]:  # issue 3: log compaction
+            tg.start_soon(self.groups.run)  # loads offsets partitions, fires group timers
+            if self.config["log.cleaner.enable"]:  # log compaction
                 tg.start_soon(_periodic(self.config["log.cleaner.backoff.ms"] / 1000, self.cleaner.run_once,
                                         thread=True))
-            tg.start_soon(self.txn.run)  # issue 4: loads transaction state, aborts timed-out transactions
+            tg.start_soon(self.txn.run)  # loads transaction state, aborts timed-out transactions
             if handle_signals:
                 tg.start_soon(self._watch_signals)
             tg.start_soon(_periodic(self.config["producer.id.expiration.check.interval.ms"] / 1000,
@@ -171,8 +171,8 @@ class Broker:
             for _, listener in listeners:
                 await listener.aclose()
             self.services.shutting_down.set()
-            self.groups.shutdown()  # issue 3: answers delayed JoinGroup/SyncGroup requests
-            self.txn.shutdown()  # issue 4
+            self.groups.shutdown()  # answers delayed JoinGroup/SyncGroup requests
+            self.txn.shutdown()
             self.replicas.fetch_waiters.notify_all()
             self.server.begin_shutdown()
             await self.server.wait_drained(10.0)

@@ -14,9 +14,9 @@ from pykbroker.protocol.header import RequestHeader
 from pykbroker.server.replica_manager import ReplicaManager
 from pykbroker.server.topics import TopicManager
 
-if TYPE_CHECKING:  # group coordinator (issue 3)
+if TYPE_CHECKING:  # group coordinator
     from pykbroker.coordinator.group.service import GroupCoordinator
-    from pykbroker.coordinator.transaction.service import TransactionCoordinator  # issue 4
+    from pykbroker.coordinator.transaction.service import TransactionCoordinator
 
 
 def now_ms() -> int:
@@ -48,9 +48,9 @@ class Services:
     shutting_down: anyio.Event = field(default_factory=anyio.Event)
     # Testing hook: how many more produce responses to drop after the append.
     drop_produce_responses: int = 0
-    # The group coordinator (issue 3); set by the broker at construction.
+    # The group coordinator; set by the broker at construction.
     groups: GroupCoordinator | None = None
-    # The transaction coordinator (issue 4); set by the broker at construction.
+    # The transaction coordinator; set by the broker at construction.
     txn_coordinator: TransactionCoordinator | None = None
 
     @property

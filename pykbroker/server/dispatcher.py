@@ -83,7 +83,7 @@ API_TABLE: dict[int, ApiSpec] = {
         ApiSpec(21, 0, 2, offsets.handle_delete_records),
         ApiSpec(32, 1, 4, admin.handle_describe_configs),
         ApiSpec(37, 0, 3, admin.handle_create_partitions),
-        # --- group coordinator (issue 3) ---
+        # --- group coordinator ---
         ApiSpec(8, 2, 9, groups.handle_offset_commit),
         ApiSpec(9, 1, 9, groups.handle_offset_fetch),
         ApiSpec(10, 0, 6, groups.handle_find_coordinator),
@@ -98,7 +98,7 @@ API_TABLE: dict[int, ApiSpec] = {
         ApiSpec(68, 0, 1, groups.handle_consumer_group_heartbeat),
         ApiSpec(69, 0, 1, groups.handle_consumer_group_describe),
         # --- end group coordinator ---
-        # --- transaction coordinator (issue 4) ---
+        # --- transaction coordinator ---
         ApiSpec(22, 0, 4, txn.handle_init_producer_id),
         ApiSpec(24, 0, 3, txn.handle_add_partitions_to_txn),
         ApiSpec(25, 0, 3, txn.handle_add_offsets_to_txn),

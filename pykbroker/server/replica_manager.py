@@ -42,7 +42,7 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        # The first offset of the oldest open transaction pins it (issue 4), else the high watermark.
+        # The first offset of the oldest open transaction pins it, else the high watermark.
         first_unstable = self.log.first_unstable_offset()
         if first_unstable is None:
             return self.high_watermark

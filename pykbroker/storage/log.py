@@ -793,7 +793,7 @@ class Log:
 
     # -- shutdown ----------------------------------------------------------------------------------
 
-    # -- log cleaner hooks (issue 3: pykbroker/storage/cleaner.py) ------------------------------
+    # -- log cleaner hooks (pykbroker/storage/cleaner.py) ------------------------------
 
     def inactive_segments(self) -> list[Segment]:
         """Every segment but the active one (a snapshot; the cleaner works on these)."""
@@ -831,7 +831,6 @@ class Log:
             self._segments[i] = new
             return True
 
-    # --- issue 3 (cleaner fidelity): merged rewrites and producers' last batches ---
 
     def last_data_offsets(self) -> dict[int, int]:
         """Producer id -> last offset of its last data batch (the cleaner keeps those batches)."""
@@ -884,7 +883,6 @@ class Log:
             self._bases = [s.base_offset for s in self._segments]
             return True
 
-    # --- end issue 3 ---
 
     def close(self, *, snapshot: bool = True) -> None:
         """Seal the active segment's indexes and close every file (no fsync of the data; see flush).
@@ -980,7 +978,7 @@ def _clean_dir_and_list_bases(dir: Path) -> list[int]:
     """Delete leftovers of interrupted operations and return the segment base offsets."""
     bases: set[int] = set()
     index_files: list[tuple[Path, int]] = []
-    _complete_swaps(dir)  # issue 3: a merged clean interrupted after its commit point
+    _complete_swaps(dir)  # a merged clean interrupted after its commit point
     for entry in os.scandir(dir):
         if not entry.is_file():
             continue
@@ -1005,7 +1003,7 @@ def _clean_dir_and_list_bases(dir: Path) -> list[int]:
     return sorted(bases)
 
 
-def _complete_swaps(dir: Path) -> None:  # issue 3: finish Log.replace_segments after a crash
+def _complete_swaps(dir: Path) -> None:  # finish Log.replace_segments after a crash
     for swap in sorted(dir.glob("*" + LOG_SUFFIX + ".swap")):
         base = parse_base_offset(swap.name)
         if base is None:

@@ -64,11 +64,9 @@ def _find_one(svc: Services, ctx: RequestContext, key: str, key_type: int) -> di
     out: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": ErrorCode.none,
                            "error_message": None}
     gc = _coordinator(svc)
-    # --- issue 4: transaction coordinators ---
     tc = getattr(svc, "txn_coordinator", None)
     if key_type == KEY_TYPE_TRANSACTION and tc is not None and key:
         gc, key_type = tc, KEY_TYPE_GROUP  # same coordinator_node seam
-    # --- end issue 4 ---
     if key_type != KEY_TYPE_GROUP or gc is None:
         out["error_code"] = ErrorCode.coordinator_not_available if key_type == KEY_TYPE_TRANSACTION \
             else ErrorCode.invalid_request

@@ -22,7 +22,7 @@ from pykbroker.protocol.records import build_batch, decode_records, iter_batches
 from pykbroker.server.replica_manager import ReplicaManager
 from pykbroker.server.topics import TopicError, TopicManager, TopicSpec
 
-if TYPE_CHECKING:  # issue 4: transactional offset commits
+if TYPE_CHECKING:  # transactional offset commits
     from pykbroker.coordinator.transaction.offsets import TxnOffsets
 
 log = logging.getLogger("pykbroker.groups")
@@ -78,10 +78,8 @@ class GroupCoordinator:
             self.manager.consumer = ConsumerGroups(self.manager)
             self.manager.consumer.topic_ids = self._topic_id
             self.manager.consumer.topic_names = self._topic_names
-        # --- issue 4: transactional offset commits (set by the broker) ---
         self.txn_offsets: TxnOffsets | None = None
         self._txn_open: dict[int, dict[int, list[tuple[bytes | None, bytes | None]]]] = {}
-        # --- end issue 4 ---
         self.manager.pending_txn_offsets = self._pending_txn_offsets
         store.add_listener(self._on_metadata_change)
 
@@ -179,8 +177,8 @@ class GroupCoordinator:
         out: list[tuple[bytes | None, bytes | None]] = []
         offset = lg.log_start_offset
         end = p.high_watermark
-        from pykbroker.coordinator.transaction.offsets import TxnLoadFilter  # issue 4
-        txn = TxnLoadFilter()  # issue 4: transactional records wait for their marker
+        from pykbroker.coordinator.transaction.offsets import TxnLoadFilter
+        txn = TxnLoadFilter()  # transactional records wait for their marker
         while offset < end:
             res = lg.read(offset, LOAD_CHUNK_BYTES, max_offset=end)
             if not res.records:
@@ -192,11 +190,11 @@ class GroupCoordinator:
                     continue
                 view = memoryview(data)[h.position:h.position + h.size]
                 recs = [(r.key, r.value) for r in decode_records(view) if r.offset >= offset]
-                out.extend(txn.feed(h, recs))  # issue 4 (was: skip control batches)
+                out.extend(txn.feed(h, recs))  # (was: skip control batches)
                 offset = max(offset, h.next_offset)
             if offset == before:
                 break
-        self._txn_open[partition] = txn.open  # issue 4: still-open transactions, restored by _load
+        self._txn_open[partition] = txn.open  # still-open transactions, restored by _load
         return out
 
     async def _load(self, partition: int) -> None:
@@ -209,7 +207,7 @@ class GroupCoordinator:
         if self.manager.partitions.get(partition) is None:
             return  # unloaded meanwhile
         self.manager.load_records(partition, records)
-        open_txns = self._txn_open.pop(partition, {})  # issue 4
+        open_txns = self._txn_open.pop(partition, {})
         if self.txn_offsets is not None and open_txns:
             self.txn_offsets.restore(partition, open_txns)
         self.manager.finish_loading(partition)

@@ -94,7 +94,7 @@ def _read_all(svc: Services, ctx: RequestContext, req: Any, by_id: bool) -> _Pla
                 plan.errors = True
                 continue
             data = result.records
-            if data and read_committed:  # issue 4: aborted transactions in the returned range
+            if data and read_committed:  # aborted transactions in the returned range
                 entry["aborted_transactions"] = [
                     {"producer_id": pid, "first_offset": first}
                     for pid, first in lg.collect_aborted_transactions(result.first_offset, result.next_offset)]

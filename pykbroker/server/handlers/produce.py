@@ -102,7 +102,7 @@ async def handle_produce(svc: Services, ctx: RequestContext, req: Any) -> dict[s
                 log.warning("produce rejected topic=%s partition=%d client=%s error=%s reason=%r",
                             name, idx, ctx.header.client_id, ErrorCode(e.error_code).name, str(e))
                 parts.append(_partition_error(idx, ErrorCode(e.error_code), str(e)))
-            except ProducerStateError as e:  # issue 4: fenced epochs, sequence gaps, txn state
+            except ProducerStateError as e:  # fenced epochs, sequence gaps, txn state
                 log.info("produce rejected topic=%s partition=%d client=%s error=%s reason=%r",
                          name, idx, ctx.header.client_id, ErrorCode(e.error_code).name, str(e))
                 parts.append(_partition_error(idx, ErrorCode(e.error_code), str(e)))
