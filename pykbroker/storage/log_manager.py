@@ -48,6 +48,18 @@ def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+MAX_DIR_NAME_BYTES = 255
+
+
+def delete_dir_name(topic: str, partition: int) -> str:
+    """Kafka's ``<topic>-<partition>.<uuid>-delete``, the topic cut short so the name fits in 255 bytes.
+
+    A legal topic name is up to 249 characters, so the full form can exceed the file-name limit.
+    """
+    suffix = f"-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+    return topic[: MAX_DIR_NAME_BYTES - len(suffix)] + suffix
+
+
 def parse_partition_dir_name(name: str) -> tuple[str, int] | None:
     """``<topic>-<partition>`` -> (topic, partition); topics may contain '-', so split on the last."""
     topic, sep, partition = name.rpartition("-")
@@ -226,7 +238,7 @@ class LogManager:
         if partition_log is None:
             return
         partition_log.close()
-        target = partition_log.dir.with_name(f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+        target = partition_log.dir.with_name(delete_dir_name(topic, partition))
         try:
             os.rename(partition_log.dir, target)
             _fsync_dir(target.parent)

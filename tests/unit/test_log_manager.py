@@ -170,3 +170,18 @@ def test_log_config_properties() -> None:
     assert cfg.retention_ms == -1 and cfg.preallocate and not cfg.delete_enabled and cfg.compact_enabled
     with pytest.raises(ValueError):
         LogConfig().with_properties({"segment.bytes": "lots"})
+
+
+def test_deleting_a_log_with_the_longest_legal_topic_name(tmp_path: Path) -> None:
+    from pykbroker.storage.log_config import LogConfig
+    from pykbroker.storage.log_manager import LogManager, delete_dir_name
+
+    topic = "t" * 249
+    assert len(delete_dir_name(topic, 12345)) <= 255
+    manager = LogManager([tmp_path], LogConfig())
+    manager.startup()
+    manager.get_or_create_log(topic, 0, LogConfig())
+    manager.delete_log(topic, 0)
+    assert manager.get_log(topic, 0) is None
+    assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == []
+    manager.shutdown()

@@ -1,0 +1,69 @@
+"""Client drivers: one per protocol implementation, all behind compat.clients.base.Client."""
+
+from __future__ import annotations
+
+from compat.clients.base import Client
+
+# The table's column order.
+CLIENT_NAMES = ["confluent-kafka", "kcat", "kafka-python", "aiokafka", "kafkajs", "java"]
+
+
+def make_client(name: str, bootstrap: str) -> Client:
+    if name == "confluent-kafka":
+        from compat.clients.confluent import ConfluentClient
+        return ConfluentClient(bootstrap)
+    if name == "kcat":
+        from compat.clients.kcat import KcatClient
+        return KcatClient(bootstrap)
+    if name == "kafka-python":
+        from compat.clients.kafka_python import KafkaPythonClient
+        return KafkaPythonClient(bootstrap)
+    if name == "aiokafka":
+        from compat.clients.aiokafka_client import AiokafkaClient
+        return AiokafkaClient(bootstrap)
+    if name == "kafkajs":
+        from compat.clients.kafkajs import KafkajsClient
+        return KafkajsClient(bootstrap)
+    if name == "java":
+        from compat.clients.java import JavaClient
+        return JavaClient(bootstrap)
+    raise ValueError(f"unknown client {name!r}")
+
+
+def client_versions() -> dict[str, str]:
+    """Library versions, for the results file."""
+    import json
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    out: dict[str, str] = {}
+    try:
+        import confluent_kafka
+        out["confluent-kafka"] = f"{confluent_kafka.__version__} (librdkafka {confluent_kafka.libversion()[0]})"
+    except Exception:
+        pass
+    try:
+        import kafka
+        out["kafka-python"] = kafka.__version__
+    except Exception:
+        pass
+    try:
+        import aiokafka
+        out["aiokafka"] = aiokafka.__version__
+    except Exception:
+        pass
+    pkg = Path(__file__).resolve().parent.parent / "js" / "node_modules" / "kafkajs" / "package.json"
+    if pkg.exists():
+        out["kafkajs"] = json.loads(pkg.read_text())["version"]
+    out["java"] = "kafka-clients 3.9.0"
+    kcat = shutil.which("kcat")
+    if kcat:
+        try:
+            v = subprocess.run([kcat, "-V"], capture_output=True, text=True, timeout=10).stdout
+            line = next((x for x in v.splitlines() if x.startswith("Version")), "")
+            out["kcat"] = line.replace("Version ", "").split(" (")[0] + (
+                f" (librdkafka {line.split('librdkafka ')[1].split()[0]})" if "librdkafka " in line else "")
+        except Exception:
+            pass
+    return out

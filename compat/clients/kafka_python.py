@@ -1,0 +1,348 @@
+"""kafka-python, in process."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import kafka.errors as kerr
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, OffsetSpec
+from kafka.coordinator.assignors.range import RangePartitionAssignor
+from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+from kafka.structs import OffsetAndMetadata
+
+from compat.clients import base
+from compat.clients.base import ClientError, Delivery, Member, Msg, Record
+
+CLIENT_ID = "compat-kafka-python"
+ASSIGNORS = {"roundrobin": RoundRobinPartitionAssignor, "range": RangePartitionAssignor}
+
+
+def to_client_error(e: BaseException) -> ClientError:
+    errno = getattr(e, "errno", None)
+    if isinstance(errno, int) and errno != 0:
+        return ClientError(base.error_name(errno), str(e)[:1000])
+    if isinstance(e, kerr.KafkaTimeoutError):
+        return ClientError("REQUEST_TIMED_OUT", str(e))
+    return ClientError(type(e).__name__, str(e)[:1000])
+
+
+class KafkaPythonClient(base.Client):
+    name = "kafka-python"
+    caps = frozenset({
+        base.ADMIN, base.DESCRIBE_CONFIGS, base.DELETE_RECORDS, base.ASSIGN, base.GROUPS, base.COMMIT,
+        base.TIMESTAMPS, base.LIST_OFFSETS, base.DESCRIBE_UNKNOWN, base.IDEMPOTENCE, base.TRANSACTIONS,
+        base.TXN_OFFSETS,
+        base.RESET_NONE, base.HEADERS, base.NULL_VALUES, base.BINARY, base.ACKS0, base.MAX_MESSAGE_OVERRIDE,
+        base.DELIVERY_OFFSETS, base.GROUP_ADMIN, base.OFFSET_DELETE, base.TXN_ADMIN,
+    })
+
+    def __init__(self, bootstrap: str) -> None:
+        super().__init__(bootstrap)
+        self._admin: KafkaAdminClient | None = None
+
+    @property
+    def admin(self) -> KafkaAdminClient:
+        if self._admin is None:
+            self._admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, client_id=CLIENT_ID,
+                                           request_timeout_ms=30000)
+        return self._admin
+
+    def close(self) -> None:
+        if self._admin is not None:
+            self._admin.close()
+            self._admin = None
+
+    # --- admin ---
+    def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1,
+                     configs: dict[str, str] | None = None) -> None:
+        try:
+            self.admin.create_topics({name: {"num_partitions": partitions, "replication_factor": replication_factor,
+                                             "configs": configs or {}}}, timeout_ms=20000)
+        except kerr.KafkaError as e:
+            raise to_client_error(e) from None
+
+    def delete_topic(self, name: str) -> None:
+        try:
+            self.admin.delete_topics([name], timeout_ms=20000)
+        except kerr.KafkaError as e:
+            raise to_client_error(e) from None
+
+    def create_partitions(self, name: str, total: int) -> None:
+        try:
+            self.admin.create_partitions({name: total}, timeout_ms=20000)
+        except kerr.KafkaError as e:
+            raise to_client_error(e) from None
+
+    def describe_topic(self, name: str) -> int:
+        try:
+            (t,) = self.admin.describe_topics([name])
+        except kerr.KafkaError as e:
+            raise to_client_error(e) from None
+        if t["error_code"]:
+            raise ClientError(base.error_name(t["error_code"]), f"describe {name}")
+        return len(t["partitions"])
+
+    def topic_configs(self, name: str) -> dict[str, str]:
+        try:
+            res = self.admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, name)], config_filter="all")
+        except kerr.KafkaError as e:
+            raise to_client_error(e) from None
+        return {k: v["value"] for k, v in res["topic"][name].items()}
+
+    def delete_records(self, topic: str, partition: int, before: int) -> int:
+        try:
+            res = self.admin.delete_records({TopicPartition(topic, partition): before}, timeout_ms=20000)
+        except kerr.KafkaError as e:
+            raise to_client_error(e) from None
+        r = res[TopicPartition(topic, partition)]
+        if r["error_code"]:
+            raise ClientError(base.error_name(r["error_code"]))
+        return int(r["low_watermark"])
+
+    def metadata(self) -> dict[str, Any]:
+        try:
+            topics = self.admin.describe_topics()
+            cluster = self.admin.describe_cluster()
+        except kerr.KafkaError as e:
+            raise to_client_error(e) from None
+        return {"brokers": sorted(b["broker_id"] for b in cluster["brokers"]),
+                "topics": {t["name"]: len(t["partitions"]) for t in topics if not t["error_code"]}}
+
+    # --- produce ---
+    def _producer(self, **kw: Any) -> KafkaProducer:
+        return KafkaProducer(bootstrap_servers=self.bootstrap, client_id=CLIENT_ID, linger_ms=5,
+                             max_request_size=10_000_000, **kw)
+
+    def produce(self, topic: str, msgs: list[Msg], *, acks: str = "all", compression: str = "none",
+                idempotent: bool = False, timeout: float = 30.0) -> list[Delivery]:
+        p = self._producer(acks={"all": "all", "1": 1, "0": 0}[acks],
+                           compression_type=None if compression == "none" else compression,
+                           enable_idempotence=idempotent, request_timeout_ms=int(timeout * 1000) // 2,
+                           **({"retries": 0} if acks == "0" else {}))
+        try:
+            futures = [p.send(topic, value=m.value, key=m.key, headers=list(m.headers), partition=m.partition,
+                              timestamp_ms=m.timestamp) for m in msgs]
+            p.flush(timeout)
+            out = []
+            for f in futures:
+                md = f.get(timeout)
+                out.append(Delivery(md.partition, md.offset if md.offset is not None and md.offset >= 0 else -1))
+            return out
+        except kerr.KafkaError as e:
+            raise to_client_error(e) from None
+        finally:
+            p.close(timeout=5)
+
+    def produce_transactions(self, topic: str, txns: list[tuple[list[Msg], bool]], transactional_id: str,
+                             timeout: float = 60.0) -> None:
+        p = self._producer(transactional_id=transactional_id, enable_idempotence=True)
+        try:
+            p.init_transactions()
+            for msgs, commit in txns:
+                p.begin_transaction()
+                for m in msgs:
+                    p.send(topic, value=m.value, key=m.key, headers=list(m.headers), partition=m.partition)
+                p.flush(timeout)
+                if commit:
+                    p.commit_transaction()
+                else:
+                    p.abort_transaction()
+        except kerr.KafkaError as e:
+            raise to_client_error(e) from None
+        finally:
+            p.close(timeout=5)
+
+    def transactional_offsets(self, topic: str, msgs: list[Msg], transactional_id: str, group: str,
+                              offsets_topic: str, offsets: dict[int, int], commit: bool,
+                              timeout: float = 60.0) -> None:
+        p = self._producer(transactional_id=transactional_id, enable_idempotence=True)
+        try:
+            p.init_transactions()
+            p.begin_transaction()
+            for m in msgs:
+                p.send(topic, value=m.value, key=m.key)
+            tps = {TopicPartition(offsets_topic, part): OffsetAndMetadata(off, "", -1) for part, off in offsets.items()}
+            p.send_offsets_to_transaction(tps, group)
+            if commit:
+                p.commit_transaction()
+            else:
+                p.abort_transaction()
+        except kerr.KafkaError as e:
+            raise to_client_error(e) from None
+        finally:
+            p.close(timeout=5)
+
+    # --- consume ---
+    def consume(self, topic: str, partitions: list[int], *, start: int | str = "earliest", count: int,
+                timeout: float = 20.0, isolation: str = "read_uncommitted", reset: str = "earliest",
+                idle: float | None = None) -> list[Record]:
+        c = KafkaConsumer(bootstrap_servers=self.bootstrap, client_id=CLIENT_ID, group_id=None,
+                          enable_auto_commit=False, auto_offset_reset=reset, isolation_level=isolation,
+                          fetch_max_wait_ms=100, max_partition_fetch_bytes=2_000_000)
+        tps = [TopicPartition(topic, p) for p in partitions]
+        out: list[Record] = []
+        try:
+            c.assign(tps)
+            if start == "earliest":
+                c.seek_to_beginning(*tps)
+            elif start == "latest":
+                c.seek_to_end(*tps)
+            else:
+                for tp in tps:
+                    c.seek(tp, int(start))
+            deadline = time.monotonic() + timeout
+            last = time.monotonic()
+            while len(out) < count and time.monotonic() < deadline:
+                if idle is not None and time.monotonic() - last > idle:
+                    break
+                batch = c.poll(timeout_ms=200)
+                for recs in batch.values():
+                    out.extend(_record(r) for r in recs)
+                    last = time.monotonic()
+        except kerr.KafkaError as e:
+            raise to_client_error(e) from None
+        finally:
+            c.close()
+        return out
+
+    def list_offset(self, topic: str, partition: int, spec: int | str) -> int:
+        s = {"earliest": OffsetSpec.EARLIEST, "latest": OffsetSpec.LATEST}[spec] if isinstance(spec, str) else spec
+        try:
+            res = self.admin.list_partition_offsets({TopicPartition(topic, partition): s})
+        except kerr.KafkaError as e:
+            raise to_client_error(e) from None
+        off = res[TopicPartition(topic, partition)].offset
+        return -1 if off is None else int(off)
+
+    # --- groups ---
+    def start_member(self, group: str, topics: list[str], *, protocol: str = "classic",
+                     assignor: str = "roundrobin", reset: str = "earliest", auto_commit: bool = True,
+                     session_timeout_ms: int = 10000) -> Member:
+        if protocol != "classic":
+            raise base.NotSupportedByClient("group.protocol=consumer")
+        c = KafkaConsumer(bootstrap_servers=self.bootstrap, client_id=CLIENT_ID, group_id=group,
+                          enable_auto_commit=auto_commit, auto_commit_interval_ms=200, auto_offset_reset=reset,
+                          partition_assignment_strategy=[ASSIGNORS[assignor]],
+                          session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=500, fetch_max_wait_ms=100)
+        return _KafkaPythonMember(c, topics, auto_commit)
+
+    def commit_offsets(self, group: str, topic: str, offsets: dict[int, int]) -> None:
+        c = KafkaConsumer(bootstrap_servers=self.bootstrap, client_id=CLIENT_ID, group_id=group,
+                          enable_auto_commit=False)
+        try:
+            c.commit({TopicPartition(topic, p): OffsetAndMetadata(o, "", -1) for p, o in offsets.items()})
+        except kerr.KafkaError as e:
+            raise to_client_error(e) from None
+        finally:
+            c.close()
+
+    def committed_offsets(self, group: str, topic: str, partitions: list[int]) -> dict[int, int]:
+        try:
+            res = self.admin.list_group_offsets({group: [TopicPartition(topic, p) for p in partitions]})
+        except kerr.KafkaError as e:
+            raise to_client_error(e) from None
+        return {tp.partition: (om.offset if om.offset is not None and om.offset >= 0 else -1)
+                for tp, om in res[group].items()}
+
+    def list_groups(self) -> set[str]:
+        try:
+            return {g["group_id"] for g in self.admin.list_groups()}
+        except kerr.KafkaError as e:
+            raise to_client_error(e) from None
+
+    def describe_group(self, group: str) -> dict[str, Any]:
+        try:
+            d = self.admin.describe_groups([group])[group]
+        except kerr.KafkaError as e:
+            raise to_client_error(e) from None
+        if d.get("error"):
+            raise to_client_error(d["error"]) if isinstance(d["error"], BaseException) else ClientError(str(d["error"]))
+        return {"state": base.norm_state(d["group_state"]), "members": len(d["members"])}
+
+    def delete_group(self, group: str) -> None:
+        try:
+            res = self.admin.delete_groups([group])
+        except kerr.KafkaError as e:
+            raise to_client_error(e) from None
+        for item in (res.items() if isinstance(res, dict) else res):
+            err = item[1]
+            if isinstance(err, BaseException):
+                raise to_client_error(err)
+            if isinstance(err, int) and err:
+                raise ClientError(base.error_name(err))
+
+    def delete_committed_offsets(self, group: str, topic: str, partitions: list[int]) -> None:
+        try:
+            res = self.admin.delete_group_offsets(group, [TopicPartition(topic, p) for p in partitions])
+        except kerr.KafkaError as e:
+            raise to_client_error(e) from None
+        for err in (res.values() if isinstance(res, dict) else []):
+            if isinstance(err, BaseException):
+                raise to_client_error(err)
+            if isinstance(err, int) and err:
+                raise ClientError(base.error_name(err))
+
+    def list_transactions(self) -> dict[str, str]:
+        try:
+            res = self.admin.list_transactions()
+        except kerr.KafkaError as e:
+            raise to_client_error(e) from None
+        out = {}
+        for states in res.values():
+            for t in states:
+                out[t.transactional_id] = base.norm_state(getattr(t.state, "value", t.state))
+        return out
+
+    def describe_transaction(self, transactional_id: str) -> str:
+        try:
+            res = self.admin.describe_transactions([transactional_id])
+        except kerr.KafkaError as e:
+            raise to_client_error(e) from None
+        d = res[transactional_id]
+        return base.norm_state(getattr(d.state, "value", d.state))
+
+    def describe_producers(self, topic: str, partition: int) -> list[int]:
+        try:
+            res = self.admin.describe_producers([TopicPartition(topic, partition)])
+        except kerr.KafkaError as e:
+            raise to_client_error(e) from None
+        state = res[TopicPartition(topic, partition)]
+        return [p.producer_id for p in state.active_producers]
+
+
+def _record(r: Any) -> Record:
+    return Record(r.partition, r.offset, r.key, r.value, [(k, v) for k, v in (r.headers or [])], r.timestamp,
+                  r.topic)
+
+
+class _KafkaPythonMember(Member):
+    def __init__(self, consumer: KafkaConsumer, topics: list[str], auto_commit: bool) -> None:
+        super().__init__()
+        self._c = consumer
+        self._auto_commit = auto_commit
+        self._stop = threading.Event()
+        self._c.subscribe(topics)
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                batch = self._c.poll(timeout_ms=100)
+                self._set_assignment([(tp.topic, tp.partition) for tp in self._c.assignment()])
+                recs = [_record(r) for rs in batch.values() for r in rs]
+                if recs:
+                    self._add(recs)
+                    if not self._auto_commit:
+                        self._c.commit()
+        except Exception as e:
+            self.error = repr(e)
+        finally:
+            self._c.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._t.join(30)

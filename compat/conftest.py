@@ -1,0 +1,315 @@
+"""The compatibility suite's harness: the cluster under test, the clients, outcomes and the results file.
+
+    pytest compat                          # starts pykbroker (behind a recording proxy) itself
+    pytest compat --bootstrap HOST:PORT    # runs against an existing cluster, e.g. Apache Kafka
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compat import env
+from compat.clients import CLIENT_NAMES, client_versions, make_client
+from compat.clients.base import CAP_TEXT, Client, NotSupportedByClient
+from compat.cluster import ClusterInfo, ManagedPykbroker, external
+from compat.wire import api_name
+
+_CONFIG: dict[str, pytest.Config] = {}
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+NS_CLIENT = "NOT SUPPORTED by client"
+NS_BROKER = "NOT SUPPORTED by broker"
+
+# Cross-client pairs use these (every ordered pair, the same client included).
+CROSS_CLIENTS = ["confluent-kafka", "java", "kafka-python", "kafkajs", "aiokafka", "kcat"]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("compat", "compatibility suite")
+    g.addoption("--bootstrap", default=None,
+                help="HOST:PORT of an existing cluster to test (default: start a pykbroker subprocess)")
+    g.addoption("--broker-label", default=None,
+                help='what the cluster is, for the results (e.g. "Apache Kafka 3.9.0")')
+    g.addoption("--clients", default=None, help=f"comma-separated subset of {','.join(CLIENT_NAMES)}")
+    g.addoption("--results", default=None, help="results file (default compat/results/<UTC time>.json)")
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _selected_clients(config: pytest.Config) -> list[str]:
+    opt = config.getoption("--clients")
+    if not opt:
+        return list(CLIENT_NAMES)
+    names = [c.strip() for c in opt.split(",") if c.strip()]
+    bad = [n for n in names if n not in CLIENT_NAMES]
+    if bad:
+        raise pytest.UsageError(f"unknown clients {bad}; choose from {CLIENT_NAMES}")
+    return names
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "compat_scenario(name, family, needs, apis, consumes): a compat scenario")
+    _CONFIG["config"] = config
+    config.addinivalue_line("filterwarnings", "ignore::DeprecationWarning")
+    config._compat = {"results": {}, "started": time.time(), "cluster": None, "managed": None}  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    config = session.config
+    state = config._compat  # type: ignore[attr-defined]
+    if _is_worker(config):
+        state["cluster"] = ClusterInfo.from_json(config.workerinput["compat_cluster"])  # type: ignore[attr-defined]
+        return
+    if config.getoption("collectonly"):
+        return
+    # Clients first (jars, javac, npm ci): a broken setup should fail before a broker is started.
+    selected = set(_selected_clients(config))
+    if "java" in selected:
+        env.java_classpath()
+    if "kafkajs" in selected:
+        env.node_modules()
+    if "kcat" in selected:
+        env.kcat()
+    bootstrap = config.getoption("--bootstrap")
+    if bootstrap:
+        state["cluster"] = external(bootstrap, config.getoption("--broker-label"))
+    else:
+        managed = ManagedPykbroker()
+        state["managed"] = managed
+        info = managed.start()
+        if config.getoption("--broker-label"):
+            info.label = config.getoption("--broker-label")
+        state["cluster"] = info
+
+
+def pytest_configure_node(node: Any) -> None:  # pytest-xdist: hand the cluster to each worker
+    node.workerinput["compat_cluster"] = node.config._compat["cluster"].to_json()
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    names = _selected_clients(metafunc.config)
+    if "client" in metafunc.fixturenames:
+        metafunc.parametrize("client", names, indirect=True)
+    if "pair" in metafunc.fixturenames:
+        pairs = [(p, c) for p in CROSS_CLIENTS for c in CROSS_CLIENTS if p in names and c in names]
+        metafunc.parametrize("pair", pairs, ids=[f"{p}->{c}" for p, c in pairs], indirect=True)
+
+
+# --- fixtures ---------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def cluster(request: pytest.FixtureRequest) -> ClusterInfo:
+    info = request.config._compat["cluster"]  # type: ignore[attr-defined]
+    if info is None:
+        pytest.fail("no cluster (collect-only run?)")
+    return info
+
+
+_clients: dict[str, Client] = {}
+
+
+def get_client(name: str, cluster: ClusterInfo) -> Client:
+    if name not in _clients:
+        _clients[name] = make_client(name, cluster.bootstrap)
+    return _clients[name]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_clients() -> Iterator[None]:
+    yield
+    for c in _clients.values():
+        try:
+            c.close()
+        except Exception:
+            pass
+    _clients.clear()
+
+
+def _check_supported(request: pytest.FixtureRequest, cluster: ClusterInfo, clients: list[Client],
+                     consumers: list[Client] | None = None) -> None:
+    mark = request.node.get_closest_marker("compat_scenario")
+    if mark is None:
+        return
+    for c in clients:
+        lacking = [n for n in mark.kwargs["needs"] if n not in c.caps]
+        if lacking:
+            pytest.skip(f"{NS_CLIENT}: {c.name} has no " + ", ".join(CAP_TEXT.get(x, x) for x in lacking))
+    needed = list(mark.kwargs["apis"])
+    if mark.kwargs["consumes"]:
+        for c in clients if consumers is None else consumers:
+            needed += list(getattr(c, "consume_apis", ()))
+    missing = cluster.missing(tuple(dict.fromkeys(needed)))
+    if missing:
+        pytest.skip(f"{NS_BROKER}: ApiVersions lacks " + ", ".join(f"{api_name(k)}({k})" for k in missing))
+
+
+@pytest.fixture
+def client(request: pytest.FixtureRequest, cluster: ClusterInfo) -> Client:
+    c = get_client(request.param, cluster)
+    _check_supported(request, cluster, [c])
+    return c
+
+
+@pytest.fixture
+def pair(request: pytest.FixtureRequest, cluster: ClusterInfo) -> tuple[Client, Client]:
+    p, c = request.param
+    clients = [get_client(p, cluster), get_client(c, cluster)]
+    _check_supported(request, cluster, clients, consumers=clients[1:])
+    return clients[0], clients[1]
+
+
+@pytest.fixture
+def helper(cluster: ClusterInfo) -> Client:
+    """A client for a scenario's setup steps that the client under test cannot do (kcat has no admin API)."""
+    return get_client("confluent-kafka", cluster)
+
+
+@pytest.fixture
+def new_topic(request: pytest.FixtureRequest, helper: Client) -> Any:
+    """Factory: a uniquely named topic, created through the helper client (names are unique per run so
+    a shared cluster can be used)."""
+    mark = request.node.get_closest_marker("compat_scenario")
+    base = (mark.kwargs["name"] if mark else request.node.name).replace("/", ".")
+    created: list[str] = []
+
+    def make(partitions: int = 1, configs: dict[str, str] | None = None, create: bool = True) -> str:
+        name = unique_topic(base)
+        if create:
+            helper.create_topic(name, partitions, 1, configs)
+            created.append(name)
+        return name
+
+    yield make
+    for t in created:
+        try:
+            helper.delete_topic(t)
+        except Exception:
+            pass
+
+
+def unique_topic(base: str) -> str:
+    clean = "".join(ch if ch.isalnum() or ch in "._-" else "-" for ch in base)[:80]
+    return f"compat-{clean}-{uuid.uuid4().hex[:10]}"
+
+
+# --- outcomes ---------------------------------------------------------------------------------
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Any:
+    try:
+        return (yield)
+    except NotSupportedByClient as e:
+        pytest.skip(f"{NS_CLIENT}: {e}")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        mark = item.get_closest_marker("compat_scenario")
+        if mark is None:
+            continue
+        params = getattr(item, "callspec", None)
+        p = params.params if params else {}
+        if "pair" in p:
+            prod, cons = p["pair"]
+            info = {"client": f"{prod}->{cons}", "producer": prod, "consumer": cons}
+        elif "client" in p:
+            info = {"client": p["client"]}
+        else:
+            info = {"client": "mixed"}
+        name = mark.kwargs["name"]
+        for k, v in p.items():
+            if k not in ("client", "pair"):
+                name += f"[{v}]"
+        info.update({"scenario": name, "family": mark.kwargs["family"]})
+        item.user_properties.append(("compat", info))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    config = _CONFIG.get("config")
+    if config is None or _is_worker(config):
+        return
+    props = dict(report.user_properties).get("compat")
+    if props is None:
+        return
+    results = config._compat["results"]  # type: ignore[attr-defined]
+    r = results.setdefault(report.nodeid, {**props, "nodeid": report.nodeid, "outcome": "pass",
+                                           "duration": 0.0, "detail": ""})
+    r["duration"] = round(r["duration"] + report.duration, 3)
+    if report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        if reason.startswith(NS_BROKER):
+            r.update(outcome="not_supported", by="broker", detail=reason)
+        elif reason.startswith(NS_CLIENT):
+            r.update(outcome="not_supported", by="client", detail=reason)
+        else:
+            r.update(outcome="skipped", detail=reason)
+    elif report.failed:
+        crash = getattr(report.longrepr, "reprcrash", None)
+        text = crash.message if crash is not None else str(report.longrepr)[-1500:]
+        r.update(outcome="fail", phase=report.when, detail=text[:2000])
+
+
+def _workers(config: pytest.Config) -> int:
+    try:
+        n = config.getoption("numprocesses")
+    except ValueError:
+        return 1
+    return int(n or 1) if not isinstance(n, str) else os.cpu_count() or 1
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    state = config._compat  # type: ignore[attr-defined]
+    if _is_worker(config):
+        return
+    managed: ManagedPykbroker | None = state.get("managed")
+    if managed is not None:
+        managed.stop()
+    info: ClusterInfo | None = state.get("cluster")
+    if info is None or not state["results"]:
+        if managed is not None:
+            managed.cleanup()
+        return
+    requests = []
+    if info.record_file and Path(info.record_file).exists():
+        for line in Path(info.record_file).read_text().splitlines():
+            if line.strip():
+                requests.append(json.loads(line))
+    finished = time.time()
+    doc = {
+        "broker": {"label": info.label, "bootstrap": info.bootstrap, "managed": info.managed,
+                   "api_versions": {str(k): list(v) for k, v in sorted(info.api_versions.items())}},
+        "started": datetime.fromtimestamp(state["started"], UTC).isoformat(timespec="seconds"),
+        "finished": datetime.fromtimestamp(finished, UTC).isoformat(timespec="seconds"),
+        "duration": round(finished - state["started"], 1),
+        "workers": _workers(config),
+        "clients": client_versions(),
+        "results": sorted(state["results"].values(), key=lambda r: (r["family"], r["scenario"], r["client"])),
+        "requests": requests,
+    }
+    out = config.getoption("--results")
+    path = Path(out) if out else RESULTS_DIR / f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    counts: dict[str, int] = {}
+    for r in doc["results"]:
+        counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    if tr is not None:
+        tr.write_line(f"compat: results in {path} ({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))})")
+        if managed is not None:
+            tr.write_line(f"compat: pykbroker's log is {managed.log_file}")
+    if managed is not None:
+        managed.cleanup()

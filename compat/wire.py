@@ -1,0 +1,68 @@
+"""The little of the Kafka protocol the suite speaks itself: ApiVersions, to learn what a cluster supports."""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+API_NAMES: dict[int, str] = {
+    0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 4: "LeaderAndIsr", 5: "StopReplica",
+    6: "UpdateMetadata", 7: "ControlledShutdown", 8: "OffsetCommit", 9: "OffsetFetch",
+    10: "FindCoordinator", 11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup", 14: "SyncGroup",
+    15: "DescribeGroups", 16: "ListGroups", 17: "SaslHandshake", 18: "ApiVersions", 19: "CreateTopics",
+    20: "DeleteTopics", 21: "DeleteRecords", 22: "InitProducerId", 23: "OffsetForLeaderEpoch",
+    24: "AddPartitionsToTxn", 25: "AddOffsetsToTxn", 26: "EndTxn", 27: "WriteTxnMarkers",
+    28: "TxnOffsetCommit", 29: "DescribeAcls", 30: "CreateAcls", 31: "DeleteAcls", 32: "DescribeConfigs",
+    33: "AlterConfigs", 34: "AlterReplicaLogDirs", 35: "DescribeLogDirs", 36: "SaslAuthenticate",
+    37: "CreatePartitions", 38: "CreateDelegationToken", 39: "RenewDelegationToken",
+    40: "ExpireDelegationToken", 41: "DescribeDelegationToken", 42: "DeleteGroups", 43: "ElectLeaders",
+    44: "IncrementalAlterConfigs", 45: "AlterPartitionReassignments", 46: "ListPartitionReassignments",
+    47: "OffsetDelete", 48: "DescribeClientQuotas", 49: "AlterClientQuotas",
+    50: "DescribeUserScramCredentials", 51: "AlterUserScramCredentials", 55: "DescribeQuorum",
+    57: "UpdateFeatures", 60: "DescribeCluster", 61: "DescribeProducers", 64: "UnregisterBroker",
+    65: "DescribeTransactions", 66: "ListTransactions", 67: "AllocateProducerIds",
+    68: "ConsumerGroupHeartbeat", 69: "ConsumerGroupDescribe", 71: "GetTelemetrySubscriptions",
+    72: "PushTelemetry", 74: "ListClientMetricsResources", 75: "DescribeTopicPartitions",
+    76: "ShareGroupHeartbeat", 77: "ShareGroupDescribe", 78: "ShareFetch", 79: "ShareAcknowledge",
+}
+
+
+def api_name(key: int) -> str:
+    return API_NAMES.get(key, f"ApiKey{key}")
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("connection closed")
+        buf += chunk
+    return bytes(buf)
+
+
+def api_versions(bootstrap: str, timeout: float = 10.0) -> dict[int, tuple[int, int]]:
+    """ApiVersions v0 against the first reachable bootstrap address: {api_key: (min, max)}."""
+    last: Exception | None = None
+    for addr in bootstrap.split(","):
+        host, _, port = addr.strip().rpartition(":")
+        client_id = b"compat-probe"
+        req = struct.pack(">hhih", 18, 0, 7, len(client_id)) + client_id
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as s:
+                s.settimeout(timeout)
+                s.sendall(struct.pack(">i", len(req)) + req)
+                (size,) = struct.unpack(">i", _recv_exact(s, 4))
+                body = _recv_exact(s, size)
+        except (OSError, ConnectionError) as e:
+            last = e
+            continue
+        corr, err, n = struct.unpack_from(">ihi", body, 0)
+        if corr != 7 or err != 0:
+            raise RuntimeError(f"ApiVersions from {addr}: correlation {corr}, error {err}")
+        out = {}
+        for i in range(n):
+            k, lo, hi = struct.unpack_from(">hhh", body, 10 + 6 * i)
+            out[k] = (lo, hi)
+        return out
+    raise ConnectionError(f"no broker answered ApiVersions at {bootstrap}: {last}")

@@ -1,0 +1,842 @@
+"""Protocol coverage: every API version pykbroker advertises is exercised, and by whom.
+
+Two sources count:
+
+1. the compatibility suite (``compat/``): when it starts pykbroker itself, every request of every
+   client passes through a recording proxy, and ``python -m compat.report`` writes what was sent to
+   ``compat/protocol_coverage.json`` (committed with docs/compatibility.md; a newer local
+   ``compat/results/*.json`` from such a run counts too);
+2. the direct protocol tests below, which speak each advertised version themselves (requests built
+   with kio, record batches with kafka-python's encoder) and check the broker's answer against
+   Kafka's documented behaviour. A version counts only once its checks pass.
+
+``test_every_advertised_version_is_exercised`` fails and names each (API, version) the broker
+advertises in ApiVersions that neither source exercises: advertise nothing that is not tested.
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+import json
+import socket
+import struct
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from pathlib import Path
+from types import NoneType, UnionType
+from typing import Any, Union, get_args, get_origin
+
+import pytest
+from kafka.record import MemoryRecords
+from kafka.record.default_records import DefaultRecordBatchBuilder
+from kio.index import load_entity_module
+from kio.schema.index import api_key_map
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+
+from compat.cluster import SINGLE_NODE_OVERRIDES
+from compat.wire import api_name, api_versions
+from tests.support.broker import BrokerProcess
+
+REPO = Path(__file__).resolve().parent.parent
+COMPAT_COVERAGE = REPO / "compat" / "protocol_coverage.json"
+COMPAT_RESULTS = REPO / "compat" / "results"
+
+pytestmark = [pytest.mark.xdist_group("protocol-coverage"), pytest.mark.timeout(240)]
+
+
+# --- a minimal client on kio's generated classes -------------------------------------------------
+
+def _entity(api_key: int, version: int, kind: EntityType, suffix: str) -> type:
+    mod = load_entity_module(api_key_map[api_key], version, kind)
+    for name in dir(mod):
+        obj = getattr(mod, name)
+        if isinstance(obj, type) and is_dataclass(obj) and name.endswith(suffix) and \
+                getattr(obj, "__type__", None) == kind:
+            return obj
+    raise LookupError(f"{api_key} v{version} {suffix}")
+
+
+def _unwrap(tp: Any) -> tuple[Any, bool, bool]:
+    """(inner type, optional?, tuple?)"""
+    optional = False
+    if get_origin(tp) in (UnionType, Union):
+        tp = next(a for a in get_args(tp) if a is not NoneType)
+        optional = True
+    if get_origin(tp) is tuple:
+        return get_args(tp)[0], optional, True
+    return tp, optional, False
+
+
+_ZERO = {"string": "", "bytes": b"", "bool": False, "uuid": uuid.UUID(int=0), "records": None,
+         "timedelta_i32": datetime.timedelta(0), "timedelta_i64": datetime.timedelta(0),
+         "datetime_i64": datetime.datetime.fromtimestamp(0, datetime.UTC)}
+
+
+def _prim(kt: str, v: Any) -> Any:
+    if v is None:
+        return None
+    if kt.startswith("timedelta") and not isinstance(v, datetime.timedelta):
+        return datetime.timedelta(milliseconds=v)
+    if kt == "datetime_i64" and not isinstance(v, datetime.datetime):
+        return datetime.datetime.fromtimestamp(v / 1000, datetime.UTC)
+    return v
+
+
+def build(cls: type, data: dict[str, Any]) -> Any:
+    """An instance of this version's class from a dict with any version's fields (unknown keys dropped)."""
+    kw: dict[str, Any] = {}
+    for f in fields(cls):
+        inner, optional, many = _unwrap(f.type)
+        kt = f.metadata.get("kafka_type", "")
+        if f.name in data:
+            v = data[f.name]
+            if v is None:
+                kw[f.name] = None
+            elif many:
+                kw[f.name] = tuple(build(inner, x) if is_dataclass(inner) else _prim(kt, x) for x in v)
+            elif is_dataclass(inner):
+                kw[f.name] = build(inner, v)
+            else:
+                kw[f.name] = _prim(kt, v)
+        elif f.default is not MISSING:
+            kw[f.name] = f.default
+        elif f.default_factory is not MISSING:
+            kw[f.name] = f.default_factory()
+        elif optional:
+            kw[f.name] = None
+        elif many:
+            kw[f.name] = ()
+        elif is_dataclass(inner):
+            kw[f.name] = build(inner, {})
+        else:
+            kw[f.name] = _ZERO.get(kt, 0)
+    return cls(**kw)
+
+
+class KafkaError(AssertionError):
+    pass
+
+
+def ok(code: Any, what: str = "") -> None:
+    if int(code) != 0:
+        raise KafkaError(f"{what}: error code {int(code)}")
+
+
+class Wire:
+    """One connection; call(api_key, version, **fields) returns the decoded response."""
+
+    def __init__(self, bootstrap: str) -> None:
+        host, _, port = bootstrap.rpartition(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=15)
+        self.corr = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def call(self, key: int, version: int, /, **data: Any) -> Any:
+        req_cls = _entity(key, version, EntityType.request, "Request")
+        resp_cls = _entity(key, version, EntityType.response, "Response")
+        self.corr += 1
+        header_cls = req_cls.__header_schema__  # type: ignore[attr-defined]
+        header = build(header_cls, {"request_api_key": key, "request_api_version": version,
+                                    "correlation_id": self.corr, "client_id": "protocol-coverage"})
+        buf = io.BytesIO()
+        entity_writer(header_cls)(buf, header)
+        entity_writer(req_cls)(buf, build(req_cls, data))
+        payload = buf.getvalue()
+        self.sock.sendall(struct.pack(">i", len(payload)) + payload)
+        (size,) = struct.unpack(">i", self._recv(4))
+        frame = self._recv(size)
+        (corr,) = struct.unpack_from(">i", frame, 0)
+        assert corr == self.corr, f"correlation id {corr}, expected {self.corr}"
+        offset = 4
+        if req_cls.__flexible__ and key != 18:  # type: ignore[attr-defined]
+            offset += 1  # response header v1: an empty tagged-field section
+            assert frame[4] == 0, "unexpected tagged fields in the response header"
+        value, _ = entity_reader(resp_cls)(frame, offset)
+        return value
+
+    def _recv(self, n: int) -> bytes:
+        out = bytearray()
+        while len(out) < n:
+            chunk = self.sock.recv(n - len(out))
+            if not chunk:
+                raise ConnectionError("the broker closed the connection")
+            out += chunk
+        return bytes(out)
+
+
+def batch(records: list[tuple[bytes | None, bytes | None]], base_ts: int, *, pid: int = -1, epoch: int = -1,
+          seq: int = -1, transactional: bool = False) -> bytes:
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=transactional, producer_id=pid,
+                                  producer_epoch=epoch, base_sequence=seq, batch_size=1 << 20)
+    for i, (k, v) in enumerate(records):
+        b.append(i, timestamp=base_ts + i, key=k, value=v, headers=[("h", b"x")])
+    return bytes(b.build())
+
+
+def read_records(data: bytes | None) -> list[tuple[int, bytes | None, bytes | None]]:
+    """(offset, key, value) of the data records in a fetch response's record set."""
+    out: list[tuple[int, bytes | None, bytes | None]] = []
+    if not data:
+        return out
+    mr = MemoryRecords(bytes(data))
+    while mr.has_next():
+        b = mr.next_batch()
+        if b is None:
+            break
+        if b.is_control_batch:
+            continue
+        for r in b:
+            out.append((r.offset, r.key, r.value))
+    return out
+
+
+# --- the direct tests ------------------------------------------------------------------------------
+
+@dataclass
+class Ctx:
+    broker: BrokerProcess
+    advertised: dict[int, tuple[int, int]]
+    verified: set[tuple[int, int]] = field(default_factory=set)
+    outcomes: dict[str, BaseException | None] = field(default_factory=dict)
+    topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
+    node_id: int = 0
+
+    def versions(self, key: int) -> range:
+        lo, hi = self.advertised.get(key, (0, -1))
+        return range(lo, hi + 1)
+
+    def latest(self, key: int) -> int:
+        return self.advertised[key][1]
+
+    def wire(self) -> Wire:
+        return Wire(self.broker.bootstrap)
+
+    def run(self, name: str) -> None:
+        if name not in self.outcomes:
+            try:
+                SWEEPS[name](self)
+                self.outcomes[name] = None
+            except BaseException as e:  # kept, and raised again by the test that owns it
+                self.outcomes[name] = e
+        err = self.outcomes[name]
+        if err is not None:
+            raise err
+
+
+SWEEPS: dict[str, Callable[[Ctx], None]] = {}
+
+
+def sweep(name: str) -> Callable[[Callable[[Ctx], None]], Callable[[Ctx], None]]:
+    def deco(fn: Callable[[Ctx], None]) -> Callable[[Ctx], None]:
+        SWEEPS[name] = fn
+        return fn
+    return deco
+
+
+def _name(tag: str) -> str:
+    return f"cov-{tag}-{uuid.uuid4().hex[:8]}"
+
+
+def create_topic(ctx: Ctx, w: Wire, name: str, partitions: int = 1, configs: dict[str, str] | None = None) -> None:
+    r = w.call(19, ctx.latest(19), topics=[{"name": name, "num_partitions": partitions, "replication_factor": 1,
+                                             "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()]}],
+               timeout=30000)
+    ok(r.topics[0].error_code, f"create {name}")
+    if getattr(r.topics[0], "topic_id", None):
+        ctx.topic_ids[name] = r.topics[0].topic_id
+
+
+def metadata(ctx: Ctx, w: Wire, name: str, version: int | None = None) -> Any:
+    v = ctx.latest(3) if version is None else version
+    r = w.call(3, v, topics=[{"name": name}], allow_auto_topic_creation=False)
+    (t,) = r.topics
+    return r, t
+
+
+def wait_for(cond: Callable[[], bool], what: str, timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@sweep("ApiVersions")
+def sweep_api_versions(ctx: Ctx) -> None:
+    w = ctx.wire()
+    try:
+        for v in ctx.versions(18):
+            r = w.call(18, v, client_software_name="protocol-coverage", client_software_version="1.0")
+            ok(r.error_code, f"ApiVersions v{v}")
+            got = {int(a.api_key): (int(a.min_version), int(a.max_version)) for a in r.api_keys}
+            assert got == ctx.advertised, f"ApiVersions v{v} disagrees with v0"
+            ctx.verified.add((18, v))
+    finally:
+        w.close()
+
+
+@sweep("Metadata")
+def sweep_metadata(ctx: Ctx) -> None:
+    w = ctx.wire()
+    try:
+        name = _name("md")
+        create_topic(ctx, w, name, partitions=3)
+        for v in ctx.versions(3):
+            r, t = metadata(ctx, w, name, v)
+            ok(t.error_code, f"Metadata v{v} {name}")
+            brokers = {b.node_id: (b.host, b.port) for b in r.brokers}
+            assert brokers.get(ctx.node_id) == ("127.0.0.1", ctx.broker.port), brokers
+            assert sorted(p.partition_index for p in t.partitions) == [0, 1, 2]
+            assert all(p.leader_id in brokers for p in t.partitions)
+            if v >= 4:  # allow_auto_topic_creation=false: an unknown topic stays unknown
+                _, u = metadata(ctx, w, _name("unknown"), v)
+                assert int(u.error_code) == 3, f"Metadata v{v}: unknown topic error {int(u.error_code)}"
+            ctx.verified.add((3, v))
+    finally:
+        w.close()
+
+
+@sweep("CreateTopics+DeleteTopics")
+def sweep_create_delete_topics(ctx: Ctx) -> None:
+    w = ctx.wire()
+    try:
+        made = []
+        for v in ctx.versions(19):
+            name = _name(f"ct{v}")
+            r = w.call(19, v, topics=[{"name": name, "num_partitions": 2, "replication_factor": 1,
+                                       "configs": [{"name": "retention.ms", "value": "3600000"}]}], timeout=30000)
+            ok(r.topics[0].error_code, f"CreateTopics v{v}")
+            wait_for(lambda n=name: len(metadata(ctx, w, n)[1].partitions) == 2, f"{name} in metadata")
+            dup = w.call(19, v, topics=[{"name": name, "num_partitions": 1, "replication_factor": 1}], timeout=30000)
+            assert int(dup.topics[0].error_code) == 36, "a duplicate must be TOPIC_ALREADY_EXISTS"
+            made.append(name)
+            ctx.verified.add((19, v))
+        for v in ctx.versions(20):
+            name = made.pop() if made else _name(f"dt{v}")
+            if name.startswith("cov-dt"):
+                create_topic(ctx, w, name)
+            r = w.call(20, v, topic_names=[name], topics=[{"name": name}], timeout=30000)
+            results = getattr(r, "responses", None)
+            ok(results[0].error_code, f"DeleteTopics v{v}")
+            wait_for(lambda n=name: int(metadata(ctx, w, n)[1].error_code) == 3, f"{name} gone")
+            again = w.call(20, v, topic_names=[name], topics=[{"name": name}], timeout=30000)
+            assert int(again.responses[0].error_code) == 3, "deleting it again must be UNKNOWN_TOPIC_OR_PARTITION"
+            ctx.verified.add((20, v))
+    finally:
+        w.close()
+
+
+@sweep("Produce+Fetch+ListOffsets")
+def sweep_produce_fetch_list_offsets(ctx: Ctx) -> None:
+    w = ctx.wire()
+    try:
+        name = _name("pf")
+        create_topic(ctx, w, name)
+        _, t = metadata(ctx, w, name)
+        topic_id = getattr(t, "topic_id", None)
+        base_ts = (int(time.time()) - 3600) * 1000
+        sent: list[tuple[bytes, bytes]] = []
+        stamps: list[int] = []
+        for v in ctx.versions(0):
+            recs = [(f"k{v}-{i}".encode(), f"v{v}-{i}".encode()) for i in range(2)]
+            ts = base_ts + len(sent) * 1000
+            r = w.call(0, v, acks=-1, timeout=30000,
+                       topic_data=[{"name": name, "partition_data": [{"index": 0, "records": batch(recs, ts)}]}])
+            p = r.responses[0].partition_responses[0]
+            ok(p.error_code, f"Produce v{v}")
+            assert p.base_offset == len(sent), f"Produce v{v}: base offset {p.base_offset}, expected {len(sent)}"
+            stamps += [ts, ts + 1]
+            sent += recs
+            ctx.verified.add((0, v))
+        want = [(i, k, v) for i, (k, v) in enumerate(sent)]
+        for v in ctx.versions(1):
+            topic = {"topic": name, "topic_id": topic_id,
+                     "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20,
+                                     "current_leader_epoch": -1, "last_fetched_epoch": -1, "log_start_offset": -1}]}
+            r = w.call(1, v, replica_id=-1, replica_state={"replica_id": -1, "replica_epoch": -1}, max_wait=100,
+                       min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+                       topics=[topic], forgotten_topics_data=[], rack_id="")
+            if v >= 7:
+                ok(r.error_code, f"Fetch v{v}")
+            p = r.responses[0].partitions[0]
+            ok(p.error_code, f"Fetch v{v} partition")
+            assert p.high_watermark == len(sent)
+            assert read_records(p.records) == want, f"Fetch v{v} returned other records"
+            ctx.verified.add((1, v))
+        for v in ctx.versions(2):
+            def lo(ts: int, version: int = v) -> int:
+                r = w.call(2, version, replica_id=-1, isolation_level=0,
+                           topics=[{"name": name, "partitions": [{"partition_index": 0, "timestamp": ts,
+                                                                 "current_leader_epoch": -1}]}])
+                p = r.topics[0].partitions[0]
+                ok(p.error_code, f"ListOffsets v{version} ts={ts}")
+                return int(p.offset)
+            assert lo(-1) == len(sent), f"ListOffsets v{v}: latest"
+            assert lo(-2) == 0, f"ListOffsets v{v}: earliest"
+            assert lo(stamps[2] + 1) == 3 and lo(stamps[-1] + 10_000) == -1, f"ListOffsets v{v}: by timestamp"
+            ctx.verified.add((2, v))
+    finally:
+        w.close()
+
+
+def _pick(ctx: Ctx, key: int, i: int) -> int | None:
+    r = ctx.versions(key)
+    return None if not r else r[min(i, len(r) - 1)]
+
+
+def find_coordinator(ctx: Ctx, w: Wire, key: str, key_type: int, v: int) -> None:
+    r = w.call(10, v, key=key, key_type=key_type, coordinator_keys=[key])
+    if v >= 4:
+        (c,) = r.coordinators
+        ok(c.error_code, f"FindCoordinator v{v}")
+        node, host, port = c.node_id, c.host, c.port
+    else:
+        ok(r.error_code, f"FindCoordinator v{v}")
+        node, host, port = r.node_id, r.host, r.port
+    assert (node, host, port) == (ctx.node_id, "127.0.0.1", ctx.broker.port)
+
+
+def offset_fetch(ctx: Ctx, w: Wire, group: str, topic: str, v: int | None = None) -> int:
+    v = ctx.latest(9) if v is None else v
+    topics = [{"name": topic, "partition_indexes": [0]}]
+    r = w.call(9, v, group_id=group, topics=topics, groups=[{"group_id": group, "topics": topics,
+                                                            "member_id": None, "member_epoch": -1}],
+               require_stable=False)
+    if v >= 8:
+        (g,) = r.groups
+        ok(g.error_code, f"OffsetFetch v{v}")
+        p = g.topics[0].partitions[0]
+    else:
+        p = r.topics[0].partitions[0]
+    ok(p.error_code, f"OffsetFetch v{v} partition")
+    return int(p.committed_offset)
+
+
+@sweep("consumer group (classic)")
+def sweep_groups(ctx: Ctx) -> None:
+    keys = (10, 11, 14, 12, 8, 9, 15, 16, 13, 47, 42)
+    w = ctx.wire()
+    try:
+        topic = _name("grp")
+        create_topic(ctx, w, topic)
+        rounds = max(len(ctx.versions(k)) for k in keys)
+        for i in range(rounds):
+            v = {k: _pick(ctx, k, i) for k in keys}
+            group = _name(f"g{i}")
+            find_coordinator(ctx, w, group, 0, v[10])
+            ctx.verified.add((10, v[10]))
+            join = {"group_id": group, "session_timeout": 10000, "rebalance_timeout": 10000, "member_id": "",
+                    "group_instance_id": None, "protocol_type": "consumer", "reason": "coverage",
+                    "protocols": [{"name": "range", "metadata": b"\x00\x00\x00\x00\x00\x01\x00\x00"}]}
+            r = w.call(11, v[11], **join)
+            if int(r.error_code) == 79:  # MEMBER_ID_REQUIRED (v4+): join again with the id given
+                join["member_id"] = r.member_id
+                r = w.call(11, v[11], **join)
+            ok(r.error_code, f"JoinGroup v{v[11]}")
+            member, gen = r.member_id, r.generation_id
+            assert r.leader == member and gen >= 1 and [m.member_id for m in r.members] == [member]
+            ctx.verified.add((11, v[11]))
+            assignment = b"\x00\x00coverage"
+            r = w.call(14, v[14], group_id=group, generation_id=gen, member_id=member, group_instance_id=None,
+                       protocol_type="consumer", protocol_name="range",
+                       assignments=[{"member_id": member, "assignment": assignment}])
+            ok(r.error_code, f"SyncGroup v{v[14]}")
+            assert r.assignment == assignment
+            ctx.verified.add((14, v[14]))
+            r = w.call(12, v[12], group_id=group, generation_id=gen, member_id=member, group_instance_id=None)
+            ok(r.error_code, f"Heartbeat v{v[12]}")
+            ctx.verified.add((12, v[12]))
+            r = w.call(8, v[8], group_id=group, generation_id_or_member_epoch=gen, member_id=member,
+                       group_instance_id=None, retention_time=-1,
+                       topics=[{"name": topic, "partitions": [{"partition_index": 0, "committed_offset": 5 + i,
+                                                               "committed_leader_epoch": -1,
+                                                               "committed_metadata": "m"}]}])
+            ok(r.topics[0].partitions[0].error_code, f"OffsetCommit v{v[8]}")
+            ctx.verified.add((8, v[8]))
+            assert offset_fetch(ctx, w, group, topic, v[9]) == 5 + i, f"OffsetFetch v{v[9]}"
+            ctx.verified.add((9, v[9]))
+            r = w.call(15, v[15], groups=[group], include_authorized_operations=False)
+            (g,) = r.groups
+            ok(g.error_code, f"DescribeGroups v{v[15]}")
+            assert (g.group_state, g.protocol_type, g.protocol_data) == ("Stable", "consumer", "range")
+            assert [m.member_id for m in g.members] == [member]
+            ctx.verified.add((15, v[15]))
+            r = w.call(16, v[16], states_filter=[], types_filter=[])
+            ok(r.error_code, f"ListGroups v{v[16]}")
+            assert group in {x.group_id for x in r.groups}
+            ctx.verified.add((16, v[16]))
+            r = w.call(13, v[13], group_id=group, member_id=member,
+                       members=[{"member_id": member, "group_instance_id": None, "reason": "done"}])
+            ok(r.error_code, f"LeaveGroup v{v[13]}")
+            ctx.verified.add((13, v[13]))
+            r = w.call(15, ctx.latest(15), groups=[group])
+            assert r.groups[0].group_state == "Empty", "a group whose only member left is Empty"
+            r = w.call(47, v[47], group_id=group, topics=[{"name": topic, "partitions": [{"partition_index": 0}]}])
+            ok(r.error_code, f"OffsetDelete v{v[47]}")
+            ok(r.topics[0].partitions[0].error_code, f"OffsetDelete v{v[47]} partition")
+            assert offset_fetch(ctx, w, group, topic) == -1, "the offset is gone after OffsetDelete"
+            ctx.verified.add((47, v[47]))
+            r = w.call(42, v[42], groups_names=[group])
+            ok(r.results[0].error_code, f"DeleteGroups v{v[42]}")
+            r = w.call(16, ctx.latest(16))
+            assert group not in {x.group_id for x in r.groups}, "a deleted group is not listed"
+            ctx.verified.add((42, v[42]))
+    finally:
+        w.close()
+
+
+@sweep("DescribeConfigs")
+def sweep_describe_configs(ctx: Ctx) -> None:
+    w = ctx.wire()
+    try:
+        name = _name("cfg")
+        create_topic(ctx, w, name, configs={"retention.ms": "123456789", "cleanup.policy": "compact"})
+        for v in ctx.versions(32):
+            r = w.call(32, v, resources=[{"resource_type": 2, "resource_name": name, "configuration_keys": None}],
+                       include_synonyms=False, include_documentation=False)
+            (res,) = r.results
+            ok(res.error_code, f"DescribeConfigs v{v}")
+            got = {c.name: c.value for c in res.configs}
+            assert got["retention.ms"] == "123456789" and got["cleanup.policy"] == "compact", f"v{v}"
+            r = w.call(32, v, resources=[{"resource_type": 2, "resource_name": name,
+                                          "configuration_keys": ["retention.ms"]}])
+            assert [c.name for c in r.results[0].configs] == ["retention.ms"], "configuration_keys filters"
+            ctx.verified.add((32, v))
+    finally:
+        w.close()
+
+
+@sweep("CreatePartitions")
+def sweep_create_partitions(ctx: Ctx) -> None:
+    w = ctx.wire()
+    try:
+        name = _name("cp")
+        create_topic(ctx, w, name, partitions=1)
+        count = 1
+        for v in ctx.versions(37):
+            count += 1
+            r = w.call(37, v, topics=[{"name": name, "count": count, "assignments": None}], timeout=30000,
+                       validate_only=False)
+            ok(r.results[0].error_code, f"CreatePartitions v{v}")
+            wait_for(lambda c=count: len(metadata(ctx, w, name)[1].partitions) == c, f"{count} partitions")
+            r = w.call(37, v, topics=[{"name": name, "count": 1, "assignments": None}], timeout=30000)
+            assert int(r.results[0].error_code) == 37, "shrinking must be INVALID_PARTITIONS"
+            ctx.verified.add((37, v))
+    finally:
+        w.close()
+
+
+@sweep("DeleteRecords")
+def sweep_delete_records(ctx: Ctx) -> None:
+    w = ctx.wire()
+    try:
+        name = _name("dr")
+        create_topic(ctx, w, name)
+        recs = [(None, f"r{i}".encode()) for i in range(10)]
+        r = w.call(0, ctx.latest(0), acks=-1, timeout=30000,
+                   topic_data=[{"name": name, "partition_data": [{"index": 0, "records": batch(recs, 0)}]}])
+        ok(r.responses[0].partition_responses[0].error_code, "Produce")
+        before = 0
+        for v in ctx.versions(21):
+            before += 2
+            r = w.call(21, v, topics=[{"name": name, "partitions": [{"partition_index": 0, "offset": before}]}],
+                       timeout=30000)
+            p = r.topics[0].partitions[0]
+            ok(p.error_code, f"DeleteRecords v{v}")
+            assert p.low_watermark == before
+            r = w.call(2, ctx.latest(2), replica_id=-1,
+                       topics=[{"name": name, "partitions": [{"partition_index": 0, "timestamp": -2,
+                                                             "current_leader_epoch": -1}]}])
+            assert r.topics[0].partitions[0].offset == before, "earliest follows the low watermark"
+            ctx.verified.add((21, v))
+    finally:
+        w.close()
+
+
+@sweep("InitProducerId (idempotent)")
+def sweep_init_producer_id(ctx: Ctx) -> None:
+    w = ctx.wire()
+    try:
+        name = _name("idem")
+        create_topic(ctx, w, name)
+        for v in ctx.versions(22):
+            r = w.call(22, v, transactional_id=None, transaction_timeout=60000, producer_id=-1, producer_epoch=-1)
+            ok(r.error_code, f"InitProducerId v{v}")
+            assert r.producer_id >= 0 and r.producer_epoch >= 0
+            # The id is usable: a sequenced batch is accepted, and the same batch again is a duplicate
+            # that is not written twice.
+            data = batch([(b"k", f"idem{v}".encode())], 0, pid=r.producer_id, epoch=r.producer_epoch, seq=0)
+            offs = []
+            for _ in range(2):
+                p = w.call(0, ctx.latest(0), acks=-1, timeout=30000, topic_data=[
+                    {"name": name, "partition_data": [{"index": 0, "records": data}]}]).responses[0]
+                ok(p.partition_responses[0].error_code, "idempotent Produce")
+                offs.append(p.partition_responses[0].base_offset)
+            assert offs[0] == offs[1], f"a retried idempotent batch was written twice at {offs}"
+            ctx.verified.add((22, v))
+    finally:
+        w.close()
+
+
+def _fetch_committed(ctx: Ctx, w: Wire, name: str) -> list[bytes | None]:
+    """What a read_committed consumer reads from partition 0: fetches from offset 0 up to the last
+    stable offset (a broker may answer each fetch with less than max_bytes allows), dropping the
+    records of the aborted transactions the broker lists."""
+    topic_id = ctx.topic_ids.get(name) or metadata(ctx, w, name)[1].topic_id
+    values: list[bytes | None] = []
+    aborted: set[tuple[int, int]] = set()
+    skip: set[int] = set()
+    offset, lso = 0, None
+    for _ in range(100):
+        r = w.call(1, ctx.latest(1), replica_id=-1, replica_state={"replica_id": -1, "replica_epoch": -1},
+                   max_wait=100, min_bytes=1, max_bytes=1 << 20, isolation_level=1, session_id=0, session_epoch=-1,
+                   topics=[{"topic": name, "topic_id": topic_id,
+                            "partitions": [{"partition": 0, "fetch_offset": offset, "partition_max_bytes": 1 << 20,
+                                            "current_leader_epoch": -1, "last_fetched_epoch": -1,
+                                            "log_start_offset": -1}]}])
+        p = r.responses[0].partitions[0]
+        ok(p.error_code, "read_committed Fetch")
+        lso = p.last_stable_offset
+        aborted |= {(a.producer_id, a.first_offset) for a in (p.aborted_transactions or ())}
+        mr = MemoryRecords(bytes(p.records or b""))
+        progressed = False
+        while mr.has_next():
+            b = mr.next_batch()
+            if b is None:
+                break
+            progressed = True
+            offset = b.next_offset
+            if b.is_control_batch:
+                skip.discard(b.producer_id)
+                continue
+            if any(pid == b.producer_id and first <= b.base_offset for pid, first in aborted):
+                skip.add(b.producer_id)
+            if b.producer_id not in skip:
+                values += [rec.value for rec in b]
+        if not progressed or offset >= lso:
+            break
+    return values
+
+
+@sweep("transactions")
+def sweep_transactions(ctx: Ctx) -> None:
+    keys = (22, 24, 25, 26, 28)
+    w = ctx.wire()
+    try:
+        topic = _name("txn")
+        create_topic(ctx, w, topic)
+        rounds = max(len(ctx.versions(k)) for k in keys)
+        expected: list[bytes | None] = []
+        for i in range(rounds):
+            v = {k: _pick(ctx, k, i) for k in keys}
+            tid, group = _name(f"tid{i}"), _name(f"tg{i}")
+            commit = i % 2 == 0
+            find_coordinator(ctx, w, tid, 1, ctx.latest(10))
+            r = w.call(22, v[22], transactional_id=tid, transaction_timeout=60000, producer_id=-1, producer_epoch=-1)
+            ok(r.error_code, f"InitProducerId v{v[22]} (transactional)")
+            pid, epoch = r.producer_id, r.producer_epoch
+            r = w.call(24, v[24], v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid,
+                       v3_and_below_producer_epoch=epoch, v3_and_below_topics=[{"name": topic, "partitions": [0]}])
+            ok(r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code,
+               f"AddPartitionsToTxn v{v[24]}")
+            values = [f"txn{i}-{j}".encode() for j in range(3)]
+            r = w.call(0, ctx.latest(0), transactional_id=tid, acks=-1, timeout=30000, topic_data=[
+                {"name": topic, "partition_data": [{"index": 0, "records": batch(
+                    [(None, x) for x in values], 0, pid=pid, epoch=epoch, seq=0, transactional=True)}]}])
+            ok(r.responses[0].partition_responses[0].error_code, "transactional Produce")
+            r = w.call(25, v[25], transactional_id=tid, producer_id=pid, producer_epoch=epoch, group_id=group)
+            ok(r.error_code, f"AddOffsetsToTxn v{v[25]}")
+            find_coordinator(ctx, w, group, 0, ctx.latest(10))
+            r = w.call(28, v[28], transactional_id=tid, group_id=group, producer_id=pid, producer_epoch=epoch,
+                       generation_id=-1, member_id="", group_instance_id=None,
+                       topics=[{"name": topic, "partitions": [{"partition_index": 0, "committed_offset": 7,
+                                                               "committed_leader_epoch": -1,
+                                                               "committed_metadata": ""}]}])
+            ok(r.topics[0].partitions[0].error_code, f"TxnOffsetCommit v{v[28]}")
+            r = w.call(26, v[26], transactional_id=tid, producer_id=pid, producer_epoch=epoch, committed=commit)
+            ok(r.error_code, f"EndTxn v{v[26]}")
+            if commit:
+                expected += values
+            wait_for(lambda want=list(expected): _fetch_committed(ctx, w, topic) == want,
+                     f"read_committed to see the committed records only (round {i}, {'commit' if commit else 'abort'})")
+            want = 7 if commit else -1
+            wait_for(lambda g=group, x=want: offset_fetch(ctx, w, g, topic) == x,
+                     f"the transaction's offset commit to be {'visible' if commit else 'dropped'}")
+            for k in keys:
+                ctx.verified.add((k, v[k]))
+            # The admin views of it (KIP-664): ListTransactions, DescribeTransactions, DescribeProducers.
+            state = "CompleteCommit" if commit else "CompleteAbort"
+            for lv in ctx.versions(66):
+                r = w.call(66, lv, state_filters=[], producer_id_filters=[], duration_filter=-1)
+                ok(r.error_code, f"ListTransactions v{lv}")
+                assert {x.transactional_id: x.transaction_state for x in r.transaction_states}.get(tid) == state
+                ctx.verified.add((66, lv))
+            for dv in ctx.versions(65):
+                r = w.call(65, dv, transactional_ids=[tid])
+                (s,) = r.transaction_states
+                ok(s.error_code, f"DescribeTransactions v{dv}")
+                assert (s.transaction_state, s.producer_id) == (state, pid)
+                ctx.verified.add((65, dv))
+            for pv in ctx.versions(61):
+                r = w.call(61, pv, topics=[{"name": topic, "partition_indexes": [0]}])
+                p = r.topics[0].partitions[0]
+                ok(p.error_code, f"DescribeProducers v{pv}")
+                assert pid in {x.producer_id for x in p.active_producers}
+                ctx.verified.add((61, pv))
+    finally:
+        w.close()
+
+
+@sweep("WriteTxnMarkers")
+def sweep_write_txn_markers(ctx: Ctx) -> None:
+    """The marker a transaction coordinator writes, sent directly: it completes an open transaction on
+    the partition, so read_committed readers see its records."""
+    w = ctx.wire()
+    try:
+        topic = _name("wtm")
+        create_topic(ctx, w, topic)
+        for v in ctx.versions(27):
+            tid = _name("wtm-tid")
+            find_coordinator(ctx, w, tid, 1, ctx.latest(10))
+            r = w.call(22, ctx.latest(22), transactional_id=tid, transaction_timeout=60000, producer_id=-1,
+                       producer_epoch=-1)
+            pid, epoch = r.producer_id, r.producer_epoch
+            r = w.call(24, 3, v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid,
+                       v3_and_below_producer_epoch=epoch, v3_and_below_topics=[{"name": topic, "partitions": [0]}])
+            ok(r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code, "AddPartitionsToTxn")
+            values = [f"wtm{v}".encode()]
+            r = w.call(0, ctx.latest(0), transactional_id=tid, acks=-1, timeout=30000, topic_data=[
+                {"name": topic, "partition_data": [{"index": 0, "records": batch(
+                    [(None, x) for x in values], 0, pid=pid, epoch=epoch, seq=0, transactional=True)}]}])
+            ok(r.responses[0].partition_responses[0].error_code, "transactional Produce")
+            assert _fetch_committed(ctx, w, topic) == [], "an open transaction is invisible to read_committed"
+            r = w.call(27, v, markers=[{"producer_id": pid, "producer_epoch": epoch, "transaction_result": True,
+                                        "topics": [{"name": topic, "partition_indexes": [0]}],
+                                        "coordinator_epoch": 0}])
+            ok(r.markers[0].topics[0].partitions[0].error_code, f"WriteTxnMarkers v{v}")
+            wait_for(lambda x=values: _fetch_committed(ctx, w, topic) == x, "the commit marker to expose the records")
+            ctx.verified.add((27, v))
+    finally:
+        w.close()
+
+
+@sweep("consumer group (KIP-848)")
+def sweep_consumer_group_protocol(ctx: Ctx) -> None:
+    w = ctx.wire()
+    try:
+        topic = _name("cgp")
+        create_topic(ctx, w, topic, partitions=2)
+        topic_id = ctx.topic_ids.get(topic) or metadata(ctx, w, topic)[1].topic_id
+        rounds = max(len(ctx.versions(68)), len(ctx.versions(69)))
+        for i in range(rounds):
+            hv, dv = _pick(ctx, 68, i), _pick(ctx, 69, i)
+            group = _name(f"cg{i}")
+            member = str(uuid.uuid4()) if hv is not None and hv >= 1 else ""
+            find_coordinator(ctx, w, group, 0, ctx.latest(10))
+            epoch, owned = 0, []
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                r = w.call(68, hv, group_id=group, member_id=member, member_epoch=epoch, instance_id=None,
+                           rack_id=None, rebalance_timeout=10000 if epoch == 0 else -1,
+                           subscribed_topic_names=[topic] if epoch == 0 else None, subscribed_topic_regex=None,
+                           server_assignor=None, topic_partitions=[] if epoch == 0 else
+                           [{"topic_id": topic_id, "partitions": owned}])
+                ok(r.error_code, f"ConsumerGroupHeartbeat v{hv}: {r.error_message}")
+                member, epoch = r.member_id, r.member_epoch
+                if r.assignment is not None:
+                    owned = sorted(p for tp in r.assignment.topic_partitions for p in tp.partitions)
+                if owned == [0, 1]:
+                    break
+                time.sleep(0.2)
+            assert member and epoch >= 1 and owned == [0, 1], f"member {member!r} epoch {epoch} owns {owned}"
+            ctx.verified.add((68, hv))
+            r = w.call(69, dv, group_ids=[group], include_authorized_operations=False)
+            (g,) = r.groups
+            ok(g.error_code, f"ConsumerGroupDescribe v{dv}")
+            assert g.group_state in ("stable", "Stable", "STABLE"), g.group_state
+            (m,) = g.members
+            assert m.member_id == member and m.subscribed_topic_names == (topic,)
+            assert sorted(p for tp in m.assignment.topic_partitions for p in tp.partitions) == [0, 1]
+            ctx.verified.add((69, dv))
+            r = w.call(68, hv, group_id=group, member_id=member, member_epoch=-1)  # leave
+            ok(r.error_code, "ConsumerGroupHeartbeat leave")
+    finally:
+        w.close()
+
+
+# --- fixtures and tests ----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def ctx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ctx]:
+    b = BrokerProcess(tmp_path_factory.mktemp("coverage"), overrides=dict(SINGLE_NODE_OVERRIDES))
+    b.start()
+    try:
+        c = Ctx(b, api_versions(b.bootstrap))
+        w = c.wire()
+        try:
+            node = w.call(3, c.latest(3), topics=[]).brokers[0].node_id
+        finally:
+            w.close()
+        c.node_id = node
+        yield c
+    finally:
+        b.kill()
+
+
+@pytest.mark.parametrize("name", list(SWEEPS))
+def test_direct_protocol(ctx: Ctx, name: str) -> None:
+    """Each advertised version of these APIs, spoken directly and checked against Kafka's behaviour."""
+    ctx.run(name)
+
+
+def _compat_coverage() -> tuple[set[tuple[int, int]], list[str]]:
+    """(api_key, version) pairs the compat suite's clients sent, and which files said so."""
+    seen: set[tuple[int, int]] = set()
+    sources = []
+    if COMPAT_COVERAGE.exists():
+        doc = json.loads(COMPAT_COVERAGE.read_text())
+        for k, vs in doc["exercised"].items():
+            seen |= {(int(k), int(v)) for v in vs}
+        sources.append(f"{COMPAT_COVERAGE.relative_to(REPO)} (from {doc.get('generated_from')})")
+    runs = sorted(COMPAT_RESULTS.glob("*.json")) if COMPAT_RESULTS.is_dir() else []
+    for path in reversed(runs):  # the newest local run against a suite-started pykbroker
+        try:
+            doc = json.loads(path.read_text())
+        except ValueError:
+            continue
+        if doc.get("broker", {}).get("managed") and doc.get("requests"):
+            seen |= {(r["api_key"], r["api_version"]) for r in doc["requests"]
+                     if not r["client_id"].startswith("compat-probe")}
+            sources.append(str(path.relative_to(REPO)))
+            break
+    return seen, sources
+
+
+def test_every_advertised_version_is_exercised(ctx: Ctx) -> None:
+    for name in SWEEPS:  # runs any sweep not run yet (e.g. under -k); failures count as not exercised
+        try:
+            ctx.run(name)
+        except BaseException:
+            pass
+    compat, sources = _compat_coverage()
+    advertised = {(k, v) for k, (lo, hi) in ctx.advertised.items() for v in range(lo, hi + 1)}
+    untested = sorted(advertised - compat - ctx.verified)
+    if untested:
+        by_key: dict[int, list[int]] = {}
+        for k, v in untested:
+            by_key.setdefault(k, []).append(v)
+        lines = [f"  {api_name(k)} ({k}): v{', v'.join(map(str, vs))}" for k, vs in sorted(by_key.items())]
+        failed = [n for n, e in ctx.outcomes.items() if e is not None]
+        pytest.fail(
+            "advertised in ApiVersions but exercised neither by the compat suite's clients "
+            f"({', '.join(sources) or 'no compat coverage found: run pytest compat and python -m compat.report'}) "
+            "nor by a passing direct protocol test:\n" + "\n".join(lines)
+            + (f"\n(direct tests that failed: {', '.join(failed)})" if failed else ""),
+            pytrace=False)
