@@ -170,16 +170,11 @@ async def handle_leave_group(svc: Services, ctx: RequestContext, req: Any) -> di
 
 # --- offsets ----------------------------------------------------------------------------------
 
-async def handle_offset_commit(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
-    v = ctx.version
-    mgr = _manager(svc)
-    gc = _coordinator(svc)
-    retention = -1
-    if 2 <= v <= 4:
-        retention = _ms(req.retention_time)
+def commit_entries(svc: Services, topics: Any) -> tuple[list[CommitEntry], set[tuple[str, int]]]:
+    """The offsets of an OffsetCommit/TxnOffsetCommit request, and its partitions that do not exist."""
     entries: list[CommitEntry] = []
     unknown: set[tuple[str, int]] = set()
-    for t in req.topics:
+    for t in topics:
         rec = svc.store.topic(t.name)
         for p in t.partitions:
             tp = (t.name, int(p.partition_index))
@@ -188,19 +183,36 @@ async def handle_offset_commit(svc: Services, ctx: RequestContext, req: Any) -> 
                 continue
             entries.append(CommitEntry(t.name, tp[1], int(p.committed_offset),
                                        int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata))
-    results = mgr.commit_offsets(req.group_id, int(req.generation_id_or_member_epoch), req.member_id or "",
-                                 req.group_instance_id if v >= 7 else None, entries, retention)
-    if gc is not None and entries and any(c == ErrorCode.none for c in results.values()):
-        await gc.flush(req.group_id)
-    topics = []
-    for t in req.topics:
+    return entries, unknown
+
+
+def partition_errors(topics: Any, unknown: set[tuple[str, int]],
+                     results: dict[tuple[str, int], ErrorCode]) -> list[dict[str, Any]]:
+    """Per-partition error codes for the request's topics (``unknown`` ones: UNKNOWN_TOPIC_OR_PARTITION)."""
+    out = []
+    for t in topics:
         parts = []
         for p in t.partitions:
             tp = (t.name, int(p.partition_index))
             code = ErrorCode.unknown_topic_or_partition if tp in unknown else results.get(tp, ErrorCode.none)
             parts.append({"partition_index": tp[1], "error_code": code})
-        topics.append({"name": t.name, "partitions": parts})
-    return {"throttle_time": 0, "topics": topics}
+        out.append({"name": t.name, "partitions": parts})
+    return out
+
+
+async def handle_offset_commit(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    v = ctx.version
+    mgr = _manager(svc)
+    gc = _coordinator(svc)
+    retention = -1
+    if 2 <= v <= 4:
+        retention = _ms(req.retention_time)
+    entries, unknown = commit_entries(svc, req.topics)
+    results = mgr.commit_offsets(req.group_id, int(req.generation_id_or_member_epoch), req.member_id or "",
+                                 req.group_instance_id if v >= 7 else None, entries, retention)
+    if gc is not None and entries and any(c == ErrorCode.none for c in results.values()):
+        await gc.flush(req.group_id)
+    return {"throttle_time": 0, "topics": partition_errors(req.topics, unknown, results)}
 
 
 def _fetch_group(mgr: GroupManager, group_id: str, topics: Any, member_id: str | None, member_epoch: int,
@@ -253,15 +265,7 @@ async def handle_offset_delete(svc: Services, ctx: RequestContext, req: Any) -> 
     wanted = [(t.name, int(p.partition_index)) for t in req.topics for p in t.partitions]
     unknown = {tp for tp in wanted if (rec := svc.store.topic(tp[0])) is None or tp[1] not in rec.partitions}
     code, results = mgr.delete_offsets(req.group_id, [tp for tp in wanted if tp not in unknown])
-    topics = []
-    if code == ErrorCode.none:
-        for t in req.topics:
-            parts = []
-            for p in t.partitions:
-                tp = (t.name, int(p.partition_index))
-                e = ErrorCode.unknown_topic_or_partition if tp in unknown else results.get(tp, ErrorCode.none)
-                parts.append({"partition_index": tp[1], "error_code": e})
-            topics.append({"name": t.name, "partitions": parts})
+    topics = partition_errors(req.topics, unknown, results) if code == ErrorCode.none else []
     return {"error_code": code, "throttle_time": 0, "topics": topics}
 
 

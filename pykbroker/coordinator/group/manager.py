@@ -43,6 +43,8 @@ from pykbroker.coordinator.group.serde import (
     encode_offset_value,
 )
 from pykbroker.coordinator.group.timers import Timers
+from pykbroker.coordinator.internal_topic import java_string_hash as java_string_hash
+from pykbroker.coordinator.internal_topic import partition_for
 
 log = logging.getLogger("pykbroker.groups")
 
@@ -50,21 +52,6 @@ Writer = Callable[[int, list[tuple[bytes, bytes | None]]], None]
 TopicPartition = tuple[str, int]
 
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
-
-
-def java_string_hash(s: str) -> int:
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def partition_for(group_id: str, num_partitions: int) -> int:
-    """Kafka's ``Utils.abs(groupId.hashCode) % offsets.topic.num.partitions``."""
-    h = java_string_hash(group_id)
-    h = 0 if h == -(1 << 31) else abs(h)
-    return h % num_partitions
 
 
 @dataclass

@@ -8,107 +8,16 @@ commit, 2 group metadata), a value with an int16 schema version.  A null value i
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
+from pykbroker.coordinator.serde_primitives import Reader, Writer
+from pykbroker.coordinator.serde_primitives import SerdeError as SerdeError
 
 OFFSET_COMMIT_KEY_TYPE = 1
 GROUP_METADATA_KEY_TYPE = 2
 OFFSET_VALUE_VERSION = 3
 OFFSET_VALUE_VERSION_WITH_EXPIRE = 1
 GROUP_VALUE_VERSION = 3
-
-
-class SerdeError(ValueError):
-    pass
-
-
-class _Writer:
-    __slots__ = ("buf",)
-
-    def __init__(self) -> None:
-        self.buf = bytearray()
-
-    def i16(self, v: int) -> _Writer:
-        self.buf += _I16.pack(v)
-        return self
-
-    def i32(self, v: int) -> _Writer:
-        self.buf += _I32.pack(v)
-        return self
-
-    def i64(self, v: int) -> _Writer:
-        self.buf += _I64.pack(v)
-        return self
-
-    def string(self, v: str | None) -> _Writer:
-        if v is None:
-            return self.i16(-1)
-        data = v.encode()
-        self.i16(len(data))
-        self.buf += data
-        return self
-
-    def bytes_(self, v: bytes | None) -> _Writer:
-        if v is None:
-            return self.i32(-1)
-        self.i32(len(v))
-        self.buf += v
-        return self
-
-    def done(self) -> bytes:
-        return bytes(self.buf)
-
-
-class _Reader:
-    __slots__ = ("data", "pos")
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
-
-    def _take(self, s: struct.Struct) -> int:
-        if self.pos + s.size > len(self.data):
-            raise SerdeError("truncated record")
-        (v,) = s.unpack_from(self.data, self.pos)
-        self.pos += s.size
-        return int(v)
-
-    def i16(self) -> int:
-        return self._take(_I16)
-
-    def i32(self) -> int:
-        return self._take(_I32)
-
-    def i64(self) -> int:
-        return self._take(_I64)
-
-    def string(self) -> str | None:
-        n = self.i16()
-        if n < 0:
-            return None
-        if self.pos + n > len(self.data):
-            raise SerdeError("truncated string")
-        v = self.data[self.pos:self.pos + n].decode()
-        self.pos += n
-        return v
-
-    def bytes_(self) -> bytes | None:
-        n = self.i32()
-        if n < 0:
-            return None
-        if self.pos + n > len(self.data):
-            raise SerdeError("truncated bytes")
-        v = self.data[self.pos:self.pos + n]
-        self.pos += n
-        return bytes(v)
-
-    @property
-    def remaining(self) -> int:
-        return len(self.data) - self.pos
 
 
 # --- keys ------------------------------------------------------------------------------------
@@ -126,16 +35,16 @@ class GroupKey:
 
 
 def encode_offset_key(group: str, topic: str, partition: int) -> bytes:
-    return _Writer().i16(OFFSET_COMMIT_KEY_TYPE).string(group).string(topic).i32(partition).done()
+    return Writer().i16(OFFSET_COMMIT_KEY_TYPE).string(group).string(topic).i32(partition).done()
 
 
 def encode_group_key(group: str) -> bytes:
-    return _Writer().i16(GROUP_METADATA_KEY_TYPE).string(group).done()
+    return Writer().i16(GROUP_METADATA_KEY_TYPE).string(group).done()
 
 
 def decode_key(data: bytes) -> OffsetKey | GroupKey | None:
     """None for record types this coordinator does not know (KIP-848 records etc.)."""
-    r = _Reader(data)
+    r = Reader(data)
     kind = r.i16()
     if kind in (0, 1):
         return OffsetKey(r.string() or "", r.string() or "", r.i32())
@@ -157,14 +66,14 @@ class OffsetValue:
 
 def encode_offset_value(v: OffsetValue) -> bytes:
     if v.expire_timestamp >= 0:
-        return (_Writer().i16(OFFSET_VALUE_VERSION_WITH_EXPIRE).i64(v.offset).string(v.metadata)
+        return (Writer().i16(OFFSET_VALUE_VERSION_WITH_EXPIRE).i64(v.offset).string(v.metadata)
                 .i64(v.commit_timestamp).i64(v.expire_timestamp).done())
-    return (_Writer().i16(OFFSET_VALUE_VERSION).i64(v.offset).i32(v.leader_epoch).string(v.metadata)
+    return (Writer().i16(OFFSET_VALUE_VERSION).i64(v.offset).i32(v.leader_epoch).string(v.metadata)
             .i64(v.commit_timestamp).done())
 
 
 def decode_offset_value(data: bytes) -> OffsetValue:
-    r = _Reader(data)
+    r = Reader(data)
     version = r.i16()
     if version < 0 or version > 4:
         raise SerdeError(f"unknown offset commit value version {version}")
@@ -201,7 +110,7 @@ class GroupValue:
 
 
 def encode_group_value(v: GroupValue) -> bytes:
-    w = (_Writer().i16(GROUP_VALUE_VERSION).string(v.protocol_type).i32(v.generation).string(v.protocol)
+    w = (Writer().i16(GROUP_VALUE_VERSION).string(v.protocol_type).i32(v.generation).string(v.protocol)
          .string(v.leader).i64(v.current_state_timestamp).i32(len(v.members)))
     for m in v.members:
         (w.string(m.member_id).string(m.group_instance_id).string(m.client_id).string(m.client_host)
@@ -210,7 +119,7 @@ def encode_group_value(v: GroupValue) -> bytes:
 
 
 def decode_group_value(data: bytes) -> GroupValue:
-    r = _Reader(data)
+    r = Reader(data)
     version = r.i16()
     if version < 0 or version > 3:
         raise SerdeError(f"unsupported group metadata value version {version}")
@@ -241,7 +150,7 @@ def decode_group_value(data: bytes) -> GroupValue:
 def subscribed_topics(metadata: bytes) -> set[str] | None:
     """Topics of a ``ConsumerProtocolSubscription``; None when it cannot be parsed."""
     try:
-        r = _Reader(metadata)
+        r = Reader(metadata)
         version = r.i16()
         if version < 0:
             return None
@@ -263,7 +172,7 @@ class ConsumerSubscription:
 def decode_consumer_subscription(metadata: bytes) -> ConsumerSubscription | None:
     """A ``ConsumerProtocolSubscription`` (v0-v3): topics, and owned partitions from v1; None if malformed."""
     try:
-        r = _Reader(metadata)
+        r = Reader(metadata)
         version = r.i16()
         if version < 0:
             return None
@@ -287,7 +196,7 @@ def decode_consumer_subscription(metadata: bytes) -> ConsumerSubscription | None
 
 def encode_consumer_subscription_v1(topics: list[str], owned: dict[str, list[int]]) -> bytes:
     """A v1 ``ConsumerProtocolSubscription`` with owned partitions (cooperative members; for tests)."""
-    w = _Writer().i16(1).i32(len(topics))
+    w = Writer().i16(1).i32(len(topics))
     for t in topics:
         w.string(t)
     w.bytes_(None).i32(len(owned))
@@ -300,7 +209,7 @@ def encode_consumer_subscription_v1(topics: list[str], owned: dict[str, list[int
 
 def encode_consumer_assignment(partitions: dict[str, list[int]], version: int = 0) -> bytes:
     """A ``ConsumerProtocolAssignment`` (used by tests and by KIP-848 conversions)."""
-    w = _Writer().i16(version).i32(len(partitions))
+    w = Writer().i16(version).i32(len(partitions))
     for topic, parts in sorted(partitions.items()):
         w.string(topic).i32(len(parts))
         for p in parts:
@@ -313,7 +222,7 @@ def decode_consumer_assignment(data: bytes) -> dict[str, list[int]] | None:
     if not data:
         return {}
     try:
-        r = _Reader(data)
+        r = Reader(data)
         r.i16()
         out: dict[str, list[int]] = {}
         for _ in range(r.i32()):
@@ -325,7 +234,7 @@ def decode_consumer_assignment(data: bytes) -> dict[str, list[int]] | None:
 
 
 def encode_consumer_subscription(topics: list[str], version: int = 0) -> bytes:
-    w = _Writer().i16(version).i32(len(topics))
+    w = Writer().i16(version).i32(len(topics))
     for t in topics:
         w.string(t)
     w.bytes_(None)

@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from pykbroker.config import BrokerConfig
+from pykbroker.coordinator import internal_topic
 from pykbroker.coordinator.group.manager import GroupConfig, GroupManager
+from pykbroker.coordinator.internal_topic import PartitionLoader, now_ms
 from pykbroker.metadata.store import MetadataStore, TopicRecord
-from pykbroker.protocol.records import build_batch, decode_records, iter_batches, validate_for_append
 from pykbroker.server.replica_manager import ReplicaManager
-from pykbroker.server.topics import TopicError, TopicManager, TopicSpec
+from pykbroker.server.topics import TopicManager
 
 if TYPE_CHECKING:  # transactional offset commits
     from pykbroker.coordinator.transaction.offsets import TxnOffsets
@@ -28,11 +29,6 @@ if TYPE_CHECKING:  # transactional offset commits
 log = logging.getLogger("pykbroker.groups")
 
 OFFSETS_TOPIC = "__consumer_offsets"
-LOAD_CHUNK_BYTES = 4 << 20
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def group_config_from(config: BrokerConfig) -> GroupConfig:
@@ -54,7 +50,7 @@ def group_config_from(config: BrokerConfig) -> GroupConfig:
     )
 
 
-class GroupCoordinator:
+class GroupCoordinator(PartitionLoader):
     def __init__(self, config: BrokerConfig, store: MetadataStore, replicas: ReplicaManager,
                  topics: TopicManager) -> None:
         self.config = config
@@ -90,28 +86,14 @@ class GroupCoordinator:
 
     def coordinator_node(self, group_id: str) -> int | None:
         """The broker leading the offsets partition of this group, or None if unknown."""
-        rec = self.store.topic(OFFSETS_TOPIC)
-        if rec is None:
-            return None
-        a = rec.partitions.get(self.partition_for(group_id))
-        if a is None or a.leader < 0:
-            return None
-        return a.leader
+        return internal_topic.coordinator_node(self.store, OFFSETS_TOPIC, self.partition_for(group_id))
 
     def ensure_topic(self) -> None:
-        if self.store.topic(OFFSETS_TOPIC) is not None:
-            return
-        rf = min(self.config["offsets.topic.replication.factor"], max(1, len(self.store.live_brokers())))
-        spec = TopicSpec(OFFSETS_TOPIC, num_partitions=self.config["offsets.topic.num.partitions"],
-                         replication_factor=rf,
-                         configs={"cleanup.policy": "compact",
-                                  "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
-                                  "compression.type": "producer"})
-        try:
-            self.topics.create(spec)
-        except TopicError as e:
-            if self.store.topic(OFFSETS_TOPIC) is None:
-                raise RuntimeError(f"cannot create {OFFSETS_TOPIC}: {e.message}") from None
+        internal_topic.ensure_internal_topic(
+            self.store, self.topics, OFFSETS_TOPIC, self.config["offsets.topic.num.partitions"],
+            self.config["offsets.topic.replication.factor"],
+            lambda rf: {"cleanup.policy": "compact", "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
+                        "compression.type": "producer"})
 
     def _led_partitions(self, rec: TopicRecord | None) -> set[int]:
         if rec is None:
@@ -150,22 +132,11 @@ class GroupCoordinator:
     # --- writes ---------------------------------------------------------------------------
 
     def _write(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
-        p = self.replicas.partition(OFFSETS_TOPIC, partition)
-        if p is None or p.leader_id != self.replicas.broker_id:
-            raise RuntimeError(f"not the leader of {OFFSETS_TOPIC}-{partition}")
-        now = now_ms()
-        buf = bytearray(build_batch([(k, v, ()) for k, v in records], timestamp_ms=now))
-        batches = validate_for_append(buf, max_batch_bytes=max(len(buf), p.log.config.max_message_bytes),
-                                      now_ms=now, timestamp_type=0, from_client=False)
-        p.log.append(buf, batches, leader_epoch=p.leader_epoch)
-        self.replicas.on_appended(p)
+        internal_topic.append_records(self.replicas, OFFSETS_TOPIC, partition, records)
 
     async def flush(self, group_id: str) -> None:
-        if not self.flush_on_ack:
-            return
-        p = self.replicas.partition(OFFSETS_TOPIC, self.partition_for(group_id))
-        if p is not None:
-            await anyio.to_thread.run_sync(p.log.flush)
+        if self.flush_on_ack:
+            await internal_topic.flush_partition(self.replicas, OFFSETS_TOPIC, self.partition_for(group_id))
 
     # --- loading --------------------------------------------------------------------------
 
@@ -173,27 +144,9 @@ class GroupCoordinator:
         p = self.replicas.partition(OFFSETS_TOPIC, partition)
         if p is None:
             return []
-        lg = p.log
-        out: list[tuple[bytes | None, bytes | None]] = []
-        offset = lg.log_start_offset
-        end = p.high_watermark
         from pykbroker.coordinator.transaction.offsets import TxnLoadFilter
-        txn = TxnLoadFilter()  # transactional records wait for their marker
-        while offset < end:
-            res = lg.read(offset, LOAD_CHUNK_BYTES, max_offset=end)
-            if not res.records:
-                break
-            before = offset
-            data = res.records
-            for h in iter_batches(data):
-                if h.next_offset <= offset:
-                    continue
-                view = memoryview(data)[h.position:h.position + h.size]
-                recs = [(r.key, r.value) for r in decode_records(view) if r.offset >= offset]
-                out.extend(txn.feed(h, recs))  # (was: skip control batches)
-                offset = max(offset, h.next_offset)
-            if offset == before:
-                break
+        txn = TxnLoadFilter()  # transactional records wait for their marker (control batches included)
+        out = internal_topic.read_records(p, txn.feed)
         self._txn_open[partition] = txn.open  # still-open transactions, restored by _load
         return out
 
@@ -233,16 +186,6 @@ class GroupCoordinator:
             tg.start_soon(self._loader)
             tg.start_soon(self._timer_loop)
             tg.start_soon(self._expiry_loop)
-
-    async def _loader(self) -> None:
-        while True:
-            while self._to_load:
-                p = min(self._to_load)
-                self._to_load.discard(p)
-                await self._load(p)
-            self._load_wake = anyio.Event()
-            if not self._to_load:
-                await self._load_wake.wait()
 
     def _timers_changed(self) -> None:
         deadline = self.manager.next_deadline()

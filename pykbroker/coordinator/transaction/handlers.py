@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from pykbroker.coordinator.group.manager import CommitEntry
+from pykbroker.coordinator.group.handlers import commit_entries, partition_errors
 from pykbroker.coordinator.transaction.state import STATE_BY_NAME, TxnState
 from pykbroker.server.context import RequestContext, Services
 
@@ -128,17 +128,7 @@ async def handle_write_txn_markers(svc: Services, ctx: RequestContext, req: Any)
 async def handle_txn_offset_commit(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
     tc = _tc(svc)
     v = ctx.version
-    entries: list[CommitEntry] = []
-    unknown: set[tuple[str, int]] = set()
-    for t in req.topics:
-        rec = svc.store.topic(t.name)
-        for p in t.partitions:
-            tp = (t.name, int(p.partition_index))
-            if rec is None or tp[1] not in rec.partitions:
-                unknown.add(tp)
-                continue
-            entries.append(CommitEntry(t.name, tp[1], int(p.committed_offset),
-                                       int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata))
+    entries, unknown = commit_entries(svc, req.topics)
     results: dict[tuple[str, int], ErrorCode] = {}
     # The producer must be the transactional id's current one, with the offsets partition in its transaction.
     err, md = tc.sm._check_producer(req.transactional_id, int(req.producer_id), int(req.producer_epoch))
@@ -158,15 +148,7 @@ async def handle_txn_offset_commit(svc: Services, ctx: RequestContext, req: Any)
                                         getattr(req, "group_instance_id", None), entries)
         if any(c == ErrorCode.none for c in results.values()):
             await groups.flush(req.group_id)
-    topics = []
-    for t in req.topics:
-        parts = []
-        for p in t.partitions:
-            tp = (t.name, int(p.partition_index))
-            code = ErrorCode.unknown_topic_or_partition if tp in unknown else results.get(tp, ErrorCode.none)
-            parts.append({"partition_index": tp[1], "error_code": code})
-        topics.append({"name": t.name, "partitions": parts})
-    return {"throttle_time": 0, "topics": topics}
+    return {"throttle_time": 0, "topics": partition_errors(req.topics, unknown, results)}
 
 
 # --- operator APIs --------------------------------------------------------------------------------------

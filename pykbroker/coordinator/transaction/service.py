@@ -22,12 +22,13 @@ import anyio
 from kio.schema.errors import ErrorCode
 
 from pykbroker.config import BrokerConfig
+from pykbroker.coordinator import internal_topic
+from pykbroker.coordinator.internal_topic import PartitionLoader, now_ms
 from pykbroker.coordinator.transaction.markers import write_marker
 from pykbroker.coordinator.transaction.state import MarkerJob, TransactionStateMachine, TxnConfig
 from pykbroker.metadata.store import MetadataStore, TopicRecord
-from pykbroker.protocol.records import build_batch, decode_records, iter_batches, validate_for_append
 from pykbroker.server.replica_manager import ReplicaManager
-from pykbroker.server.topics import TopicError, TopicManager, TopicSpec
+from pykbroker.server.topics import TopicManager
 
 if TYPE_CHECKING:
     from pykbroker.coordinator.transaction.offsets import TxnOffsets
@@ -36,17 +37,12 @@ log = logging.getLogger("pykbroker.txn")
 
 TXN_TOPIC = "__transaction_state"
 OFFSETS_TOPIC = "__consumer_offsets"
-LOAD_CHUNK_BYTES = 4 << 20
 PRODUCER_ID_BLOCK = 1000
 ABORT_CHECK_INTERVAL_S = 1.0
 EXPIRE_CHECK_INTERVAL_S = 60.0
 # Testing hook: if this file exists in the first log dir when a commit is prepared, the broker
 # halts (like kill -9) right after writing PrepareCommit, before any marker.
 FAULT_FILE = "pykbroker-fault-txn-halt-after-prepare"
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class ProducerIdManager:
@@ -67,7 +63,7 @@ class ProducerIdManager:
         return pid
 
 
-class TransactionCoordinator:
+class TransactionCoordinator(PartitionLoader):
     def __init__(self, config: BrokerConfig, store: MetadataStore, replicas: ReplicaManager,
                  topics: TopicManager) -> None:
         self.config = config
@@ -94,28 +90,15 @@ class TransactionCoordinator:
         return self.sm.partition_for(transactional_id)
 
     def coordinator_node(self, transactional_id: str) -> int | None:
-        rec = self.store.topic(TXN_TOPIC)
-        if rec is None:
-            return None
-        a = rec.partitions.get(self.partition_for(transactional_id))
-        if a is None or a.leader < 0:
-            return None
-        return a.leader
+        return internal_topic.coordinator_node(self.store, TXN_TOPIC, self.partition_for(transactional_id))
 
     def ensure_topic(self) -> None:
-        if self.store.topic(TXN_TOPIC) is not None:
-            return
-        rf = min(self.config["transaction.state.log.replication.factor"], max(1, len(self.store.live_brokers())))
-        spec = TopicSpec(TXN_TOPIC, num_partitions=self.config["transaction.state.log.num.partitions"],
-                         replication_factor=rf,
-                         configs={"cleanup.policy": "compact", "compression.type": "uncompressed",
-                                  "min.insync.replicas": str(min(rf, self.config["transaction.state.log.min.isr"])),
-                                  "segment.bytes": str(100 * 1024 * 1024)})
-        try:
-            self.topics.create(spec)
-        except TopicError as e:
-            if self.store.topic(TXN_TOPIC) is None:
-                raise RuntimeError(f"cannot create {TXN_TOPIC}: {e.message}") from None
+        internal_topic.ensure_internal_topic(
+            self.store, self.topics, TXN_TOPIC, self.config["transaction.state.log.num.partitions"],
+            self.config["transaction.state.log.replication.factor"],
+            lambda rf: {"cleanup.policy": "compact", "compression.type": "uncompressed",
+                        "min.insync.replicas": str(min(rf, self.config["transaction.state.log.min.isr"])),
+                        "segment.bytes": str(100 * 1024 * 1024)})
 
     def _on_metadata_change(self, name: str, rec: TopicRecord | None) -> None:
         if name != TXN_TOPIC:
@@ -135,22 +118,11 @@ class TransactionCoordinator:
     # --- writes ------------------------------------------------------------------------------
 
     def _write(self, partition: int, key: bytes, value: bytes | None) -> None:
-        p = self.replicas.partition(TXN_TOPIC, partition)
-        if p is None or p.leader_id != self.replicas.broker_id:
-            raise RuntimeError(f"not the leader of {TXN_TOPIC}-{partition}")
-        now = now_ms()
-        buf = bytearray(build_batch([(key, value, ())], timestamp_ms=now))
-        batches = validate_for_append(buf, max_batch_bytes=max(len(buf), p.log.config.max_message_bytes),
-                                      now_ms=now, timestamp_type=0, from_client=False)
-        p.log.append(buf, batches, leader_epoch=p.leader_epoch)
-        self.replicas.on_appended(p)
+        internal_topic.append_records(self.replicas, TXN_TOPIC, partition, [(key, value)])
 
     async def flush(self, transactional_id: str) -> None:
-        if not self.flush_on_ack:
-            return
-        p = self.replicas.partition(TXN_TOPIC, self.partition_for(transactional_id))
-        if p is not None:
-            await anyio.to_thread.run_sync(p.log.flush)
+        if self.flush_on_ack:
+            await internal_topic.flush_partition(self.replicas, TXN_TOPIC, self.partition_for(transactional_id))
 
     # --- markers -----------------------------------------------------------------------------
 
@@ -209,28 +181,7 @@ class TransactionCoordinator:
 
     def _read_partition(self, partition: int) -> list[tuple[bytes | None, bytes | None]]:
         p = self.replicas.partition(TXN_TOPIC, partition)
-        if p is None:
-            return []
-        lg = p.log
-        out: list[tuple[bytes | None, bytes | None]] = []
-        offset = lg.log_start_offset
-        end = p.high_watermark
-        while offset < end:
-            res = lg.read(offset, LOAD_CHUNK_BYTES, max_offset=end)
-            if not res.records:
-                break
-            before = offset
-            data = res.records
-            for h in iter_batches(data):
-                if h.next_offset <= offset:
-                    continue
-                if not h.is_control:
-                    view = memoryview(data)[h.position:h.position + h.size]
-                    out.extend((r.key, r.value) for r in decode_records(view) if r.offset >= offset)
-                offset = max(offset, h.next_offset)
-            if offset == before:
-                break
-        return out
+        return [] if p is None else internal_topic.read_records(p)
 
     async def _load(self, partition: int) -> None:
         started = time.monotonic()
@@ -268,16 +219,6 @@ class TransactionCoordinator:
             tg.start_soon(self._loader)
             tg.start_soon(self._abort_loop)
             tg.start_soon(self._expire_loop)
-
-    async def _loader(self) -> None:
-        while True:
-            while self._to_load:
-                p = min(self._to_load)
-                self._to_load.discard(p)
-                await self._load(p)
-            self._load_wake = anyio.Event()
-            if not self._to_load:
-                await self._load_wake.wait()
 
     async def _abort_loop(self) -> None:
         while True:

@@ -21,6 +21,7 @@ from enum import IntEnum
 
 from kio.schema.errors import ErrorCode
 
+from pykbroker.coordinator.internal_topic import partition_for
 from pykbroker.coordinator.transaction.log_serde import (
     TxnLogSerdeError,
     TxnLogValue,
@@ -154,21 +155,6 @@ class _Partition:
     loading: bool
     coordinator_epoch: int
     txn_ids: set[str] = field(default_factory=set)
-
-
-def java_string_hash(s: str) -> int:
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def partition_for(transactional_id: str, num_partitions: int) -> int:
-    """Kafka's ``Utils.abs(transactionalId.hashCode) % transaction.state.log.num.partitions``."""
-    h = java_string_hash(transactional_id)
-    h = 0 if h == -(1 << 31) else abs(h)
-    return h % num_partitions
 
 
 class TransactionStateMachine:

@@ -1,0 +1,137 @@
+"""What the group and transaction coordinators share about their internal topics.
+
+``__consumer_offsets`` and ``__transaction_state`` are handled alike: a key (group id or
+transactional id) hashes to a partition as in Kafka, the topic is created on first use, the
+partitions this broker leads are replayed off the event loop when it becomes their leader, and
+the coordinator appends its records there as local, non-client appends.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+
+import anyio
+
+from pykbroker.metadata.store import MetadataStore
+from pykbroker.protocol.records import BatchHeader, build_batch, decode_records, iter_batches, validate_for_append
+from pykbroker.server.replica_manager import Partition, ReplicaManager
+from pykbroker.server.topics import TopicError, TopicManager, TopicSpec
+
+LOAD_CHUNK_BYTES = 4 << 20
+
+KV = tuple[bytes | None, bytes | None]
+BatchFeed = Callable[[BatchHeader, list[KV]], Iterable[KV]]
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def java_string_hash(s: str) -> int:
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for(key: str, num_partitions: int) -> int:
+    """Kafka's ``Utils.abs(key.hashCode) % numPartitions`` (group id or transactional id)."""
+    h = java_string_hash(key)
+    h = 0 if h == -(1 << 31) else abs(h)
+    return h % num_partitions
+
+
+def ensure_internal_topic(store: MetadataStore, topics: TopicManager, name: str, num_partitions: int,
+                          replication_factor: int, configs: Callable[[int], dict[str, str | None]]) -> None:
+    """Create the topic unless it exists; ``configs`` gets the replication factor actually used."""
+    if store.topic(name) is not None:
+        return
+    rf = min(replication_factor, max(1, len(store.live_brokers())))
+    spec = TopicSpec(name, num_partitions=num_partitions, replication_factor=rf, configs=configs(rf))
+    try:
+        topics.create(spec)
+    except TopicError as e:
+        if store.topic(name) is None:
+            raise RuntimeError(f"cannot create {name}: {e.message}") from None
+
+
+def coordinator_node(store: MetadataStore, topic: str, partition: int) -> int | None:
+    """The broker leading this partition of the internal topic, or None if unknown."""
+    rec = store.topic(topic)
+    if rec is None:
+        return None
+    a = rec.partitions.get(partition)
+    if a is None or a.leader < 0:
+        return None
+    return a.leader
+
+
+def append_records(replicas: ReplicaManager, topic: str, partition: int,
+                   records: list[tuple[bytes, bytes | None]]) -> None:
+    """Append ``(key, value)`` records as one batch to a partition this broker leads."""
+    p = replicas.partition(topic, partition)
+    if p is None or p.leader_id != replicas.broker_id:
+        raise RuntimeError(f"not the leader of {topic}-{partition}")
+    now = now_ms()
+    buf = bytearray(build_batch([(k, v, ()) for k, v in records], timestamp_ms=now))
+    batches = validate_for_append(buf, max_batch_bytes=max(len(buf), p.log.config.max_message_bytes),
+                                  now_ms=now, timestamp_type=0, from_client=False)
+    p.log.append(buf, batches, leader_epoch=p.leader_epoch)
+    replicas.on_appended(p)
+
+
+async def flush_partition(replicas: ReplicaManager, topic: str, partition: int) -> None:
+    p = replicas.partition(topic, partition)
+    if p is not None:
+        await anyio.to_thread.run_sync(p.log.flush)
+
+
+def read_records(p: Partition, feed: BatchFeed | None = None) -> list[KV]:
+    """The ``(key, value)`` records of a partition up to its high watermark (blocking: run off-loop).
+
+    Without ``feed`` control batches are skipped; with it, every batch's records go through
+    ``feed`` and what it returns is kept.
+    """
+    lg = p.log
+    out: list[KV] = []
+    offset = lg.log_start_offset
+    end = p.high_watermark
+    while offset < end:
+        res = lg.read(offset, LOAD_CHUNK_BYTES, max_offset=end)
+        if not res.records:
+            break
+        before = offset
+        data = res.records
+        for h in iter_batches(data):
+            if h.next_offset <= offset:
+                continue
+            if feed is not None or not h.is_control:
+                view = memoryview(data)[h.position:h.position + h.size]
+                recs = [(r.key, r.value) for r in decode_records(view) if r.offset >= offset]
+                out.extend(recs if feed is None else feed(h, recs))
+            offset = max(offset, h.next_offset)
+        if offset == before:
+            break
+    return out
+
+
+class PartitionLoader:
+    """Loads the partitions queued in ``_to_load`` one at a time, lowest first (see ``_loader``)."""
+
+    _to_load: set[int]
+    _load_wake: anyio.Event
+
+    async def _load(self, partition: int) -> None:
+        raise NotImplementedError
+
+    async def _loader(self) -> None:
+        while True:
+            while self._to_load:
+                p = min(self._to_load)
+                self._to_load.discard(p)
+                await self._load(p)
+            self._load_wake = anyio.Event()
+            if not self._to_load:
+                await self._load_wake.wait()
