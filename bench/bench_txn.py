@@ -33,11 +33,17 @@ def create_topic(bootstrap: str, partitions: int) -> str:
     return name
 
 
-def run_mode(bootstrap: str, mode: str, n: int, size: int, partitions: int, commit_every: int,
-             limit_s: float) -> dict[str, Any]:
+def run_mode(
+    bootstrap: str, mode: str, n: int, size: int, partitions: int, commit_every: int, limit_s: float
+) -> dict[str, Any]:
     topic = create_topic(bootstrap, partitions)
-    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all",
-                            "enable.idempotence": mode != "plain", "queue.buffering.max.messages": 1_000_000}
+    conf: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "linger.ms": 5,
+        "acks": "all",
+        "enable.idempotence": mode != "plain",
+        "queue.buffering.max.messages": 1_000_000,
+    }
     if mode == "transactional":
         conf["transactional.id"] = f"bench-{uuid.uuid4().hex[:8]}"
     p = Producer(conf)
@@ -72,9 +78,15 @@ def run_mode(bootstrap: str, mode: str, n: int, size: int, partitions: int, comm
             commits += 1
     remaining = p.flush(max(1.0, deadline - time.perf_counter()))
     elapsed = time.perf_counter() - started
-    return {"mode": mode if mode != "transactional" else f"transactional/{commit_every}", "messages": sent,
-            "seconds": round(elapsed, 2), "msg_per_s": round(sent / elapsed), "mb_per_s":
-            round(sent * size / elapsed / 1e6, 2), "commits": commits, "errors": len(errors) + remaining}
+    return {
+        "mode": mode if mode != "transactional" else f"transactional/{commit_every}",
+        "messages": sent,
+        "seconds": round(elapsed, 2),
+        "msg_per_s": round(sent / elapsed),
+        "mb_per_s": round(sent * size / elapsed / 1e6, 2),
+        "commits": commits,
+        "errors": len(errors) + remaining,
+    }
 
 
 def main() -> None:
@@ -90,16 +102,21 @@ def main() -> None:
     tmp = tempfile.TemporaryDirectory(prefix="bench-txn-")
     bootstrap = args.bootstrap
     if bootstrap is None:
-        broker = BrokerProcess(Path(tmp.name) / "broker", overrides={
-            "transaction.state.log.num.partitions": "4", "offsets.topic.num.partitions": "4"})
+        broker = BrokerProcess(
+            Path(tmp.name) / "broker",
+            overrides={"transaction.state.log.num.partitions": "4", "offsets.topic.num.partitions": "4"},
+        )
         broker.start()
         bootstrap = broker.bootstrap
     try:
-        rows = [run_mode(bootstrap, "plain", args.messages, args.size, args.partitions, 0, args.limit),
-                run_mode(bootstrap, "idempotent", args.messages, args.size, args.partitions, 0, args.limit)]
+        rows = [
+            run_mode(bootstrap, "plain", args.messages, args.size, args.partitions, 0, args.limit),
+            run_mode(bootstrap, "idempotent", args.messages, args.size, args.partitions, 0, args.limit),
+        ]
         for every in (100, 1000):
-            rows.append(run_mode(bootstrap, "transactional", args.messages, args.size, args.partitions, every,
-                                 args.limit))
+            rows.append(
+                run_mode(bootstrap, "transactional", args.messages, args.size, args.partitions, every, args.limit)
+            )
     finally:
         if broker is not None:
             broker.stop()
@@ -108,8 +125,10 @@ def main() -> None:
     print("| mode | messages | seconds | msg/s | MB/s | commits | errors |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['mode']} | {r['messages']} | {r['seconds']} | {r['msg_per_s']} | {r['mb_per_s']} | "
-              f"{r['commits']} | {r['errors']} |")
+        print(
+            f"| {r['mode']} | {r['messages']} | {r['seconds']} | {r['msg_per_s']} | {r['mb_per_s']} | "
+            f"{r['commits']} | {r['errors']} |"
+        )
 
 
 if __name__ == "__main__":
