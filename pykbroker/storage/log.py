@@ -649,6 +649,20 @@ class Log:
                 self._unflushed_messages = max(0, self._unflushed_messages - flushed_messages)
                 self._last_flush_ms = self._now_ms()
 
+    def flush_to(self, offset: int) -> None:
+        """Make everything below ``offset`` durable, sharing fsyncs between waiters (group commit).
+
+        Producers that appended while another flush was running wait for it to end; if that
+        flush already covered their data they return without an fsync of their own.
+        """
+        if self.recovery_point >= offset:
+            return
+        with self._flush_lock:  # wait out a flush in progress
+            pass
+        if self.recovery_point >= offset:
+            return
+        self.flush()
+
     # -- deletion of old data ------------------------------------------------------------------------
 
     def delete_records_before(self, offset: int, *, high_watermark: int | None = None) -> int:

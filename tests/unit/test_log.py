@@ -816,3 +816,25 @@ def test_expire_producers(tmp_path: Path, clock: Clock) -> None:
     assert set(lg.producer_state.producers) == {3}
     assert not produce(lg, 1, seq=17).duplicate  # forgotten: any sequence is accepted
     mgr.shutdown()
+
+
+def test_flush_to_skips_an_fsync_already_covered(tmp_path: Path) -> None:
+    import itertools
+    from unittest import mock
+
+    from pykbroker.protocol.records import build_batch, validate_for_append
+    from pykbroker.storage.log import Log
+    from pykbroker.storage.log_config import LogConfig
+
+    lg = Log.open(tmp_path / "t-0", LogConfig(), recover=False)
+    counter = itertools.count()
+    for _ in range(3):
+        raw = bytearray(build_batch([(None, b"v", [])], timestamp_ms=1))
+        lg.append(raw, validate_for_append(raw, max_batch_bytes=1 << 20, now_ms=1, timestamp_type=0))
+    with mock.patch("os.fsync", side_effect=lambda fd: next(counter)):
+        lg.flush_to(3)
+        first = next(counter)
+        lg.flush_to(2)  # covered by the flush above: no fsync
+        assert next(counter) == first + 1
+    assert lg.recovery_point >= 3
+    lg.close()
