@@ -101,12 +101,14 @@ class MetadataStore(ABC):
 
     def __init__(self) -> None:
         self._listeners: list[MetadataListener] = []
+        self._by_id: dict[uuid.UUID, TopicRecord] = {}
 
     def add_listener(self, listener: MetadataListener) -> None:
         """Called with (topic name, new record or None when deleted) after every change."""
         self._listeners.append(listener)
 
     def _notify(self, name: str, record: TopicRecord | None) -> None:
+        self._by_id = {}
         for listener in self._listeners:
             listener(name, record)
 
@@ -130,10 +132,14 @@ class MetadataStore(ABC):
         return self.topics().get(name)
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicRecord | None:
-        for rec in self.topics().values():
-            if rec.topic_id == topic_id:
-                return rec
-        return None
+        # An index checked against topics() on every hit, so it cannot serve a deleted or
+        # replaced record; a miss rebuilds it (an unknown id costs the scan it always did).
+        topics = self.topics()
+        rec = self._by_id.get(topic_id)
+        if rec is not None and rec.topic_id == topic_id and topics.get(rec.name) is rec:
+            return rec
+        self._by_id = {r.topic_id: r for r in topics.values()}
+        return self._by_id.get(topic_id)
 
     @abstractmethod
     def create_topic(self, record: TopicRecord) -> None:

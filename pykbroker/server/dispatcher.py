@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
+import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,7 @@ from kio.schema.errors import ErrorCode
 from pykbroker.coordinator.group import handlers as groups
 from pykbroker.coordinator.transaction import handlers as txn
 from pykbroker.protocol import codec
+from pykbroker.protocol.fast_codec import FAST_ENCODERS
 from pykbroker.protocol.framing import encode_frame
 from pykbroker.protocol.header import (
     HeaderError,
@@ -36,6 +38,7 @@ log = logging.getLogger("pykbroker.requests")
 Handler = Callable[[Services, RequestContext, Any], Awaitable[dict[str, Any] | None]]
 
 API_VERSIONS = 18
+_SIZE_AND_CORRELATION = struct.Struct(">ii")
 _SOFTWARE_RE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
 
 
@@ -178,6 +181,16 @@ class Dispatcher:
             raise CloseConnection("internal error while handling the request") from None
         if body is None:
             return None
-        flexible = codec.is_flexible(header.api_key, header.api_version) and header.api_key != API_VERSIONS
-        payload = codec.encode_response(header.api_key, header.api_version, body)
-        return encode_frame(encode_response_header(header.correlation_id, flexible) + payload)
+        api_key = header.api_key
+        version = header.api_version
+        flexible = codec.is_flexible(api_key, version) and api_key != API_VERSIONS
+        fast = FAST_ENCODERS.get(api_key)
+        payload = fast(version, body) if fast is not None else None
+        if payload is None:
+            payload = codec.encode_response(api_key, version, body)
+        # Frame size, response header v0/v1 and body in one join: fetch payloads can be large.
+        if flexible:
+            prefix = _SIZE_AND_CORRELATION.pack(len(payload) + 5, header.correlation_id) + b"\x00"
+        else:
+            prefix = _SIZE_AND_CORRELATION.pack(len(payload) + 4, header.correlation_id)
+        return b"".join((prefix, payload))

@@ -92,14 +92,15 @@ class SocketServer:
         try:
             while not self._closing:
                 data = b""
-                with anyio.CancelScope() as scope:
+                # One scope for both ways a receive ends early: its deadline is the idle timeout,
+                # and begin_shutdown() cancels it (after setting _closing, which tells them apart).
+                with anyio.CancelScope(deadline=anyio.current_time() + self._idle_timeout_s) as scope:
                     conn.receive_scope = scope
-                    with anyio.move_on_after(self._idle_timeout_s) as idle:
-                        data = await stream.receive(RECEIVE_SIZE)
+                    data = await stream.receive(RECEIVE_SIZE)
                 conn.receive_scope = None
-                if scope.cancelled_caught or (self._closing and not data):
+                if self._closing and (scope.cancelled_caught or not data):
                     break
-                if idle.cancelled_caught:
+                if scope.cancelled_caught:
                     log.info("closing idle connection peer=%s idle_ms=%d", peer, int(self._idle_timeout_s * 1000))
                     break
                 decoder.feed(data)

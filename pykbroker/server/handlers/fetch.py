@@ -21,6 +21,7 @@ READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 FINAL_EPOCH = -1
 INITIAL_EPOCH = 0
+_ZERO_UUID = uuid.UUID(int=0)
 
 
 class _Plan:
@@ -105,7 +106,7 @@ def _read_all(svc: Services, ctx: RequestContext, req: Any, by_id: bool) -> _Pla
                 first_with_data = False
             else:
                 entry["records"] = b""
-        plan.topics.append({"topic": name, "topic_id": getattr(t, "topic_id", uuid.UUID(int=0)),
+        plan.topics.append({"topic": name, "topic_id": getattr(t, "topic_id", _ZERO_UUID),
                             "partitions": parts})
     return plan
 

@@ -1,0 +1,163 @@
+"""Hand-written encoders for the two hot responses: Produce (v3-v11) and Fetch (v4-v17).
+
+A steady trickle of small produce and fetch requests (librdkafka with a small
+linger) spends much of its per-request time turning the handler's dict into a
+kio dataclass (:func:`codec.build`) and serialising it with kio's generic
+writer.  These encoders write the same bytes straight from the handler dicts.
+They cover exactly the shape the produce and fetch handlers return; anything
+else (record errors in a produce response, tagged fields) returns None and the
+caller falls back to kio.  ``tests/unit/test_fast_codec.py`` checks them byte
+for byte against kio for every version, so the two cannot drift.
+
+Tagged fields are written only when non-default, as Kafka does; the handlers
+never set any, so every tagged-field section here is empty.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Mapping
+from typing import Any
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I32I16I32 = struct.Struct(">ihi")
+_PRODUCE_PART = {  # index, error_code, base_offset, log_append_time[, log_start_offset]
+    False: struct.Struct(">ihqq"),
+    True: struct.Struct(">ihqqq"),
+}
+_FETCH_PART = {  # partition_index, error_code, high_watermark, last_stable_offset[, log_start_offset]
+    False: struct.Struct(">ihqq"),
+    True: struct.Struct(">ihqqq"),
+}
+_ABORTED = struct.Struct(">qq")
+_ZERO_UUID_BYTES = bytes(16)
+
+_UVARINT_SMALL = [bytes([i]) for i in range(128)]
+
+
+def _uvarint(n: int) -> bytes:
+    if n < 128:
+        return _UVARINT_SMALL[n]
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _array_len(n: int, flexible: bool) -> bytes:
+    return _uvarint(n + 1) if flexible else _I32.pack(n)
+
+
+def _string(s: str, flexible: bool) -> bytes:
+    b = s.encode()
+    return (_uvarint(len(b) + 1) if flexible else _I16.pack(len(b))) + b
+
+
+def _nullable_string(s: str | None, flexible: bool) -> bytes:
+    if s is None:
+        return b"\x00" if flexible else b"\xff\xff"
+    return _string(s, flexible)
+
+
+def encode_produce_response(version: int, body: Mapping[str, Any]) -> bytes | None:
+    """ProduceResponse v3-v11 from the produce handler's dict; None when kio must do it."""
+    if not 3 <= version <= 11:
+        return None
+    flexible = version >= 9
+    v8 = version >= 8
+    part_struct = _PRODUCE_PART[version >= 5]
+    with_start = version >= 5
+    out: list[bytes] = []
+    append = out.append
+    responses = body["responses"]
+    append(_array_len(len(responses), flexible))
+    for topic in responses:
+        append(_string(topic["name"], flexible))
+        parts = topic["partition_responses"]
+        append(_array_len(len(parts), flexible))
+        for p in parts:
+            if with_start:
+                append(part_struct.pack(p["index"], p["error_code"], p["base_offset"],
+                                        p["log_append_time"], p["log_start_offset"]))
+            else:
+                append(part_struct.pack(p["index"], p["error_code"], p["base_offset"], p["log_append_time"]))
+            if v8:
+                if p.get("record_errors"):
+                    return None
+                append(b"\x01" if flexible else b"\x00\x00\x00\x00")  # empty record_errors
+                append(_nullable_string(p.get("error_message"), flexible))
+            if flexible:
+                append(b"\x00")
+        if flexible:
+            append(b"\x00")
+    append(_I32.pack(body.get("throttle_time", 0)))
+    if flexible:
+        append(b"\x00")
+    return b"".join(out)
+
+
+def encode_fetch_response(version: int, body: Mapping[str, Any]) -> bytes | None:
+    """FetchResponse v4-v17 from the fetch handler's dict; None when kio must do it."""
+    if not 4 <= version <= 17:
+        return None
+    flexible = version >= 12
+    by_id = version >= 13
+    with_start = version >= 5
+    with_replica = version >= 11
+    part_struct = _FETCH_PART[with_start]
+    out: list[bytes] = []
+    append = out.append
+    if version >= 7:
+        append(_I32I16I32.pack(body["throttle_time"], body["error_code"], body["session_id"]))
+    else:
+        append(_I32.pack(body["throttle_time"]))
+    responses = body["responses"]
+    append(_array_len(len(responses), flexible))
+    for topic in responses:
+        if by_id:
+            topic_id = topic["topic_id"]  # kio reads the zero UUID as None
+            append(_ZERO_UUID_BYTES if topic_id is None else topic_id.bytes)
+        else:
+            append(_string(topic["topic"], flexible))
+        parts = topic["partitions"]
+        append(_array_len(len(parts), flexible))
+        for p in parts:
+            if with_start:
+                append(part_struct.pack(p["partition_index"], p["error_code"], p["high_watermark"],
+                                        p["last_stable_offset"], p["log_start_offset"]))
+            else:
+                append(part_struct.pack(p["partition_index"], p["error_code"], p["high_watermark"],
+                                        p["last_stable_offset"]))
+            aborted = p["aborted_transactions"]
+            if aborted is None:
+                append(b"\x00" if flexible else b"\xff\xff\xff\xff")
+            else:
+                append(_array_len(len(aborted), flexible))
+                for a in aborted:
+                    append(_ABORTED.pack(a["producer_id"], a["first_offset"]))
+                    if flexible:
+                        append(b"\x00")
+            if with_replica:
+                append(_I32.pack(p["preferred_read_replica"]))
+            records = p["records"]
+            if records is None:
+                append(b"\x00" if flexible else b"\xff\xff\xff\xff")
+            else:
+                append(_uvarint(len(records) + 1) if flexible else _I32.pack(len(records)))
+                append(records)
+            if flexible:
+                append(b"\x00")
+        if flexible:
+            append(b"\x00")
+    if flexible:
+        append(b"\x00")
+    return b"".join(out)
+
+
+FAST_ENCODERS: dict[int, Callable[[int, Mapping[str, Any]], bytes | None]] = {
+    0: encode_produce_response,
+    1: encode_fetch_response,
+}
