@@ -111,7 +111,8 @@ async def handle_produce(svc: Services, ctx: RequestContext, req: Any) -> dict[s
     if appended and acks != 0 and svc.config["log.flush.on.ack"]:
         # fsync off the event loop; the acknowledgement waits for it.
         for p in appended:
-            await anyio.to_thread.run_sync(p.log.flush)
+            # flush_to shares one fsync among producers whose appends it covers (group commit).
+            await anyio.to_thread.run_sync(p.log.flush_to, p.log.log_end_offset)
     if appended and svc.drop_produce_responses > 0:
         svc.drop_produce_responses -= 1
         raise CloseConnection("fault injection: dropping the connection after the append")
