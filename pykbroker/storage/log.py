@@ -805,8 +805,6 @@ class Log:
                 self._delete_snapshot_locked(snapshot_offset)
             self.producer_state.truncate_and_reset(offset)
 
-    # -- shutdown ----------------------------------------------------------------------------------
-
     # -- log cleaner hooks (pykbroker/storage/cleaner.py) ------------------------------
 
     def inactive_segments(self) -> list[Segment]:
@@ -897,6 +895,8 @@ class Log:
             self._bases = [s.base_offset for s in self._segments]
             return True
 
+
+    # -- shutdown ----------------------------------------------------------------------------------
 
     def close(self, *, snapshot: bool = True) -> None:
         """Seal the active segment's indexes and close every file (no fsync of the data; see flush).
