@@ -56,9 +56,6 @@ class ClusterInfo:
         return cls(d["bootstrap"], d["label"], {int(k): (v[0], v[1]) for k, v in d["api_versions"].items()},
                    d["managed"], d.get("record_file"))
 
-    def missing(self, keys: tuple[int, ...]) -> list[int]:
-        return [k for k in keys if k not in self.api_versions]
-
 
 def _wait_api_versions(bootstrap: str, proc: subprocess.Popen[bytes] | None, timeout: float,
                        log: Path | None = None) -> dict[int, tuple[int, int]]:
@@ -98,18 +95,22 @@ def pykbroker_version() -> str:
 class ManagedPykbroker:
     """pykbroker on a private port, advertised as the recording proxy's port."""
 
-    def __init__(self, workdir: Path | None = None, overrides: dict[str, str] | None = None) -> None:
+    def __init__(self, workdir: Path | None = None, overrides: dict[str, str] | None = None,
+                 trace_file: Path | None = None) -> None:
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="compat-pykbroker-"))
         self.broker_port = free_port()
         self.proxy_port = free_port()
         self.overrides = {
             "listeners": f"PLAINTEXT://127.0.0.1:{self.broker_port}",
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.proxy_port}",
-            "log.dirs": str(self.workdir / "data"),
+            # Two log dirs, as a JBOD broker has: moving a replica between them (AlterReplicaLogDirs)
+            # is then possible; with one, that scenario reports "not possible on this cluster".
+            "log.dirs": f"{self.workdir / 'data'},{self.workdir / 'data2'}",
             **SINGLE_NODE_OVERRIDES,
             **(overrides or {}),
         }
         self.record_file = self.workdir / "requests.jsonl"
+        self.trace_file = trace_file
         self.log_file = self.workdir / "broker.log"
         self.broker: subprocess.Popen[bytes] | None = None
         self.proxy: subprocess.Popen[bytes] | None = None
@@ -130,7 +131,8 @@ class ManagedPykbroker:
         with open(self.workdir / "proxy.log", "ab") as logf:
             self.proxy = subprocess.Popen(
                 [sys.executable, "-m", "compat.proxy", "--listen", self.bootstrap,
-                 "--upstream", f"127.0.0.1:{self.broker_port}", "--record", str(self.record_file)],
+                 "--upstream", f"127.0.0.1:{self.broker_port}", "--record", str(self.record_file),
+                 *(["--trace", str(self.trace_file)] if self.trace_file else [])],
                 stdout=logf, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
         try:
             _wait_api_versions(f"127.0.0.1:{self.broker_port}", self.broker, timeout, self.log_file)
@@ -154,7 +156,8 @@ class ManagedPykbroker:
                     p.wait(10)
 
     def cleanup(self) -> None:
-        shutil.rmtree(self.workdir / "data", ignore_errors=True)
+        for d in ("data", "data2"):
+            shutil.rmtree(self.workdir / d, ignore_errors=True)
 
 
 def external(bootstrap: str, label: str | None) -> ClusterInfo:

@@ -19,14 +19,12 @@ import pytest
 
 from compat import env
 from compat.clients import CLIENT_NAMES, client_versions, make_client
-from compat.clients.base import CAP_TEXT, Client, NotSupportedByClient
+from compat.clients.base import CAP_TEXT, Client, ClientError, NotSupportedByClient
 from compat.cluster import ClusterInfo, ManagedPykbroker, external
-from compat.wire import api_name
+from compat.scenario import NS_BROKER, NS_CLIENT, NS_CLUSTER, broker_gaps, needed_versions
 
 _CONFIG: dict[str, pytest.Config] = {}
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-NS_CLIENT = "NOT SUPPORTED by client"
-NS_BROKER = "NOT SUPPORTED by broker"
 
 # Cross-client pairs use these (every ordered pair, the same client included).
 CROSS_CLIENTS = ["confluent-kafka", "java", "kafka-python", "kafkajs", "aiokafka", "kcat"]
@@ -40,6 +38,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help='what the cluster is, for the results (e.g. "Apache Kafka 3.9.0")')
     g.addoption("--clients", default=None, help=f"comma-separated subset of {','.join(CLIENT_NAMES)}")
     g.addoption("--results", default=None, help="results file (default compat/results/<UTC time>.json)")
+    g.addoption("--wire-trace", default=None, metavar="FILE",
+                help="with the pykbroker the suite starts: write every request and response frame on every "
+                     "connection (time, client id, API key/version, correlation id) to FILE as JSON lines")
+    g.addoption("--pykbroker-override", action="append", default=[], metavar="KEY=VALUE",
+                help="a setting for the pykbroker the suite starts (repeatable), e.g. "
+                     "group.coordinator.rebalance.protocols=classic to see the suite against a broker without KIP-848")
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -85,7 +89,14 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if bootstrap:
         state["cluster"] = external(bootstrap, config.getoption("--broker-label"))
     else:
-        managed = ManagedPykbroker()
+        overrides = {}
+        for kv in config.getoption("--pykbroker-override"):
+            key, sep, value = kv.partition("=")
+            if not sep:
+                raise pytest.UsageError(f"--pykbroker-override wants KEY=VALUE, got {kv!r}")
+            overrides[key.strip()] = value.strip()
+        trace = config.getoption("--wire-trace")
+        managed = ManagedPykbroker(overrides=overrides, trace_file=Path(trace).resolve() if trace else None)
         state["managed"] = managed
         info = managed.start()
         if config.getoption("--broker-label"):
@@ -149,9 +160,10 @@ def _check_supported(request: pytest.FixtureRequest, cluster: ClusterInfo, clien
     if mark.kwargs["consumes"]:
         for c in clients if consumers is None else consumers:
             needed += list(getattr(c, "consume_apis", ()))
-    missing = cluster.missing(tuple(dict.fromkeys(needed)))
-    if missing:
-        pytest.skip(f"{NS_BROKER}: ApiVersions lacks " + ", ".join(f"{api_name(k)}({k})" for k in missing))
+    versions = needed_versions(needed, [c.api_versions_needed for c in clients])
+    gaps = broker_gaps(cluster.api_versions, versions)
+    if gaps:
+        pytest.skip(f"{NS_BROKER}: ApiVersions: " + "; ".join(gaps))
 
 
 @pytest.fixture
@@ -188,6 +200,7 @@ def new_topic(request: pytest.FixtureRequest, helper: Client) -> Any:
         if create:
             helper.create_topic(name, partitions, 1, configs)
             created.append(name)
+            wait_writable(helper, name, partitions)
         return name
 
     yield make
@@ -196,6 +209,34 @@ def new_topic(request: pytest.FixtureRequest, helper: Client) -> Any:
             helper.delete_topic(t)
         except Exception:
             pass
+
+
+def wait_writable(helper: Client, topic: str, partitions: int, timeout: float = 30.0) -> None:
+    """Wait, as Kafka's own tests do after creating a topic, until every partition has a leader in the
+    metadata and that leader answers ListOffsets for it, i.e. has taken up leadership and accepts writes.
+
+    Why: CreateTopics returns before the leaders are ready, and Kafka answers NOT_LEADER_OR_FOLLOWER
+    for a moment; a producer without idempotence (kafkajs) then resends its whole request, duplicating
+    the partitions that had succeeded (seen in about 2 % of runs against Kafka 3.8).
+    """
+    deadline = time.monotonic() + timeout
+    pending = set(range(partitions))
+    last = ""
+    while True:
+        try:
+            leaders = helper.partition_leaders(topic)
+            for p in sorted(pending):
+                if leaders.get(p, -1) >= 0:
+                    helper.list_offset(topic, p, "latest")
+                    pending.discard(p)
+        except ClientError as e:  # e.g. NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION: not yet
+            last = str(e)
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"partitions {sorted(pending)} of {topic} have no writable leader after {timeout}s "
+                               f"({last or 'no leader in the metadata'})")
+        time.sleep(0.05)
 
 
 def unique_topic(base: str) -> str:
@@ -246,6 +287,10 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     r = results.setdefault(report.nodeid, {**props, "nodeid": report.nodeid, "outcome": "pass",
                                            "duration": 0.0, "detail": ""})
     r["duration"] = round(r["duration"] + report.duration, 3)
+    if report.outcome == "rerun":
+        # A failed attempt that a rerun plugin (pytest-rerunfailures) retries: kept, never hidden.
+        r.setdefault("reruns", []).append({"phase": report.when, "detail": _failure_text(report)})
+        return
     if report.skipped:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         reason = reason.removeprefix("Skipped: ")
@@ -253,12 +298,18 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             r.update(outcome="not_supported", by="broker", detail=reason)
         elif reason.startswith(NS_CLIENT):
             r.update(outcome="not_supported", by="client", detail=reason)
+        elif reason.startswith(NS_CLUSTER):
+            r.update(outcome="not_supported", by="cluster", detail=reason)
         else:
             r.update(outcome="skipped", detail=reason)
     elif report.failed:
-        crash = getattr(report.longrepr, "reprcrash", None)
-        text = crash.message if crash is not None else str(report.longrepr)[-1500:]
-        r.update(outcome="fail", phase=report.when, detail=text[:2000])
+        r.update(outcome="fail", phase=report.when, detail=_failure_text(report))
+
+
+def _failure_text(report: pytest.TestReport) -> str:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = crash.message if crash is not None else str(report.longrepr)[-1500:]
+    return text[:2000]
 
 
 def _workers(config: pytest.Config) -> int:
@@ -309,6 +360,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     tr = config.pluginmanager.get_plugin("terminalreporter")
     if tr is not None:
         tr.write_line(f"compat: results in {path} ({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))})")
+        for r in doc["results"]:
+            for attempt in r.get("reruns", []):
+                first = " ".join(attempt["detail"].split())[:500]
+                tr.write_line(f"compat: RERUN {r['nodeid']} ({r['outcome']} in the end) failed first in "
+                              f"{attempt['phase']}: {first}")
         if managed is not None:
             tr.write_line(f"compat: pykbroker's log is {managed.log_file}")
     if managed is not None:

@@ -6,7 +6,11 @@ through here.  Each distinct (client_id, api_key, api_version) triple is appende
 as a JSON line the first time it is seen.  tests/test_protocol_coverage.py compares the union of
 those triples with what the broker advertises in ApiVersions.
 
-Run: python -m compat.proxy --listen 127.0.0.1:PORT --upstream 127.0.0.1:PORT --record FILE
+With ``--trace FILE`` it also writes one JSON line per request and per response frame (connection
+number, time, client id, API key and version, correlation id, size): the exact sequence on each
+connection, e.g. to see what a group member last sent to its coordinator before it was expired.
+
+Run: python -m compat.proxy --listen 127.0.0.1:PORT --upstream 127.0.0.1:PORT --record FILE [--trace FILE]
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import contextlib
 import json
 import signal
 import struct
+import time
 from pathlib import Path
 
 
@@ -31,6 +36,17 @@ class Recorder:
         if t not in self.seen:
             self.seen.add(t)
             self.file.write(json.dumps({"client_id": client_id, "api_key": key, "api_version": version}) + "\n")
+
+
+class Tracer:
+    """Every frame both ways, as JSON lines (``--trace``); responses are matched by correlation id."""
+
+    def __init__(self, path: Path) -> None:
+        self.file = open(path, "a", buffering=1)  # noqa: SIM115 - lives as long as the proxy
+        self.connections = 0
+
+    def write(self, **event: object) -> None:
+        self.file.write(json.dumps({"t": round(time.time(), 6), **event}) + "\n")
 
 
 def parse_request_prefix(frame: bytes) -> tuple[int, int, str]:
@@ -48,7 +64,8 @@ def parse_request_prefix(frame: bytes) -> tuple[int, int, str]:
     return key, version, client_id
 
 
-async def _pump_requests(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, rec: Recorder) -> None:
+async def _pump_requests(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, rec: Recorder,
+                         tracer: Tracer | None = None, conn: int = 0) -> None:
     while True:
         head = await reader.readexactly(4)
         (size,) = struct.unpack(">i", head)
@@ -58,6 +75,10 @@ async def _pump_requests(reader: asyncio.StreamReader, writer: asyncio.StreamWri
         if size >= 8:
             key, version, client_id = parse_request_prefix(frame)
             rec.note(client_id, key, version)
+            if tracer is not None:
+                (corr,) = struct.unpack_from(">i", frame, 4)
+                tracer.write(conn=conn, dir="request", client_id=client_id, api_key=key, api_version=version,
+                             correlation_id=corr, size=size)
         writer.write(head + frame)
         await writer.drain()
 
@@ -71,20 +92,44 @@ async def _pump_bytes(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
         await writer.drain()
 
 
-async def _serve(listen: tuple[str, int], upstream: tuple[str, int], rec: Recorder) -> None:
+async def _pump_responses(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, tracer: Tracer,
+                          conn: int) -> None:
+    while True:
+        try:
+            head = await reader.readexactly(4)
+        except asyncio.IncompleteReadError:
+            return
+        (size,) = struct.unpack(">i", head)
+        frame = await reader.readexactly(size)
+        corr = struct.unpack_from(">i", frame, 0)[0] if size >= 4 else None
+        tracer.write(conn=conn, dir="response", correlation_id=corr, size=size)
+        writer.write(head + frame)
+        await writer.drain()
+
+
+async def _serve(listen: tuple[str, int], upstream: tuple[str, int], rec: Recorder,
+                 tracer: Tracer | None = None) -> None:
     async def handle(c_reader: asyncio.StreamReader, c_writer: asyncio.StreamWriter) -> None:
         try:
             u_reader, u_writer = await asyncio.open_connection(*upstream)
         except OSError:
             c_writer.close()
             return
+        conn = 0
+        if tracer is not None:
+            tracer.connections += 1
+            conn = tracer.connections
+            tracer.write(conn=conn, dir="open", peer=str(c_writer.get_extra_info("peername")))
         tasks = [
-            asyncio.create_task(_pump_requests(c_reader, u_writer, rec)),
-            asyncio.create_task(_pump_bytes(u_reader, c_writer)),
+            asyncio.create_task(_pump_requests(c_reader, u_writer, rec, tracer, conn)),
+            asyncio.create_task(_pump_bytes(u_reader, c_writer) if tracer is None
+                                else _pump_responses(u_reader, c_writer, tracer, conn)),
         ]
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            if tracer is not None:
+                tracer.write(conn=conn, dir="close")
             for t in tasks:
                 t.cancel()
             for w in (c_writer, u_writer):
@@ -108,13 +153,14 @@ def main() -> None:
     p.add_argument("--listen", required=True)
     p.add_argument("--upstream", required=True)
     p.add_argument("--record", required=True, type=Path)
+    p.add_argument("--trace", type=Path, default=None, help="also write every frame, both ways, as JSON lines")
     a = p.parse_args()
 
     def hp(s: str) -> tuple[str, int]:
         h, _, port = s.rpartition(":")
         return h, int(port)
 
-    asyncio.run(_serve(hp(a.listen), hp(a.upstream), Recorder(a.record)))
+    asyncio.run(_serve(hp(a.listen), hp(a.upstream), Recorder(a.record), Tracer(a.trace) if a.trace else None))
 
 
 if __name__ == "__main__":

@@ -66,3 +66,48 @@ def api_versions(bootstrap: str, timeout: float = 10.0) -> dict[int, tuple[int, 
             out[k] = (lo, hi)
         return out
     raise ConnectionError(f"no broker answered ApiVersions at {bootstrap}: {last}")
+
+
+def _request(bootstrap: str, key: int, version: int, body: bytes, flexible: bool, timeout: float) -> bytes:
+    """One request to the first reachable bootstrap address; the response body after its header."""
+    client_id = b"compat-probe"
+    header = struct.pack(">hhih", key, version, 7, len(client_id)) + client_id + (b"\x00" if flexible else b"")
+    req = header + body
+    last: Exception | None = None
+    for addr in bootstrap.split(","):
+        host, _, port = addr.strip().rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as s:
+                s.settimeout(timeout)
+                s.sendall(struct.pack(">i", len(req)) + req)
+                (size,) = struct.unpack(">i", _recv_exact(s, 4))
+                resp = _recv_exact(s, size)
+        except (OSError, ConnectionError) as e:
+            last = e
+            continue
+        (corr,) = struct.unpack_from(">i", resp, 0)
+        if corr != 7:
+            raise RuntimeError(f"{API_NAMES.get(key, key)} from {addr}: correlation {corr}")
+        # Response header v1 adds tagged fields (none are sent here: one zero byte).
+        return resp[5:] if flexible else resp[4:]
+    raise ConnectionError(f"no broker answered at {bootstrap}: {last}")
+
+
+def consumer_group_heartbeat_error(bootstrap: str, timeout: float = 10.0) -> int:
+    """The error code a broker answers to ConsumerGroupHeartbeat v0 for an empty group id.
+
+    A broker with the consumer group protocol (KIP-848) enabled rejects the request itself
+    (INVALID_REQUEST: the group id must not be empty), so nothing is created. One that advertises the
+    API with the protocol disabled (Kafka 3.8 by default; group.coordinator.rebalance.protocols without
+    "consumer") answers UNSUPPORTED_VERSION (35) before looking at it.
+    """
+    body = (b"\x01"                    # GroupId: "" (compact string)
+            b"\x01"                    # MemberId: ""
+            + struct.pack(">i", 0)     # MemberEpoch: 0 (join)
+            + b"\x00\x00"              # InstanceId, RackId: null
+            + struct.pack(">i", -1)    # RebalanceTimeoutMs
+            + b"\x00\x00\x00"          # SubscribedTopicNames, ServerAssignor, TopicPartitions: null
+            + b"\x00")                 # tagged fields
+    resp = _request(bootstrap, 68, 0, body, flexible=True, timeout=timeout)
+    _throttle, error = struct.unpack_from(">ih", resp, 0)
+    return int(error)

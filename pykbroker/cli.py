@@ -6,7 +6,6 @@ import argparse
 import logging
 import socket
 import struct
-import sys
 
 from pykbroker import __version__
 
@@ -21,12 +20,15 @@ def _serve(args: argparse.Namespace) -> int:
     from pykbroker.config import ConfigError, load_config
 
     logsetup.configure(args.log_level)
+    # Each failure is told once, as one log line with its cause (no traceback for a user's mistake).
     try:
         config = load_config(args.config, args.override or [])
     except ConfigError as e:
         log.error("invalid configuration: %s", e)
-        print(f"pykbroker: invalid configuration: {e}", file=sys.stderr)
         return 2
+    if config.no_effect_keys():
+        log.info("accepted with no effect on this broker: %s (see README 'Settings not implemented')",
+                 ", ".join(config.no_effect_keys()))
     from pykbroker.server.broker import Broker
 
     try:
@@ -35,34 +37,75 @@ def _serve(args: argparse.Namespace) -> int:
     except OSError as e:
         log.error("cannot start: %s", e)
         return 1
+    except BaseExceptionGroup as eg:  # anyio's task group wraps a failing listener's OSError
+        matched, rest = eg.split(OSError)
+        if matched is None or rest is not None:
+            raise
+        log.error("cannot start: %s", "; ".join(str(e) for e in _leaves(matched)))
+        return 1
     return 0
 
 
-def healthcheck(bootstrap: str, timeout: float) -> bool:
-    """An ApiVersions v0 round trip: the broker answers with error code 0 and a non-empty API list."""
-    host, _, port = bootstrap.rpartition(":")
+def _leaves(eg: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    out: list[BaseException] = []
+    for e in eg.exceptions:
+        out.extend(_leaves(e) if isinstance(e, BaseExceptionGroup) else [e])
+    return out
+
+
+class _Unhealthy(Exception):
+    """Why the broker did not pass the check, as printed after ``unhealthy:``."""
+
+
+def check_health(bootstrap: str, timeout: float) -> str | None:
+    """An ApiVersions v0 round trip; None if the broker answered with error code 0 and a non-empty
+    API list, else the reason, so that a failing container health check says what failed."""
+    host, sep, port_text = bootstrap.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not sep or not port_text.isdigit():
+        return f"invalid bootstrap address {bootstrap!r}: expected HOST:PORT"
+    where = f"{host}:{port_text}"
     request = struct.pack(">hhih", 18, 0, 1, len(b"healthcheck")) + b"healthcheck"
     try:
-        with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout) as sock:
+        with socket.create_connection((host, int(port_text)), timeout=timeout) as sock:
             sock.settimeout(timeout)
             sock.sendall(struct.pack(">i", len(request)) + request)
-            size_bytes = _recv_exact(sock, 4)
-            (size,) = struct.unpack(">i", size_bytes)
-            if not 0 < size < 1 << 20:
-                return False
-            body = _recv_exact(sock, size)
-    except (OSError, ValueError):
-        return False
+            head = _recv_exact(sock, 4, where)
+            (size,) = struct.unpack(">i", head)
+            if not 10 <= size < 1 << 20:
+                return f"{where} is not a Kafka broker: its answer begins {head!r}"
+            body = _recv_exact(sock, size, where)
+    except _Unhealthy as e:
+        return str(e)
+    except ConnectionRefusedError:
+        return f"connection refused to {where}"
+    except TimeoutError:
+        return f"timed out after {timeout:g} s waiting for {where}"
+    except socket.gaierror as e:
+        return f"cannot resolve {host}: {e.strerror}"
+    except OSError as e:
+        return f"{where}: {e.strerror or e}"
     correlation_id, error_code, count = struct.unpack_from(">ihi", body, 0)
-    return correlation_id == 1 and error_code == 0 and count > 0
+    if correlation_id != 1:
+        return f"{where} answered correlation id {correlation_id}, not 1"
+    if error_code != 0:
+        return f"{where} answered ApiVersions with error code {error_code}"
+    if count <= 0:
+        return f"{where} answered ApiVersions with no APIs"
+    return None
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
+def healthcheck(bootstrap: str, timeout: float) -> bool:
+    """True if the broker answers ApiVersions (see ``check_health`` for the reason when not)."""
+    return check_health(bootstrap, timeout) is None
+
+
+def _recv_exact(sock: socket.socket, n: int, where: str) -> bytes:
     buf = b""
     while len(buf) < n:
         chunk = sock.recv(n - len(buf))
         if not chunk:
-            raise ValueError("connection closed")
+            raise _Unhealthy(f"{where} closed the connection without answering")
         buf += chunk
     return buf
 
@@ -82,6 +125,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "serve":
         return _serve(args)
-    ok = healthcheck(args.bootstrap, args.timeout)
-    print("healthy" if ok else "unhealthy")
-    return 0 if ok else 1
+    problem = check_health(args.bootstrap, args.timeout)
+    print("healthy" if problem is None else f"unhealthy: {problem}")
+    return 0 if problem is None else 1

@@ -8,6 +8,8 @@ waiting to happen.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -17,13 +19,19 @@ from typing import Any
 
 from pykbroker.storage.log_config import LogConfig
 
+log = logging.getLogger("pykbroker.config")
+
 ENV_PREFIX = "PYKBROKER_"
 
 LONG_MAX = 9223372036854775807
 
 
 class ConfigError(ValueError):
-    """An unknown key or an invalid value; the message names the key."""
+    """An unknown key or an invalid value; the message names the key (INVALID_CONFIG on the wire)."""
+
+
+class ConfigRequestError(ConfigError):
+    """A config change Kafka answers with INVALID_REQUEST rather than INVALID_CONFIG (broker configs)."""
 
 
 def _parse_bool(raw: str) -> bool:
@@ -47,8 +55,12 @@ class ConfigDef:
     doc: str = ""
     validator: Callable[[Any], str | None] | None = None
     dynamic: bool = False
-    # Kafka keys we accept for compatibility but that do not change behaviour yet.
-    inert: bool = False
+    # A Kafka key accepted with any valid value although it changes nothing on one broker with
+    # embedded metadata (thread counts, replication and ZooKeeper tuning): why, for the README.
+    no_effect: str = ""
+    # For a value that asks for something pykbroker does not implement, why not; the broker then
+    # refuses to start instead of silently doing something else (README "Settings not implemented").
+    unsupported: Callable[[Any], str | None] | None = None
 
     def parse(self, raw: str) -> Any:
         raw = raw.strip()
@@ -97,12 +109,62 @@ def _valid_policy(v: Any) -> str | None:
     return None
 
 
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+NOT_IMPLEMENTED_HINT = "see README 'Settings not implemented'"
+_SINGLE_BROKER = "a single broker with embedded metadata"
+_NO_REPLICAS = f"{_SINGLE_BROKER} has no followers and no leader elections"
+
+
+def parse_protocol_map(raw: str) -> dict[str, str]:
+    """``listener.security.protocol.map``: ``NAME:PROTOCOL`` pairs; raises ValueError if malformed."""
+    out: dict[str, str] = {}
+    for item in _parse_list(raw):
+        name, sep, proto = item.partition(":")
+        if not sep or not name.strip() or proto.strip().upper() not in SECURITY_PROTOCOLS:
+            raise ValueError(f"{item!r} is not of the form LISTENER:{'|'.join(SECURITY_PROTOCOLS)}")
+        out[name.strip().upper()] = proto.strip().upper()
+    return out
+
+
+def _valid_protocol_map(v: Any) -> str | None:
+    try:
+        parse_protocol_map(v)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def _not_empty(reason: str) -> Callable[[Any], str | None]:
+    return lambda v: reason if v else None
+
+
+def _only(allowed: Any, reason: str) -> Callable[[Any], str | None]:
+    return lambda v: None if v == allowed else reason
+
+
 def _valid_listeners(v: Any) -> str | None:
     for item in v:
         try:
             parse_listener(item)
         except ValueError as e:
             return str(e)
+    return None
+
+
+
+INT_MAX = 2147483647
+# Broker keys that may also be set for one listener as listener.name.<listener>.<key> (Kafka's prefix).
+LISTENER_PREFIX = "listener.name."
+LISTENER_CONFIGS = ("max.connections", "max.connection.creation.rate")
+
+
+def _valid_ip_overrides(v: Any) -> str | None:
+    from pykbroker.server.connection_quotas import parse_ip_overrides
+
+    try:
+        parse_ip_overrides(v)
+    except ValueError as e:
+        return str(e)
     return None
 
 
@@ -116,15 +178,22 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         _D("advertised.listeners", "list", [], "Addresses given to clients; defaults to listeners.",
            _valid_listeners),
         _D("listener.security.protocol.map", "string",
-           "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"),
-        _D("inter.broker.listener.name", "string", "", inert=True),
+           "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+           "Security protocol of each listener name; only PLAINTEXT listeners can be served.",
+           _valid_protocol_map),
+        _D("inter.broker.listener.name", "string", "", "Must name a listener; unused by a single broker.",
+           no_effect=f"{_SINGLE_BROKER} has no inter-broker traffic (the name is still checked)"),
         _D("log.dirs", "list", [], "Directories holding partition logs."),
         _D("log.dir", "string", "/tmp/kafka-logs", "Used when log.dirs is unset."),
-        _D("zookeeper.connect", "string", "", "ZooKeeper connection string; empty means embedded metadata."),
-        _D("zookeeper.session.timeout.ms", "int", 18000, inert=True),
-        _D("zookeeper.connection.timeout.ms", "int", 18000, inert=True),
+        _D("zookeeper.connect", "string", "", "Must be empty: pykbroker runs with embedded metadata only.",
+           unsupported=_not_empty("pykbroker runs with embedded metadata only")),
+        _D("zookeeper.session.timeout.ms", "int", 18000,
+           no_effect="there is no ZooKeeper session (zookeeper.connect must be empty)"),
+        _D("zookeeper.connection.timeout.ms", "int", 18000,
+           no_effect="there is no ZooKeeper connection (zookeeper.connect must be empty)"),
         _D("num.partitions", "int", 1, "Default partition count for new topics.", at_least(1)),
-        _D("default.replication.factor", "int", 1, "Default replication factor.", at_least(1)),
+        _D("default.replication.factor", "int", 1, "Default replication factor; only 1 can be met.", at_least(1),
+           unsupported=_only(1, f"above 1: {_SINGLE_BROKER} gives every topic exactly one replica")),
         _D("auto.create.topics.enable", "bool", True),
         _D("delete.topic.enable", "bool", True),
         _D("log.segment.bytes", "int", 1073741824, validator=at_least(14), dynamic=True),
@@ -143,7 +212,9 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         _D("log.flush.interval.ms", "long", None, dynamic=True),
         _D("log.flush.scheduler.interval.ms", "long", LONG_MAX),
         _D("log.flush.offset.checkpoint.interval.ms", "int", 60000, validator=at_least(0)),
-        _D("log.flush.start.offset.checkpoint.interval.ms", "int", 60000, validator=at_least(0)),
+        _D("log.flush.start.offset.checkpoint.interval.ms", "int", 60000, validator=at_least(0),
+           no_effect="log start offsets are checkpointed with the recovery points, every "
+                     "log.flush.offset.checkpoint.interval.ms"),
         _D("log.segment.delete.delay.ms", "long", 60000, validator=at_least(0), dynamic=True),
         _D("log.cleanup.policy", "list", ["delete"], validator=_valid_policy, dynamic=True),
         _D("log.cleaner.enable", "bool", True),
@@ -152,36 +223,62 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         _D("log.cleaner.max.compaction.lag.ms", "long", LONG_MAX, dynamic=True),
         _D("log.cleaner.min.cleanable.ratio", "double", 0.5, dynamic=True),
         _D("log.cleaner.backoff.ms", "long", 15000),
-        _D("log.cleaner.threads", "int", 1, inert=True),
+        _D("log.cleaner.threads", "int", 1, validator=at_least(0), dynamic=True,
+           no_effect="one cleaner task compacts the logs in turn; set log.cleaner.enable=false to stop it"),
         _D("log.preallocate", "bool", False, dynamic=True),
         _D("log.message.timestamp.type", "string", "CreateTime",
            validator=one_of("CreateTime", "LogAppendTime"), dynamic=True),
         _D("log.message.timestamp.before.max.ms", "long", LONG_MAX, validator=at_least(0), dynamic=True),
         _D("log.message.timestamp.after.max.ms", "long", LONG_MAX, validator=at_least(0), dynamic=True),
         _D("log.message.timestamp.difference.max.ms", "long", LONG_MAX, dynamic=True),
+        _D("log.message.downconversion.enable", "bool", True, "Whether Fetch v0-3 (clients from before "
+           "Kafka 0.11) get their data down-converted to message format v0/v1; false answers them "
+           "UNSUPPORTED_VERSION.", dynamic=True),
         _D("message.max.bytes", "int", 1048588, validator=at_least(0), dynamic=True),
         _D("socket.request.max.bytes", "int", 104857600, validator=at_least(1)),
         _D("socket.send.buffer.bytes", "int", 102400),
         _D("socket.receive.buffer.bytes", "int", 102400),
         _D("connections.max.idle.ms", "long", 600000),
-        _D("num.network.threads", "int", 3, inert=True),
-        _D("num.io.threads", "int", 8, inert=True),
-        _D("num.recovery.threads.per.data.dir", "int", 2, inert=True),
-        _D("num.replica.fetchers", "int", 1, inert=True),
+        # --- connection limits and request memory (issue 10) ---
+        _D("max.connections", "int", INT_MAX, "Connections the broker accepts at once; above it listeners "
+           "stop accepting (also listener.name.X.max.connections).", at_least(0)),
+        _D("max.connections.per.ip", "int", INT_MAX, "Connections allowed from one address; more are closed "
+           "at once.", at_least(0)),
+        _D("max.connections.per.ip.overrides", "string", "", "Per-address or per-host limits, host:count,...",
+           _valid_ip_overrides),
+        _D("max.connection.creation.rate", "int", INT_MAX, "New connections per second before accepting is "
+           "throttled (also listener.name.X.max.connection.creation.rate).", at_least(0)),
+        _D("queued.max.request.bytes", "long", -1, "Bytes of requests being read before the broker stops "
+           "reading from sockets; -1 (or 0) means unbounded, as in Kafka."),
+        _D("pykbroker.request.receive.timeout.ms", "long", 30000,
+           "pykbroker: a request must arrive whole within this time of its first byte or the connection is "
+           "closed (slow senders); 0 or -1 disables.", at_least(-1)),
+        # --- end connection limits ---
+        _D("num.network.threads", "int", dynamic=True, default=3, validator=at_least(1),
+           no_effect="one event loop serves every connection"),
+        _D("num.io.threads", "int", dynamic=True, default=8, validator=at_least(1),
+           no_effect="requests are handled on the event loop; fsyncs and compaction use worker threads"),
+        _D("num.recovery.threads.per.data.dir", "int", dynamic=True, default=2, validator=at_least(1),
+           no_effect="logs are loaded and recovered one after another"),
+        _D("num.replica.fetchers", "int", 1, no_effect=_NO_REPLICAS, dynamic=True),
         _D("min.insync.replicas", "int", 1, validator=at_least(1), dynamic=True),
-        _D("unclean.leader.election.enable", "bool", False, dynamic=True),
+        _D("unclean.leader.election.enable", "bool", False, dynamic=True, no_effect=_NO_REPLICAS),
         _D("compression.type", "string", "producer",
            validator=one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), dynamic=True),
         _D("offsets.topic.num.partitions", "int", 50, validator=at_least(1)),
-        _D("offsets.topic.replication.factor", "int", 3, validator=at_least(1)),
+        _D("offsets.topic.replication.factor", "int", 3, "Capped at the number of live brokers (1).",
+           at_least(1)),
         _D("offsets.retention.minutes", "int", 10080, validator=at_least(1)),
         _D("offsets.topic.segment.bytes", "int", 104857600, validator=at_least(1)),
         _D("transaction.state.log.num.partitions", "int", 50, validator=at_least(1)),
-        _D("transaction.state.log.replication.factor", "int", 3, validator=at_least(1)),
-        _D("transaction.state.log.min.isr", "int", 2, validator=at_least(1)),
+        _D("transaction.state.log.replication.factor", "int", 3, "Capped at the number of live brokers (1).",
+           at_least(1)),
+        _D("transaction.state.log.min.isr", "int", 2, "Capped at the replication factor actually used.",
+           at_least(1)),
         _D("transaction.max.timeout.ms", "int", 900000, validator=at_least(1)),
         _D("transactional.id.expiration.ms", "int", 604800000, validator=at_least(1)),
-        _D("producer.id.expiration.ms", "int", 86400000, validator=at_least(1)),
+        _D("transaction.partition.verification.enable", "bool", True, dynamic=True),
+        _D("producer.id.expiration.ms", "int", 86400000, validator=at_least(1), dynamic=True),
         _D("producer.id.expiration.check.interval.ms", "int", 600000, validator=at_least(1)),
         _D("group.initial.rebalance.delay.ms", "int", 3000),
         _D("group.min.session.timeout.ms", "int", 6000),
@@ -190,24 +287,34 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         # --- group coordinator ---
         _D("offsets.retention.check.interval.ms", "long", 600000, validator=at_least(1)),
         _D("offset.metadata.max.bytes", "int", 4096, validator=at_least(0)),
-        _D("offsets.load.buffer.size", "int", 5242880, validator=at_least(1), inert=True),
-        _D("offsets.commit.timeout.ms", "int", 5000, validator=at_least(1), inert=True),
+        _D("offsets.load.buffer.size", "int", 5242880, validator=at_least(1),
+           no_effect="offsets partitions are read in fixed 4 MiB chunks"),
+        _D("offsets.commit.timeout.ms", "int", 5000, validator=at_least(1),
+           no_effect="an offset commit is a local append that waits for no follower"),
         _D("group.coordinator.rebalance.protocols", "list", ["classic", "consumer"]),
         _D("group.consumer.session.timeout.ms", "int", 45000, validator=at_least(1)),
         _D("group.consumer.min.session.timeout.ms", "int", 45000, validator=at_least(1)),
         _D("group.consumer.max.session.timeout.ms", "int", 60000, validator=at_least(1)),
         _D("group.consumer.heartbeat.interval.ms", "int", 5000, validator=at_least(1)),
-        _D("group.consumer.min.heartbeat.interval.ms", "int", 5000, validator=at_least(1)),
-        _D("group.consumer.max.heartbeat.interval.ms", "int", 15000, validator=at_least(1)),
+        _D("group.consumer.min.heartbeat.interval.ms", "int", 5000, validator=at_least(1),
+           no_effect="group.consumer.heartbeat.interval.ms is not checked against it"),
+        _D("group.consumer.max.heartbeat.interval.ms", "int", 15000, validator=at_least(1),
+           no_effect="group.consumer.heartbeat.interval.ms is not checked against it"),
         _D("group.consumer.max.size", "int", 2147483647, validator=at_least(1)),
         _D("group.consumer.assignors", "list", ["uniform", "range"]),
         _D("group.consumer.migration.policy", "string", "bidirectional",
            validator=one_of("disabled", "downgrade", "upgrade", "bidirectional")),
         # --- end group coordinator ---
         _D("fetch.max.bytes", "int", 57671680, validator=at_least(1024)),
-        _D("replica.lag.time.max.ms", "long", 30000),
-        _D("request.timeout.ms", "int", 30000),
-        _D("controlled.shutdown.enable", "bool", True, inert=True),
+        # --- client telemetry (KIP-714) ---
+        _D("telemetry.max.bytes", "int", 1048576, "The largest metrics payload a client may push "
+           "(PushTelemetry); larger ones get TELEMETRY_TOO_LARGE.", at_least(1)),
+        # --- end client telemetry ---
+        _D("replica.lag.time.max.ms", "long", 30000, no_effect=_NO_REPLICAS),
+        _D("request.timeout.ms", "int", 30000,
+           no_effect=f"{_SINGLE_BROKER} sends no requests to other brokers or controllers"),
+        _D("controlled.shutdown.enable", "bool", True,
+           no_effect=f"{_SINGLE_BROKER} has no leadership to move; SIGTERM always shuts down cleanly"),
         _D("log.flush.on.ack", "bool", False,
            "pykbroker: fsync the log before acknowledging acks=1/all, so that a lone broker loses nothing "
            "acknowledged on power loss. Kafka itself relies on replication instead."),
@@ -243,6 +350,7 @@ TOPIC_CONFIG_SYNONYMS: dict[str, str] = {
     "unclean.leader.election.enable": "unclean.leader.election.enable",
     "compression.type": "compression.type",
     "preallocate": "log.preallocate",
+    "message.downconversion.enable": "log.message.downconversion.enable",
 }
 
 LISTENER_RE = re.compile(r"^(?P<name>[A-Za-z0-9_]+)://(?P<host>\[[^\]]*\]|[^:/]*):(?P<port>\d+)$")
@@ -264,6 +372,31 @@ def parse_listener(text: str) -> Listener:
         raise ValueError(f"listener {text!r} has an invalid port")
     host = m["host"].strip("[]")
     return Listener(m["name"].upper(), host, port)
+
+
+def _check_supported(d: ConfigDef, value: Any) -> None:
+    reason = d.unsupported(value) if d.unsupported is not None else None
+    if reason:
+        raise ConfigError(f"{d.name} is not supported yet: {reason} ({NOT_IMPLEMENTED_HINT})")
+
+
+# Kafka keys of features pykbroker does not have at all: named in the "unknown configuration" error.
+_UNIMPLEMENTED_PREFIXES = {
+    "ssl.": "SSL listeners are not implemented",
+    "sasl.": "SASL authentication is not implemented",
+    "authorizer.": "ACLs are not implemented",
+    "super.users": "ACLs are not implemented",
+    "process.roles": "KRaft is not implemented: pykbroker runs with embedded metadata only",
+    "controller.": "KRaft is not implemented: pykbroker runs with embedded metadata only",
+    "zookeeper.": "pykbroker runs with embedded metadata only",
+}
+
+
+def _unknown_key_hint(key: str) -> str:
+    for prefix, why in _UNIMPLEMENTED_PREFIXES.items():
+        if key.startswith(prefix):
+            return f": a Kafka setting pykbroker does not implement ({why}; {NOT_IMPLEMENTED_HINT})"
+    return ""
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -304,21 +437,96 @@ class BrokerConfig:
     """Validated broker settings. Attribute access is by Kafka key: ``cfg["log.dirs"]``."""
 
     def __init__(self, raw: Mapping[str, str] | None = None) -> None:
+        # Effective values: defaults, then the static (file/env/override) values, then the dynamic
+        # cluster default and the dynamic per-broker values from the metadata store (Kafka's order).
         self._values: dict[str, Any] = {k: d.default for k, d in BROKER_CONFIG_DEFS.items()}
-        self._explicit: set[str] = set()
+        self._static: dict[str, Any] = {}
+        self._static_raw: dict[str, str] = {}
+        self._dynamic_default: dict[str, Any] = {}
+        self._dynamic_broker: dict[str, Any] = {}
+        self._dynamic_default_raw: dict[str, str] = {}
+        self._dynamic_broker_raw: dict[str, str] = {}
+        self._listener_values: dict[tuple[str, str], Any] = {}  # (LISTENER, key) -> value
         for key, value in (raw or {}).items():
             self.set(key, value)
         self._check_consistency()
 
     def set(self, key: str, value: str) -> None:
+        if key.startswith(LISTENER_PREFIX) and self._set_for_listener(key, value):
+            return
         d = BROKER_CONFIG_DEFS.get(key)
         if d is None:
-            raise ConfigError(f"unknown configuration {key!r}")
+            raise ConfigError(f"unknown configuration {key!r}{_unknown_key_hint(key)}")
         try:
-            self._values[key] = d.parse(value)
+            parsed = d.parse(value)
         except ValueError as e:
             raise ConfigError(f"invalid value {value!r} for configuration {key!r}: {e}") from None
-        self._explicit.add(key)
+        _check_supported(d, parsed)
+        self._static[key] = parsed
+        self._static_raw[key] = value.strip()
+        self._recompute()
+
+    def _set_for_listener(self, key: str, value: str) -> bool:
+        """``listener.name.<listener>.<key>`` for the keys Kafka lets a listener override."""
+        listener, _, base = key[len(LISTENER_PREFIX):].partition(".")
+        if base not in LISTENER_CONFIGS or not listener:
+            return False
+        try:
+            self._listener_values[(listener.upper(), base)] = BROKER_CONFIG_DEFS[base].parse(value)
+        except ValueError as e:
+            raise ConfigError(f"invalid value {value!r} for configuration {key!r}: {e}") from None
+        return True
+
+    def listener_value(self, listener: str, key: str) -> Any:
+        """A listener's own value of a LISTENER_CONFIGS key, or None when it has none."""
+        return self._listener_values.get((listener.upper(), key))
+
+    def no_effect_keys(self) -> list[str]:
+        """Keys set explicitly that this broker accepts but that change nothing (for one start-up line)."""
+        return sorted(k for k in self._static if BROKER_CONFIG_DEFS[k].no_effect)
+
+    # --- dynamic broker configs (KIP-226) -------------------------------------------------------
+
+    def apply_dynamic(self, per_broker: Mapping[str, str], cluster_default: Mapping[str, str]) -> list[str]:
+        """Install the dynamic configs stored for this broker and for the cluster default.
+
+        Values that no longer parse are skipped, as Kafka ignores invalid stored dynamic configs;
+        returns the keys whose effective value changed.
+        """
+        before = dict(self._values)
+        self._dynamic_broker, self._dynamic_broker_raw = _parse_dynamic(per_broker)
+        self._dynamic_default, self._dynamic_default_raw = _parse_dynamic(cluster_default)
+        self._recompute()
+        return sorted(k for k, v in self._values.items() if before.get(k) != v)
+
+    def _recompute(self) -> None:
+        values = {k: d.default for k, d in BROKER_CONFIG_DEFS.items()}
+        for layer in (self._static, self._dynamic_default, self._dynamic_broker):
+            # A higher layer setting any of log.retention.{ms,minutes,hours} (and the other synonym
+            # groups) hides the lower layers' synonyms, as Kafka's DynamicBrokerConfig does.
+            for key in layer:
+                for syn in broker_config_synonyms(key):
+                    values[syn] = BROKER_CONFIG_DEFS[syn].default
+            values.update(layer)
+        self._values = values
+
+    @property
+    def dynamic_broker_configs(self) -> dict[str, str]:
+        return dict(self._dynamic_broker_raw)
+
+    @property
+    def dynamic_default_configs(self) -> dict[str, str]:
+        return dict(self._dynamic_default_raw)
+
+    @property
+    def static_configs(self) -> dict[str, str]:
+        """The values set in the file, environment or --override, as written."""
+        return dict(self._static_raw)
+
+    @staticmethod
+    def default_string(key: str) -> str | None:
+        d = BROKER_CONFIG_DEFS[key]
+        return d.render(d.default)
 
     def _check_consistency(self) -> None:
         names = [parse_listener(x).name for x in self["listeners"]]
@@ -332,12 +540,35 @@ class BrokerConfig:
             raise ConfigError("configuration 'advertised.listeners' names a listener not in 'listeners'")
         if self["message.max.bytes"] > self["socket.request.max.bytes"]:
             raise ConfigError("configuration 'message.max.bytes' must not exceed 'socket.request.max.bytes'")
+        protocols = parse_protocol_map(self["listener.security.protocol.map"])
+        for name in names:
+            proto = protocols.get(name, name if name in SECURITY_PROTOCOLS else None)
+            if proto is None:
+                raise ConfigError(f"listener {name} has no entry in 'listener.security.protocol.map'")
+            if proto != "PLAINTEXT":
+                raise ConfigError(
+                    f"listener {name} uses security protocol {proto}, which is not supported yet: pykbroker "
+                    f"serves PLAINTEXT listeners only, without SSL or SASL ({NOT_IMPLEMENTED_HINT})")
+        inter = self["inter.broker.listener.name"].strip().upper()
+        if inter and inter not in names:
+            raise ConfigError(f"configuration 'inter.broker.listener.name' names {inter}, which is not in 'listeners'")
+        for listener, key in self._listener_values:
+            if listener not in names:
+                raise ConfigError(f"configuration 'listener.name.{listener.lower()}.{key}' names a listener "
+                                  "not in 'listeners'")
+        if 0 < self["queued.max.request.bytes"] < self["socket.request.max.bytes"]:
+            raise ConfigError("configuration 'queued.max.request.bytes' must be at least "
+                              "'socket.request.max.bytes' (or -1 for unbounded)")
+        if self["max.connections.per.ip"] == 0 and not self["max.connections.per.ip.overrides"].strip():
+            raise ConfigError("configuration 'max.connections.per.ip' can be 0 only if "
+                              "'max.connections.per.ip.overrides' is set")
 
     def __getitem__(self, key: str) -> Any:
         return self._values[key]
 
     def is_explicit(self, key: str) -> bool:
-        return key in self._explicit
+        """Set statically (file, environment, --override)."""
+        return key in self._static
 
     def items(self) -> Iterable[tuple[str, Any]]:
         return self._values.items()
@@ -439,25 +670,358 @@ TOPIC_CONFIG_DEFS: dict[str, ConfigDef] = {
     "compression.type": _D("compression.type", "string", None,
                            validator=one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")),
     "preallocate": _D("preallocate", "bool", None),
+    "message.downconversion.enable": _D("message.downconversion.enable", "bool", None),
 }
 
 
-def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
-    """Check topic configs as CreateTopics/AlterConfigs would; returns the normalised strings."""
+# Short documentation of each topic config (DescribeConfigs v3+ with include_documentation).
+_TOPIC_CONFIG_DOCS = {
+    "segment.bytes": "Size of one log segment file; a new segment is rolled when the next batch would not fit.",
+    "segment.ms": "Time after which a segment is rolled even if not full, so that retention can delete it.",
+    "segment.jitter.ms": "Largest random amount subtracted from segment.ms, to spread segment rolls over time.",
+    "segment.index.bytes": "Size of the offset and time index files preallocated for each segment.",
+    "index.interval.bytes": "Bytes of batches between two entries of the offset index.",
+    "retention.ms": "Age after which a segment is deleted (with the delete cleanup policy); -1 keeps data forever.",
+    "retention.bytes": "Largest size of a partition before its oldest segments are deleted; -1 means no limit.",
+    "max.message.bytes": "Largest record batch the topic accepts, after compression.",
+    "message.timestamp.type": "CreateTime keeps the producer's timestamps; LogAppendTime replaces them with the "
+                              "broker's time of append.",
+    "message.timestamp.difference.max.ms": "Deprecated: largest difference between a CreateTime timestamp and "
+                                           "the broker's clock.",
+    "message.timestamp.before.max.ms": "How far in the past a CreateTime timestamp may be.",
+    "message.timestamp.after.max.ms": "How far in the future a CreateTime timestamp may be.",
+    "flush.messages": "Records appended between two forced fsyncs of the log.",
+    "flush.ms": "Time between two forced fsyncs of the log.",
+    "file.delete.delay.ms": "Time a deleted segment's files are kept before being removed from disk.",
+    "cleanup.policy": "delete (retention by time and size), compact (keep the latest record per key) or both.",
+    "delete.retention.ms": "Time tombstones are kept in a compacted topic, so consumers can see the delete.",
+    "min.compaction.lag.ms": "Minimum age of a record before compaction may remove it.",
+    "max.compaction.lag.ms": "Maximum time a record may stay uncompacted.",
+    "min.cleanable.dirty.ratio": "Share of uncompacted bytes above which the log is compacted.",
+    "min.insync.replicas": "Replicas that must have a batch for an acks=all produce to succeed.",
+    "unclean.leader.election.enable": "Whether a replica outside the ISR may become leader (data loss).",
+    "compression.type": "Codec batches are stored in; producer keeps the producer's.",
+    "preallocate": "Whether segment files are preallocated on disk when rolled.",
+    "message.downconversion.enable": "Whether old Fetch versions (v0-3) get this topic's data converted to "
+                                     "message format v0/v1, or UNSUPPORTED_VERSION.",
+}
+TOPIC_CONFIG_DEFS = {k: dataclasses.replace(d, doc=_TOPIC_CONFIG_DOCS.get(k, d.doc))
+                     for k, d in TOPIC_CONFIG_DEFS.items()}
+
+
+_TIERED = "tiered storage (KIP-405) is not implemented"
+_LEVELS = "per-codec compression levels are not implemented (batches keep the producer's compression)"
+# Kafka 3.9 topic configs pykbroker does not implement: CreateTopics and AlterConfigs refuse them with
+# INVALID_CONFIG and this reason instead of storing a setting that would change nothing.
+KAFKA_TOPIC_CONFIGS_NOT_IMPLEMENTED: dict[str, str] = {
+    "compression.gzip.level": _LEVELS,
+    "compression.lz4.level": _LEVELS,
+    "compression.zstd.level": _LEVELS,
+    "local.retention.ms": _TIERED,
+    "local.retention.bytes": _TIERED,
+    "remote.storage.enable": _TIERED,
+    "remote.log.copy.disable": _TIERED,
+    "remote.log.delete.on.disable": _TIERED,
+    "message.format.version": "only the v2 record batch format is stored",
+    "follower.replication.throttled.replicas": "replication throttling is not implemented (no followers)",
+    "leader.replication.throttled.replicas": "replication throttling is not implemented (no followers)",
+}
+
+
+def validate_topic_configs(configs: Mapping[str, str | None], broker: BrokerConfig | None = None) -> dict[str, str]:
+    """Check topic configs as CreateTopics/AlterConfigs would; returns the normalised strings.
+
+    With ``broker``, the combination with the broker's defaults is checked too (Kafka's
+    LogConfig.validateValues: min.compaction.lag.ms must not exceed max.compaction.lag.ms).
+    """
+    nulls = [k for k, v in configs.items() if v is None]
+    if nulls:
+        raise ConfigError(f"Null value not supported for topic configs: {','.join(nulls)}")
     out: dict[str, str] = {}
     for key, value in configs.items():
         d = TOPIC_CONFIG_DEFS.get(key)
         if d is None:
+            why = KAFKA_TOPIC_CONFIGS_NOT_IMPLEMENTED.get(key)
+            if why:
+                raise ConfigError(f"{key} is not supported yet: {why} ({NOT_IMPLEMENTED_HINT})")
             raise ConfigError(f"Unknown topic config name: {key}")
-        if value is None:
-            raise ConfigError(f"Null value not supported for topic configs: {key}")
+        assert value is not None
         try:
             parsed = d.parse(value)
         except ValueError as e:
             raise ConfigError(f"Invalid value {value} for configuration {key}: {e}") from None
+        _check_supported(d, parsed)
         rendered = d.render(parsed)
         assert rendered is not None
         out[key] = rendered
+    if broker is not None:
+        eff = effective_topic_config(broker, out)
+        lo, hi = eff["min.compaction.lag.ms"], eff["max.compaction.lag.ms"]
+        if lo > hi:
+            raise ConfigError(f"conflict topic config setting min.compaction.lag.ms ({lo}) > "
+                              f"max.compaction.lag.ms ({hi})")
+    return out
+
+
+def topic_config_default(key: str) -> str | None:
+    """Kafka's own default of a topic config (the schema default, not this broker's), as a string."""
+    d = BROKER_CONFIG_DEFS[TOPIC_CONFIG_SYNONYMS[key]]
+    if key == "retention.ms":
+        return "604800000"
+    if key == "segment.ms":
+        return "604800000"
+    if key == "segment.jitter.ms":
+        return "0"
+    return d.render(d.default)
+
+
+# --- dynamic broker configs (KIP-226) ---------------------------------------------------------------
+
+# Kafka's synonym groups among broker keys (DynamicBrokerConfig.brokerConfigSynonyms): the first that
+# is set wins; a dynamic layer setting any of them hides the lower layers' values of all of them.
+_BROKER_SYNONYM_GROUPS = (
+    ("log.roll.ms", "log.roll.hours"),
+    ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+    ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+)
+
+
+def broker_config_synonyms(name: str) -> list[str]:
+    """Kafka's synonyms of a broker key, in precedence order (including the key itself)."""
+    if name == "log.flush.interval.ms":  # log.flush.scheduler.interval.ms stands in as its default
+        return ["log.flush.interval.ms", "log.flush.scheduler.interval.ms"]
+    for group in _BROKER_SYNONYM_GROUPS:
+        if name in group:
+            return list(group)
+    return [name]
+
+
+# Keys Kafka can change at runtime but that pykbroker reads only at start: altering them is refused
+# rather than stored without effect (README "Settings not implemented").
+BROKER_DYNAMIC_NOT_APPLIED: dict[str, str] = {
+    k: "pykbroker applies it only at start; change it in server.properties and restart"
+    for k in ("max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides",
+              "max.connection.creation.rate", "listeners", "advertised.listeners",
+              "listener.security.protocol.map", "log.cleaner.backoff.ms")
+}
+# Kafka accepts these only per broker (resource name = the broker id), not as the cluster default.
+_PER_BROKER_ONLY = frozenset({"listeners", "advertised.listeners", "listener.security.protocol.map"})
+_THREAD_POOLS = ("num.io.threads", "num.network.threads", "num.replica.fetchers",
+                 "num.recovery.threads.per.data.dir")
+
+
+def _kafka_set(names: Iterable[str]) -> str:
+    return "Set(" + ", ".join(sorted(names)) + ")"
+
+
+def validate_dynamic_broker_configs(broker: BrokerConfig, props: Mapping[str, str | None],
+                                    per_broker: bool) -> dict[str, str]:
+    """Check a broker's (or the cluster default's) whole dynamic config as Kafka's DynamicBrokerConfig
+    does; returns the normalised strings. Raises ConfigRequestError: Kafka answers INVALID_REQUEST here.
+    """
+    nulls = [k for k, v in props.items() if v is None]
+    if nulls:
+        raise ConfigRequestError(f"Null value not supported for : {', '.join(nulls)}")
+    unknown = [k for k in props if k not in BROKER_CONFIG_DEFS]
+    if unknown:
+        key = sorted(unknown)[0]
+        raise ConfigRequestError(f"Unknown broker config {key}{_unknown_key_hint(key)}: pykbroker stores no "
+                                 "broker config it does not implement")
+    static = [k for k in props if not BROKER_CONFIG_DEFS[k].dynamic and k not in BROKER_DYNAMIC_NOT_APPLIED]
+    if static:
+        raise ConfigRequestError(f"Cannot update these configs dynamically: {_kafka_set(static)}")
+    not_applied = [k for k in props if k in BROKER_DYNAMIC_NOT_APPLIED]
+    if not_applied:
+        k = sorted(not_applied)[0]
+        raise ConfigRequestError(f"{k} cannot be updated dynamically on pykbroker yet: "
+                                 f"{BROKER_DYNAMIC_NOT_APPLIED[k]} ({NOT_IMPLEMENTED_HINT})")
+    if not per_broker:
+        per = [k for k in props if k in _PER_BROKER_ONLY]
+        if per:
+            raise ConfigRequestError("Cannot update these configs at default cluster level, broker id must be "
+                                     f"specified: {_kafka_set(per)}")
+    out: dict[str, str] = {}
+    for key, value in props.items():
+        d = BROKER_CONFIG_DEFS[key]
+        assert value is not None
+        try:
+            parsed = d.parse(value)
+        except ValueError as e:
+            raise ConfigRequestError(f"Invalid value {value} for configuration {key}: {e}") from None
+        try:
+            _check_supported(d, parsed)
+        except ConfigError as e:
+            raise ConfigRequestError(str(e)) from None
+        if key in _THREAD_POOLS and parsed != broker[key]:
+            current = broker[key]
+            what = f"Dynamic thread count update validation failed for {key}={value}"
+            if parsed < current / 2:
+                raise ConfigRequestError(f"{what}, value should be at least half the current value {current}")
+            if parsed > current * 2:
+                raise ConfigRequestError(f"{what}, value should not be greater than double the current value "
+                                         f"{current}")
+        rendered = d.render(parsed)
+        assert rendered is not None
+        out[key] = rendered
+    return out
+
+
+def _parse_dynamic(props: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    parsed: dict[str, Any] = {}
+    raw: dict[str, str] = {}
+    for key, value in props.items():
+        d = BROKER_CONFIG_DEFS.get(key)
+        if d is None or not d.dynamic:
+            log.error("dynamic broker config %s is not dynamic here; it is ignored", key)
+            continue
+        try:
+            parsed[key] = d.parse(value)
+            _check_supported(d, parsed[key])
+        except (ValueError, ConfigError) as e:
+            parsed.pop(key, None)
+            log.error("dynamic broker config %s=%r is invalid and ignored: %s", key, value, e)
+            continue
+        raw[key] = value
+    return parsed, raw
+
+
+# --- group configs (KIP-848: ConfigResource type GROUP) ----------------------------------------------
+
+# Group config -> the broker config that supplies its default.
+GROUP_CONFIG_SYNONYMS: dict[str, str] = {
+    "consumer.session.timeout.ms": "group.consumer.session.timeout.ms",
+    "consumer.heartbeat.interval.ms": "group.consumer.heartbeat.interval.ms",
+}
+GROUP_CONFIG_DEFS: dict[str, ConfigDef] = {
+    "consumer.session.timeout.ms": _D(
+        "consumer.session.timeout.ms", "int", None,
+        "The timeout to detect client failures when using the consumer group protocol.", at_least(1)),
+    "consumer.heartbeat.interval.ms": _D(
+        "consumer.heartbeat.interval.ms", "int", None,
+        "The heartbeat interval given to the members.", at_least(1)),
+}
+_SHARE_GROUPS = "share groups (KIP-932) are not implemented"
+
+
+def effective_group_config(broker: BrokerConfig, overrides: Mapping[str, str]) -> dict[str, int]:
+    return {k: int(overrides[k]) if k in overrides else int(broker[GROUP_CONFIG_SYNONYMS[k]])
+            for k in GROUP_CONFIG_DEFS}
+
+
+def validate_group_configs(broker: BrokerConfig, configs: Mapping[str, str | None]) -> dict[str, str]:
+    """Kafka's GroupConfig.validate; ConfigError (INVALID_CONFIG) with Kafka's messages."""
+    nulls = [k for k, v in configs.items() if v is None]
+    if nulls:
+        raise ConfigError(f"Null value not supported for group configs: {','.join(nulls)}")
+    out: dict[str, str] = {}
+    for key, value in configs.items():
+        d = GROUP_CONFIG_DEFS.get(key)
+        if d is None:
+            if key.startswith("share."):
+                raise ConfigError(f"{key} is not supported yet: {_SHARE_GROUPS} ({NOT_IMPLEMENTED_HINT})")
+            raise ConfigError(f"Unknown group config name: {key}")
+        assert value is not None
+        try:
+            out[key] = str(d.parse(value))
+        except ValueError as e:
+            raise ConfigError(f"Invalid value {value} for configuration {key}: {e}") from None
+    eff = effective_group_config(broker, out)
+    hb, session = eff["consumer.heartbeat.interval.ms"], eff["consumer.session.timeout.ms"]
+    for ms, key, lo_key, hi_key in (
+            (hb, "consumer.heartbeat.interval.ms", "group.consumer.min.heartbeat.interval.ms",
+             "group.consumer.max.heartbeat.interval.ms"),
+            (session, "consumer.session.timeout.ms", "group.consumer.min.session.timeout.ms",
+             "group.consumer.max.session.timeout.ms")):
+        if ms < broker[lo_key]:
+            raise ConfigError(f"{key} must be greater than or equal to {lo_key}")
+        if ms > broker[hi_key]:
+            raise ConfigError(f"{key} must be less than or equal to {hi_key}")
+    if session <= hb:
+        raise ConfigError("consumer.session.timeout.ms must be greater than consumer.heartbeat.interval.ms")
+    return out
+
+
+# --- client metrics subscriptions (KIP-714: ConfigResource type CLIENT_METRICS) ----------------------
+
+CLIENT_METRICS_CONFIG_DEFS: dict[str, ConfigDef] = {
+    "metrics": _D("metrics", "list", [], "Subscription metrics list"),
+    "interval.ms": _D("interval.ms", "int", 300000, "Push interval in milliseconds"),
+    "match": _D("match", "list", [], "Client match pattern list"),
+}
+CLIENT_MATCH_PARAMS = frozenset({"client_instance_id", "client_id", "client_software_name",
+                                 "client_software_version", "client_source_address", "client_source_port"})
+
+
+def validate_client_metrics_configs(name: str, configs: Mapping[str, str | None]) -> dict[str, str]:
+    """Kafka's ClientMetricsConfigs.validate: ConfigRequestError (INVALID_REQUEST) or ConfigError."""
+    if not name:
+        raise ConfigRequestError("Subscription name can't be empty")
+    for key in configs:
+        if key not in CLIENT_METRICS_CONFIG_DEFS:
+            raise ConfigRequestError(f"Unknown client metrics configuration: {key}")
+    out: dict[str, str] = {}
+    for key, value in configs.items():
+        if value is None:
+            raise ConfigError(f"Null value not supported for client metrics configs: {key}")
+        d = CLIENT_METRICS_CONFIG_DEFS[key]
+        try:
+            parsed = d.parse(value)
+        except ValueError as e:
+            raise ConfigError(f"Invalid value {value} for configuration {key}: {e}") from None
+        if key == "interval.ms" and not 100 <= parsed <= 3600000:
+            raise ConfigRequestError(f"Invalid value {parsed} for interval.ms, interval must be between 100 and "
+                                     "3600000 (1 hour)")
+        if key == "match":
+            for pattern in parsed:
+                parts = pattern.split("=")
+                if len(parts) != 2 or parts[0].strip() not in CLIENT_MATCH_PARAMS:
+                    raise ConfigError(f"Illegal client matching pattern: {pattern}")
+                try:
+                    re.compile(parts[1].strip())
+                except re.error:
+                    raise ConfigError(f"Illegal client matching pattern: {pattern}") from None
+        out[key] = value
+    return out
+
+
+# --- IncrementalAlterConfigs operations ---------------------------------------------------------------
+
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+_OP_NAMES = {OP_SET: "SET", OP_DELETE: "DELETE", OP_APPEND: "APPEND", OP_SUBTRACT: "SUBTRACT"}
+
+
+def apply_incremental_ops(current: Mapping[str, str], ops: Iterable[tuple[str, int, str | None]],
+                          definition: Callable[[str], ConfigDef | None],
+                          default: Callable[[str], str | None]) -> dict[str, str]:
+    """Apply SET/DELETE/APPEND/SUBTRACT to a resource's stored configs, as Kafka's controller does.
+
+    APPEND and SUBTRACT work on LIST configs only (INVALID_CONFIG otherwise) and start from the
+    stored value, else the config's default; APPEND skips values already present.
+    """
+    out = dict(current)
+    for name, op, value in ops:
+        if op not in _OP_NAMES:
+            raise ConfigRequestError(f"Unknown operations type {op}")
+        if op == OP_SET:
+            assert value is not None
+            out[name] = value
+        elif op == OP_DELETE:
+            out.pop(name, None)
+        else:
+            d = definition(name)
+            if d is None or d.type != "list":
+                raise ConfigError(f"Can't {_OP_NAMES[op]} to key {name} because its type is not LIST.")
+            old = out.get(name)
+            if old is None:
+                old = default(name)
+            parts = [p for p in (old or "").split(",") if p]
+            for item in (value or "").split(","):
+                if op == OP_APPEND:
+                    if item not in parts:
+                        parts.append(item)
+                elif item in parts:
+                    parts.remove(item)
+            out[name] = ",".join(parts)
     return out
 
 
@@ -490,6 +1054,10 @@ def log_config_for(broker: BrokerConfig, overrides: Mapping[str, str]) -> LogCon
         file_delete_delay_ms=eff["file.delete.delay.ms"],
         cleanup_policy=",".join(policy),
         preallocate=eff["preallocate"],
+        compression_type=eff["compression.type"],
+        message_timestamp_before_max_ms=eff["message.timestamp.before.max.ms"],
+        message_timestamp_after_max_ms=eff["message.timestamp.after.max.ms"],
+        message_timestamp_difference_max_ms=eff["message.timestamp.difference.max.ms"],
     )
 
 

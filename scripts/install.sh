@@ -2,10 +2,35 @@
 # Installs what pykbroker needs on a fresh Debian machine (run as root, or with sudo available).
 #   scripts/install.sh          # the broker: Python, a virtualenv in .venv, the package
 #   scripts/install.sh --test   # plus everything the test suites use
+#   PYKB_REINSTALL=1 scripts/install.sh [--test]   # install even if nothing changed
+# It does the work only when its inputs changed: a stamp per mode in .venv holds a hash of
+# pyproject.toml, setup.py, the C sources of pykbroker/_native and this script, so that
+# scripts/run.sh starts the broker at once on every start but the first.  pip's output goes to
+# .venv/install.log (shown when pip fails).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WANT_TEST=0
 [ "${1:-}" = "--test" ] && WANT_TEST=1
+MODE=$([ $WANT_TEST -eq 1 ] && echo test || echo broker)
+
+inputs_hash() {
+    # File names too, so that adding or removing a C source also counts as a change.
+    local f
+    for f in pyproject.toml setup.py scripts/install.sh pykbroker/_native/*.c; do
+        if [ -f "$f" ]; then echo "$f"; cat "$f"; fi
+    done | sha256sum | cut -d' ' -f1
+}
+STAMP_DIR=.venv/.pykbroker-install
+HASH=$(inputs_hash)
+if [ -z "${PYKB_REINSTALL:-}" ] && [ -x .venv/bin/pykbroker ] && { [ $WANT_TEST -eq 0 ] || [ -x .venv/bin/pytest ]; } \
+    && [ "$(cat "$STAMP_DIR/$MODE" 2>/dev/null)" = "$HASH" ]; then
+    exit 0
+fi
+if [ $WANT_TEST -eq 1 ]; then
+    echo "install.sh: installing pykbroker, its test dependencies and tools into .venv (log: .venv/install.log)"
+else
+    echo "install.sh: installing pykbroker into .venv (first run, or its dependencies changed; log: .venv/install.log)"
+fi
 
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
@@ -34,15 +59,32 @@ fi
 if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+LOG=.venv/install.log
+: >"$LOG"
+pip_install() {
+    if ! .venv/bin/pip install --disable-pip-version-check "$@" >>"$LOG" 2>&1; then
+        tail -n 40 "$LOG" >&2
+        echo "install.sh: pip install $* failed; the whole log is in $LOG" >&2
+        exit 1
+    fi
+}
+.venv/bin/python -m pip install -q --upgrade pip >>"$LOG" 2>&1 || true
+# A C compiler and the Python headers build pykbroker/_native (the produce path's record walk).
+command -v gcc >/dev/null || apt_install gcc libc6-dev
+.venv/bin/python -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))' \
+    || apt_install python3-dev
 
 if [ $WANT_TEST -eq 1 ]; then
-    # kcat and ZooKeeper come from Debian; Java for the Java client; Node for kafkajs.
-    apt_install kcat zookeeper ca-certificates
+    # kcat comes from Debian; Java for the Java client; Node for kafkajs.
+    apt_install kcat ca-certificates
     command -v javac >/dev/null || apt_install openjdk-17-jdk-headless
     command -v node >/dev/null || apt_install nodejs npm
-    .venv/bin/pip install -q -e '.[test,spark]'
+    pip_install -e '.[test,spark]'
 else
-    .venv/bin/pip install -q -e .
+    pip_install -e .
 fi
-.venv/bin/python -c 'import pykbroker, kio, anyio' 
+.venv/bin/python -c 'import pykbroker, kio, anyio'
+mkdir -p "$STAMP_DIR"
+echo "$HASH" >"$STAMP_DIR/$MODE"
+# The test install includes the broker's, so a later scripts/run.sh need not install again.
+if [ $WANT_TEST -eq 1 ]; then echo "$HASH" >"$STAMP_DIR/broker"; fi

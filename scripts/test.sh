@@ -12,6 +12,4 @@ echo "== pytest"
 .venv/bin/pytest -p no:cacheprovider -n "${PYTEST_WORKERS:-2}" --dist loadgroup -q tests "$@"
 echo "== compat (the same scenarios with six client implementations, against a pykbroker subprocess)"
 bash compat/setup.sh
-# One rerun per scenario: under CI load a kafka-python group member occasionally stalls after a
-# metadata-triggered rejoin (see README, "Known issues"); a rerun is reported as such in the output.
-.venv/bin/pytest -p no:cacheprovider -n "${PYTEST_WORKERS:-2}" -q --reruns 1 -rR compat
+.venv/bin/pytest -p no:cacheprovider -n "${PYTEST_WORKERS:-2}" -q compat

@@ -39,6 +39,7 @@ from kio.static.constants import EntityType
 
 from compat.cluster import SINGLE_NODE_OVERRIDES
 from compat.wire import api_name, api_versions
+from pykbroker.protocol import legacy
 from tests.support.broker import BrokerProcess
 
 REPO = Path(__file__).resolve().parent.parent
@@ -51,6 +52,9 @@ pytestmark = [pytest.mark.xdist_group("protocol-coverage"), pytest.mark.timeout(
 # --- a minimal client on kio's generated classes -------------------------------------------------
 
 def _entity(api_key: int, version: int, kind: EntityType, suffix: str) -> type:
+    if legacy.is_legacy(api_key, version):  # below kio's versions: pykbroker's own layouts of Kafka 3.9's
+        return legacy.request_class(api_key, version) if kind == EntityType.request \
+            else legacy.response_class(api_key, version)
     mod = load_entity_module(api_key_map[api_key], version, kind)
     for name in dir(mod):
         obj = getattr(mod, name)
@@ -189,7 +193,7 @@ def read_records(data: bytes | None) -> list[tuple[int, bytes | None, bytes | No
         b = mr.next_batch()
         if b is None:
             break
-        if b.is_control_batch:
+        if getattr(b, "is_control_batch", False):  # message format v0/v1 (Fetch v0-3) has none
             continue
         for r in b:
             out.append((r.offset, r.key, r.value))
@@ -371,6 +375,18 @@ def sweep_produce_fetch_list_offsets(ctx: Ctx) -> None:
             assert read_records(p.records) == want, f"Fetch v{v} returned other records"
             ctx.verified.add((1, v))
         for v in ctx.versions(2):
+            if v == 0:  # v0: segment offsets, newest first, up to max_num_offsets
+                def old(ts: int) -> list[int]:
+                    r = w.call(2, 0, replica_id=-1, topics=[{"name": name, "partitions": [
+                        {"partition_index": 0, "timestamp": ts, "max_num_offsets": 5}]}])
+                    p = r.topics[0].partitions[0]
+                    ok(p.error_code, f"ListOffsets v0 ts={ts}")
+                    return list(p.old_style_offsets)
+                assert old(-1) == [len(sent), 0] and old(-2) == [0], "ListOffsets v0: latest, earliest"
+                assert old(base_ts) == [], "ListOffsets v0: no segment was last modified an hour ago"
+                ctx.verified.add((2, v))
+                continue
+
             def lo(ts: int, version: int = v) -> int:
                 r = w.call(2, version, replica_id=-1, isolation_level=0,
                            topics=[{"name": name, "partitions": [{"partition_index": 0, "timestamp": ts,
@@ -381,6 +397,10 @@ def sweep_produce_fetch_list_offsets(ctx: Ctx) -> None:
             assert lo(-1) == len(sent), f"ListOffsets v{v}: latest"
             assert lo(-2) == 0, f"ListOffsets v{v}: earliest"
             assert lo(stamps[2] + 1) == 3 and lo(stamps[-1] + 10_000) == -1, f"ListOffsets v{v}: by timestamp"
+            if v >= 8:  # no tiered storage: the local log starts where the log does (KIP-405)
+                assert lo(-4) == 0, f"ListOffsets v{v}: earliest local"
+            if v >= 9:  # KIP-1005: nothing was tiered, so no offset (and no error)
+                assert lo(-5) == -1, f"ListOffsets v{v}: latest tiered"
             ctx.verified.add((2, v))
     finally:
         w.close()
@@ -453,6 +473,17 @@ def sweep_groups(ctx: Ctx) -> None:
             r = w.call(12, v[12], group_id=group, generation_id=gen, member_id=member, group_instance_id=None)
             ok(r.error_code, f"Heartbeat v{v[12]}")
             ctx.verified.add((12, v[12]))
+            if v[8] == 0:  # v0 carries no membership: Kafka refuses it for a group with members ...
+                r = w.call(8, 0, group_id=group, topics=[{"name": topic, "partitions": [
+                    {"partition_index": 0, "committed_offset": 1, "committed_metadata": "m"}]}])
+                assert int(r.topics[0].partitions[0].error_code) == 25, "OffsetCommit v0: UNKNOWN_MEMBER_ID"
+                simple = _name("simple")  # ... and stores it for a group nobody joined (simple consumers)
+                r = w.call(8, 0, group_id=simple, topics=[{"name": topic, "partitions": [
+                    {"partition_index": 0, "committed_offset": 7, "committed_metadata": None}]}])
+                ok(r.topics[0].partitions[0].error_code, "OffsetCommit v0 (simple group)")
+                assert offset_fetch(ctx, w, simple, topic, v[9]) == 7, f"OffsetFetch v{v[9]} (simple group)"
+                ctx.verified.add((8, 0))
+                v[8] = ctx.versions(8)[1]  # the member's own commit below needs membership
             r = w.call(8, v[8], group_id=group, generation_id_or_member_epoch=gen, member_id=member,
                        group_instance_id=None, retention_time=-1,
                        topics=[{"name": topic, "partitions": [{"partition_index": 0, "committed_offset": 5 + i,
@@ -509,6 +540,44 @@ def sweep_describe_configs(ctx: Ctx) -> None:
                                           "configuration_keys": ["retention.ms"]}])
             assert [c.name for c in r.results[0].configs] == ["retention.ms"], "configuration_keys filters"
             ctx.verified.add((32, v))
+    finally:
+        w.close()
+
+
+@sweep("AlterConfigs+IncrementalAlterConfigs")
+def sweep_alter_configs(ctx: Ctx) -> None:
+    w = ctx.wire()
+
+    def described(name: str) -> dict[str, tuple[str, int]]:
+        r = w.call(32, ctx.latest(32), resources=[{"resource_type": 2, "resource_name": name,
+                                                   "configuration_keys": None}],
+                   include_synonyms=False, include_documentation=False)
+        return {c.name: (c.value, int(c.config_source)) for c in r.results[0].configs}
+
+    try:
+        name = _name("alter")
+        create_topic(ctx, w, name)
+        for v in ctx.versions(33):  # legacy AlterConfigs: the topic's configs become exactly those given
+            r = w.call(33, v, resources=[{"resource_type": 2, "resource_name": name, "configs": [
+                {"name": "retention.ms", "value": str(1000 + v)}]}], validate_only=False)
+            ok(r.responses[0].error_code, f"AlterConfigs v{v}")
+            assert described(name)["retention.ms"] == (str(1000 + v), 1), f"AlterConfigs v{v}"
+            r = w.call(33, v, resources=[{"resource_type": 2, "resource_name": name, "configs": [
+                {"name": "retention.ms", "value": "never"}]}], validate_only=False)
+            assert int(r.responses[0].error_code) == 40, "a bad value must be INVALID_CONFIG"
+            ctx.verified.add((33, v))
+        for v in ctx.versions(44):
+            r = w.call(44, v, resources=[{"resource_type": 2, "resource_name": name, "configs": [
+                {"name": "cleanup.policy", "config_operation": 2, "value": "compact"},
+                {"name": "retention.ms", "config_operation": 1, "value": None}]}], validate_only=False)
+            ok(r.responses[0].error_code, f"IncrementalAlterConfigs v{v}")
+            got = described(name)
+            assert got["cleanup.policy"] == ("delete,compact", 1) and got["retention.ms"][1] == 5, f"v{v}"
+            r = w.call(44, v, resources=[{"resource_type": 2, "resource_name": name, "configs": [
+                {"name": "cleanup.policy", "config_operation": 3, "value": "compact"}]}], validate_only=False)
+            ok(r.responses[0].error_code, f"IncrementalAlterConfigs v{v} SUBTRACT")
+            assert described(name)["cleanup.policy"] == ("delete", 1), f"v{v}"
+            ctx.verified.add((44, v))
     finally:
         w.close()
 
@@ -613,7 +682,7 @@ def _fetch_committed(ctx: Ctx, w: Wire, name: str) -> list[bytes | None]:
                 break
             progressed = True
             offset = b.next_offset
-            if b.is_control_batch:
+            if getattr(b, "is_control_batch", False):  # message format v0/v1 (Fetch v0-3) has none
                 skip.discard(b.producer_id)
                 continue
             if any(pid == b.producer_id and first <= b.base_offset for pid, first in aborted):
@@ -642,10 +711,20 @@ def sweep_transactions(ctx: Ctx) -> None:
             r = w.call(22, v[22], transactional_id=tid, transaction_timeout=60000, producer_id=-1, producer_epoch=-1)
             ok(r.error_code, f"InitProducerId v{v[22]} (transactional)")
             pid, epoch = r.producer_id, r.producer_epoch
-            r = w.call(24, v[24], v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid,
-                       v3_and_below_producer_epoch=epoch, v3_and_below_topics=[{"name": topic, "partitions": [0]}])
-            ok(r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code,
-               f"AddPartitionsToTxn v{v[24]}")
+            if v[24] >= 4:  # KIP-890's batched form, as partition leaders send it; Kafka answers any sender
+                r = w.call(24, v[24], transactions=[{"transactional_id": tid, "producer_id": pid,
+                                                     "producer_epoch": epoch, "verify_only": False,
+                                                     "topics": [{"name": topic, "partitions": [0]}]}])
+                ok(r.error_code, f"AddPartitionsToTxn v{v[24]}")
+                (res,) = r.results_by_transaction
+                assert res.transactional_id == tid
+                ok(res.topic_results[0].results_by_partition[0].partition_error_code, f"AddPartitionsToTxn v{v[24]}")
+            else:
+                r = w.call(24, v[24], v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid,
+                           v3_and_below_producer_epoch=epoch,
+                           v3_and_below_topics=[{"name": topic, "partitions": [0]}])
+                ok(r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code,
+                   f"AddPartitionsToTxn v{v[24]}")
             values = [f"txn{i}-{j}".encode() for j in range(3)]
             r = w.call(0, ctx.latest(0), transactional_id=tid, acks=-1, timeout=30000, topic_data=[
                 {"name": topic, "partition_data": [{"index": 0, "records": batch(
@@ -702,6 +781,7 @@ def sweep_write_txn_markers(ctx: Ctx) -> None:
     try:
         topic = _name("wtm")
         create_topic(ctx, w, topic)
+        committed: list[bytes] = []  # by the earlier versions' rounds
         for v in ctx.versions(27):
             tid = _name("wtm-tid")
             find_coordinator(ctx, w, tid, 1, ctx.latest(10))
@@ -716,13 +796,62 @@ def sweep_write_txn_markers(ctx: Ctx) -> None:
                 {"name": topic, "partition_data": [{"index": 0, "records": batch(
                     [(None, x) for x in values], 0, pid=pid, epoch=epoch, seq=0, transactional=True)}]}])
             ok(r.responses[0].partition_responses[0].error_code, "transactional Produce")
-            assert _fetch_committed(ctx, w, topic) == [], "an open transaction is invisible to read_committed"
+            assert _fetch_committed(ctx, w, topic) == committed, "an open transaction is invisible to read_committed"
             r = w.call(27, v, markers=[{"producer_id": pid, "producer_epoch": epoch, "transaction_result": True,
                                         "topics": [{"name": topic, "partition_indexes": [0]}],
                                         "coordinator_epoch": 0}])
             ok(r.markers[0].topics[0].partitions[0].error_code, f"WriteTxnMarkers v{v}")
-            wait_for(lambda x=values: _fetch_committed(ctx, w, topic) == x, "the commit marker to expose the records")
+            committed += values
+            wait_for(lambda x=list(committed): _fetch_committed(ctx, w, topic) == x,
+                     "the commit marker to expose the records")
             ctx.verified.add((27, v))
+    finally:
+        w.close()
+
+
+@sweep("KIP-890 transaction verification")
+def sweep_txn_verification(ctx: Ctx) -> None:
+    """AddPartitionsToTxn v4+ with verify_only (what a partition leader asks the coordinator), and the
+    leader's own check on Produce: a transactional batch for a partition not in the transaction is
+    refused, with TRANSACTION_ABORTABLE only for versions that know it."""
+    w = ctx.wire()
+    try:
+        topic = _name("kip890")
+        create_topic(ctx, w, topic)
+        tid = _name("kip890-tid")
+        find_coordinator(ctx, w, tid, 1, ctx.latest(10))
+        r = w.call(22, ctx.latest(22), transactional_id=tid, transaction_timeout=60000, producer_id=-1,
+                   producer_epoch=-1)
+        ok(r.error_code, "InitProducerId")
+        pid, epoch = r.producer_id, r.producer_epoch
+
+        def verify(v: int) -> int:
+            r = w.call(24, v, transactions=[{"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
+                                             "verify_only": True, "topics": [{"name": topic, "partitions": [0]}]}])
+            ok(r.error_code, f"AddPartitionsToTxn v{v} verify_only")
+            return int(r.results_by_transaction[0].topic_results[0].results_by_partition[0].partition_error_code)
+
+        def produce(v: int) -> int:
+            r = w.call(0, v, transactional_id=tid, acks=-1, timeout=30000, topic_data=[
+                {"name": topic, "partition_data": [{"index": 0, "records": batch(
+                    [(None, b"x")], 0, pid=pid, epoch=epoch, seq=0, transactional=True)}]}])
+            return int(r.responses[0].partition_responses[0].error_code)
+
+        batched = [v for v in ctx.versions(24) if v >= 4]
+        for v in batched:
+            want = 120 if v >= 5 else 48  # TRANSACTION_ABORTABLE from v5; INVALID_TXN_STATE before
+            assert verify(v) == want, f"AddPartitionsToTxn v{v}: a partition not in the transaction"
+        assert produce(ctx.latest(0)) == (120 if ctx.latest(0) >= 11 else 48), "Produce outside the transaction"
+        assert produce(min(10, ctx.latest(0))) == 48, "Produce v10 and older get INVALID_TXN_STATE"
+        r = w.call(24, 3, v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid,
+                   v3_and_below_producer_epoch=epoch, v3_and_below_topics=[{"name": topic, "partitions": [0]}])
+        ok(r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code, "AddPartitionsToTxn")
+        for v in batched:
+            assert verify(v) == 0, f"AddPartitionsToTxn v{v}: the partition is in the transaction now"
+            ctx.verified.add((24, v))
+        ok(produce(ctx.latest(0)), "Produce inside the transaction")
+        r = w.call(26, ctx.latest(26), transactional_id=tid, producer_id=pid, producer_epoch=epoch, committed=False)
+        ok(r.error_code, "EndTxn")
     finally:
         w.close()
 
@@ -767,6 +896,135 @@ def sweep_consumer_group_protocol(ctx: Ctx) -> None:
             ctx.verified.add((69, dv))
             r = w.call(68, hv, group_id=group, member_id=member, member_epoch=-1)  # leave
             ok(r.error_code, "ConsumerGroupHeartbeat leave")
+    finally:
+        w.close()
+
+
+@sweep("client quotas and telemetry")
+def sweep_quotas_and_telemetry(ctx: Ctx) -> None:
+    """Alter/DescribeClientQuotas (stored), a CLIENT_METRICS subscription, then GetTelemetrySubscriptions,
+    PushTelemetry and ListClientMetricsResources as KIP-714 describes them."""
+    w = ctx.wire()
+    try:
+        for v in ctx.versions(49):  # AlterClientQuotas, then DescribeClientQuotas reads it back
+            client = _name(f"quota{v}")
+            entity = [{"entity_type": "client-id", "entity_name": client}]
+            r = w.call(49, v, entries=[{"entity": entity, "ops": [
+                {"key": "producer_byte_rate", "value": 1024.0 * (v + 1), "remove": False}]}], validate_only=False)
+            (e,) = r.entries
+            ok(e.error_code, f"AlterClientQuotas v{v}: {e.error_message}")
+            ctx.verified.add((49, v))
+            for dv in ctx.versions(48):
+                r = w.call(48, dv, components=[{"entity_type": "client-id", "match_type": 0, "match": client}],
+                           strict=True)
+                ok(r.error_code, f"DescribeClientQuotas v{dv}: {r.error_message}")
+                (d,) = r.entries
+                assert [(x.entity_type, x.entity_name) for x in d.entity] == [("client-id", client)]
+                assert [(x.key, x.value) for x in d.values] == [("producer_byte_rate", 1024.0 * (v + 1))]
+                ctx.verified.add((48, dv))
+            r = w.call(49, v, entries=[{"entity": entity, "ops": [
+                {"key": "producer_byte_rate", "value": 0.0, "remove": True}]}], validate_only=False)
+            ok(r.entries[0].error_code, f"AlterClientQuotas v{v} remove")
+        sub = _name("metrics")
+        r = w.call(44, ctx.latest(44), resources=[{"resource_type": 16, "resource_name": sub, "configs": [
+            {"name": "metrics", "config_operation": 0, "value": "org.apache.kafka.producer."},
+            {"name": "interval.ms", "config_operation": 0, "value": "60000"}]}], validate_only=False)
+        ok(r.responses[0].error_code, f"IncrementalAlterConfigs CLIENT_METRICS: {r.responses[0].error_message}")
+        for v in ctx.versions(74):
+            r = w.call(74, v)
+            ok(r.error_code, f"ListClientMetricsResources v{v}")
+            assert sub in [c.resource_name for c in r.config_resources]
+            ctx.verified.add((74, v))
+        for v in ctx.versions(71):
+            r = w.call(71, v, client_instance_id=uuid.UUID(int=0))
+            ok(r.error_code, f"GetTelemetrySubscriptions v{v}")
+            instance, subscription = r.client_instance_id, r.subscription_id
+            assert instance != uuid.UUID(int=0) and "org.apache.kafka.producer." in r.requested_metrics
+            assert int(r.push_interval.total_seconds() * 1000) == 60000
+            ctx.verified.add((71, v))
+            for pv in ctx.versions(72):
+                r = w.call(72, pv, client_instance_id=instance, subscription_id=subscription, terminating=False,
+                           compression_type=0, metrics=b"")
+                ok(r.error_code, f"PushTelemetry v{pv}")
+                r = w.call(72, pv, client_instance_id=instance, subscription_id=subscription + 1, terminating=True,
+                           compression_type=0, metrics=b"")
+                assert int(r.error_code) == 117, f"PushTelemetry with a stale subscription id: {int(r.error_code)}"
+                ctx.verified.add((72, pv))
+        r = w.call(44, ctx.latest(44), resources=[{"resource_type": 16, "resource_name": sub, "configs": [
+            {"name": "metrics", "config_operation": 1, "value": None},
+            {"name": "interval.ms", "config_operation": 1, "value": None}]}], validate_only=False)
+        ok(r.responses[0].error_code, "IncrementalAlterConfigs CLIENT_METRICS delete")
+    finally:
+        w.close()
+
+
+@sweep("cluster-shaped APIs")
+def sweep_cluster_apis(ctx: Ctx) -> None:
+    """DescribeCluster, DescribeTopicPartitions, DescribeLogDirs, AlterReplicaLogDirs, ElectLeaders,
+    Alter/ListPartitionReassignments, OffsetForLeaderEpoch: Kafka's single-node answers."""
+    w = ctx.wire()
+    try:
+        name = _name("cluster")
+        create_topic(ctx, w, name, partitions=3)
+        for v in ctx.versions(60):  # DescribeCluster
+            r = w.call(60, v, include_cluster_authorized_operations=True, endpoint_type=1)
+            ok(r.error_code, f"DescribeCluster v{v}")
+            assert [(b.broker_id, b.port) for b in r.brokers] == [(ctx.node_id, ctx.broker.port)]
+            assert r.controller_id == ctx.node_id and r.cluster_authorized_operations == 8096
+            ctx.verified.add((60, v))
+        for v in ctx.versions(75):  # DescribeTopicPartitions: pages follow the cursor
+            r = w.call(75, v, topics=[{"name": name}], response_partition_limit=2, cursor=None)
+            (t,) = r.topics
+            ok(t.error_code, f"DescribeTopicPartitions v{v}")
+            assert [p.partition_index for p in t.partitions] == [0, 1] and t.topic_authorized_operations == 3576
+            assert (r.next_cursor.topic_name, r.next_cursor.partition_index) == (name, 2)
+            r = w.call(75, v, topics=[{"name": name}], response_partition_limit=2,
+                       cursor={"topic_name": name, "partition_index": 2})
+            assert [p.partition_index for p in r.topics[0].partitions] == [2] and r.next_cursor is None
+            ctx.verified.add((75, v))
+        r = w.call(0, ctx.latest(0), transactional_id=None, acks=-1, timeout=30000, topic_data=[
+            {"name": name, "partition_data": [{"index": 0, "records": batch([(None, b"x")] * 3, 0)}]}])
+        ok(r.responses[0].partition_responses[0].error_code, "Produce")
+        log_dir = ""
+        for v in ctx.versions(35):  # DescribeLogDirs
+            r = w.call(35, v, topics=[{"topic": name, "partitions": [0]}])
+            parts = [(x.log_dir, p) for x in r.results for t in x.topics if t.name == name for p in t.partitions]
+            ((log_dir, p),) = parts
+            assert p.partition_index == 0 and p.partition_size > 0 and p.offset_lag == 0 and not p.is_future_key
+            if v >= 4:
+                assert all(x.total_bytes > 0 for x in r.results)
+            ctx.verified.add((35, v))
+        for v in ctx.versions(34):  # AlterReplicaLogDirs: where it is already, and to no log dir
+            r = w.call(34, v, dirs=[{"path": log_dir, "topics": [{"name": name, "partitions": [0]}]},
+                                    {"path": "/no/such/log/dir", "topics": [{"name": name, "partitions": [1]}]}])
+            got = {p.partition_index: int(p.error_code) for t in r.results for p in t.partitions}
+            assert got == {0: 0, 1: 57}, got
+            ctx.verified.add((34, v))
+        for v in ctx.versions(43):  # ElectLeaders: the preferred leader already leads
+            r = w.call(43, v, election_type=0, topic_partitions=[{"topic": name, "partitions": [0]}], timeout=30000)
+            assert int(r.replica_election_results[0].partition_result[0].error_code) == 84, f"ElectLeaders v{v}"
+            ctx.verified.add((43, v))
+        for v in ctx.versions(45):  # AlterPartitionReassignments: to the same broker is a no-op
+            r = w.call(45, v, timeout=30000, topics=[{"name": name, "partitions": [
+                {"partition_index": 0, "replicas": [ctx.node_id]}, {"partition_index": 1, "replicas": None}]}])
+            ok(r.error_code, f"AlterPartitionReassignments v{v}")
+            assert [int(p.error_code) for p in r.responses[0].partitions] == [0, 85]
+            ctx.verified.add((45, v))
+        for v in ctx.versions(46):  # ListPartitionReassignments: none in progress
+            r = w.call(46, v, timeout=30000, topics=None)
+            ok(r.error_code, f"ListPartitionReassignments v{v}")
+            assert r.topics == ()
+            ctx.verified.add((46, v))
+        for v in ctx.versions(23):  # OffsetForLeaderEpoch: the latest epoch ends at the log end
+            r = w.call(23, v, replica_id=-1, topics=[{"topic": name, "partitions": [
+                {"partition": 0, "current_leader_epoch": 0, "leader_epoch": 0},
+                {"partition": 1, "current_leader_epoch": -1, "leader_epoch": -1}]}])
+            p0, p1 = r.topics[0].partitions
+            ok(p0.error_code, f"OffsetForLeaderEpoch v{v}")
+            assert p0.end_offset == 3 and p1.end_offset == -1
+            if v >= 1:  # v0 answers the end offset only
+                assert p0.leader_epoch == 0 and p1.leader_epoch == -1
+            ctx.verified.add((23, v))
     finally:
         w.close()
 

@@ -46,7 +46,7 @@ class AiokafkaClient(base.Client):
         base.ADMIN, base.DESCRIBE_CONFIGS, base.DELETE_RECORDS, base.ASSIGN, base.GROUPS, base.COMMIT,
         base.TIMESTAMPS, base.LIST_OFFSETS, base.IDEMPOTENCE, base.TRANSACTIONS, base.TXN_OFFSETS,
         base.RESET_NONE, base.HEADERS, base.NULL_VALUES, base.BINARY, base.ACKS0, base.MAX_MESSAGE_OVERRIDE,
-        base.DELIVERY_OFFSETS, base.GROUP_ADMIN,
+        base.DELIVERY_OFFSETS, base.GROUP_ADMIN, base.ALTER_CONFIGS, base.DESCRIBE_CLUSTER,
     })
 
     def __init__(self, bootstrap: str) -> None:
@@ -142,6 +142,37 @@ class AiokafkaClient(base.Client):
             cluster = await a.describe_cluster()
             return {"brokers": sorted(b["node_id"] for b in cluster["brokers"]),
                     "topics": {t["topic"]: len(t["partitions"]) for t in topics if not t["error_code"]}}
+        return self.run(go())
+
+    # --- configs and cluster admin ---
+    def alter_configs(self, rtype: str, name: str, ops: list[tuple[str, str, str | None]], *,
+                      incremental: bool = True, validate_only: bool = False) -> None:
+        if incremental:
+            raise base.NotSupportedByClient("IncrementalAlterConfigs")
+        if validate_only:
+            raise base.NotSupportedByClient("AlterConfigs with validate_only")
+        if rtype != "topic":
+            raise base.NotSupportedByClient(f"altering {rtype} configs")
+        assert all(op == "set" for op, _k, _v in ops), "AlterConfigs only sets configs"
+
+        async def go() -> None:
+            a = await self._get_admin()
+            rs = await a.alter_configs([ConfigResource(ConfigResourceType.TOPIC, name,
+                                                       configs={k: v for _op, k, v in ops})])
+            for r in rs:
+                for res in r.to_object()["resources"]:
+                    _check(res["error_code"], f"alter configs {name}", res["error_message"])
+        self.run(go())
+
+    def describe_cluster(self, authorized_operations: bool = False) -> dict[str, Any]:
+        if authorized_operations:
+            raise base.NotSupportedByClient("the cluster's authorized operations")
+
+        async def go() -> dict[str, Any]:
+            a = await self._get_admin()
+            d = await a.describe_cluster()
+            return {"cluster_id": d["cluster_id"], "controller": d["controller_id"],
+                    "brokers": sorted(b["node_id"] for b in d["brokers"]), "authorized_operations": None}
         return self.run(go())
 
     # --- produce ---
@@ -344,6 +375,7 @@ class _AioMember(Member):
                         await self._c.commit()
         except Exception as e:
             self.error = repr(e)
+            self.failed = True
 
     def close(self) -> None:
         self._stopping = True

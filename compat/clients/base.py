@@ -108,6 +108,26 @@ GROUP_ADMIN = "group_admin"        # list and describe groups
 OFFSET_DELETE = "offset_delete"    # delete a group's committed offsets (OffsetDelete)
 TXN_ADMIN = "txn_admin"            # list/describe transactions, describe producers
 MAX_MESSAGE_OVERRIDE = "max_message_override"  # can send a batch bigger than a topic's limit
+ALTER_CONFIGS = "alter_configs"    # AlterConfigs (the whole set of a resource's dynamic configs)
+INCREMENTAL_ALTER_CONFIGS = "incremental_alter_configs"  # IncrementalAlterConfigs: set/delete/append/subtract
+CONFIG_SYNONYMS = "config_synonyms"  # DescribeConfigs with sources and synonyms
+CLIENT_METRICS_CONFIGS = "client_metrics_configs"  # CLIENT_METRICS config resources (KIP-714 subscriptions)
+BROKER_CONFIGS = "broker_configs"  # alter and describe a broker's dynamic configs
+BROKER_DEFAULT_CONFIGS = "broker_default_configs"  # the cluster-wide default broker resource (name "")
+DESCRIBE_CLUSTER = "describe_cluster"  # cluster id, controller, brokers (and the cluster's authorized operations)
+CLUSTER_AUTHORIZED_OPS = "cluster_authorized_ops"
+DESCRIBE_TOPIC_PARTITIONS = "describe_topic_partitions"  # topic description through DescribeTopicPartitions
+TOPIC_AUTHORIZED_OPS = "topic_authorized_ops"
+GROUP_AUTHORIZED_OPS = "group_authorized_ops"
+LOG_DIRS = "log_dirs"              # DescribeLogDirs
+ALTER_LOG_DIRS = "alter_log_dirs"  # AlterReplicaLogDirs
+ELECT_LEADERS = "elect_leaders"
+REASSIGNMENTS = "reassignments"    # Alter/ListPartitionReassignments
+CLIENT_QUOTAS = "client_quotas"    # Describe/AlterClientQuotas
+MAX_TIMESTAMP = "max_timestamp"    # ListOffsets with MAX_TIMESTAMP (-3)
+EPOCH_VALIDATION = "epoch_validation"  # the consumer validates a position with OffsetForLeaderEpoch
+CLIENT_INSTANCE_ID = "client_instance_id"  # KIP-714: the client asks GetTelemetrySubscriptions for its id
+PUSH_TELEMETRY = "push_telemetry"  # KIP-714: the client pushes its metrics when a subscription matches it
 
 CAP_TEXT = {
     ADMIN: "an admin API (create/delete/describe topics)", DESCRIBE_CONFIGS: "describing configs",
@@ -121,7 +141,54 @@ CAP_TEXT = {
     DELIVERY_OFFSETS: "delivery offsets", GROUP_ADMIN: "listing and describing groups",
     OFFSET_DELETE: "deleting committed offsets", TXN_ADMIN: "describing transactions and producers",
     MAX_MESSAGE_OVERRIDE: "sending batches over the topic's limit",
+    ALTER_CONFIGS: "AlterConfigs", INCREMENTAL_ALTER_CONFIGS: "IncrementalAlterConfigs",
+    CONFIG_SYNONYMS: "config sources and synonyms", CLIENT_METRICS_CONFIGS: "CLIENT_METRICS configs",
+    BROKER_CONFIGS: "broker configs", BROKER_DEFAULT_CONFIGS: "the cluster-wide default broker configs",
+    DESCRIBE_CLUSTER: "describing the cluster", CLUSTER_AUTHORIZED_OPS: "cluster authorized operations",
+    DESCRIBE_TOPIC_PARTITIONS: "DescribeTopicPartitions", TOPIC_AUTHORIZED_OPS: "topic authorized operations",
+    GROUP_AUTHORIZED_OPS: "group authorized operations", LOG_DIRS: "describing log dirs",
+    ALTER_LOG_DIRS: "moving replicas between log dirs", ELECT_LEADERS: "electing leaders",
+    REASSIGNMENTS: "partition reassignments", CLIENT_QUOTAS: "client quotas",
+    MAX_TIMESTAMP: "ListOffsets MAX_TIMESTAMP", EPOCH_VALIDATION: "validating positions by leader epoch",
+    CLIENT_INSTANCE_ID: "client instance ids (KIP-714)", PUSH_TELEMETRY: "pushing its metrics (KIP-714)",
 }
+
+# DescribeConfigs' ConfigSource ids, by Kafka's names (clients that report numbers are mapped with this).
+CONFIG_SOURCES = {0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG",
+                  3: "DYNAMIC_DEFAULT_BROKER_CONFIG", 4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG",
+                  6: "DYNAMIC_BROKER_LOGGER_CONFIG", 7: "CLIENT_METRICS_CONFIG", 8: "GROUP_CONFIG"}
+
+# AclOperation codes (authorized operations are a bit field of these).
+ACL_OPERATIONS = {2: "ALL", 3: "READ", 4: "WRITE", 5: "CREATE", 6: "DELETE", 7: "ALTER", 8: "DESCRIBE",
+                  9: "CLUSTER_ACTION", 10: "DESCRIBE_CONFIGS", 11: "ALTER_CONFIGS", 12: "IDEMPOTENT_WRITE",
+                  13: "CREATE_TOKENS", 14: "DESCRIBE_TOKENS", 15: "TWO_PHASE_COMMIT"}
+
+
+def norm_source(s: Any) -> str:
+    """A config source as Kafka's name ("DYNAMIC_TOPIC_CONFIG", ...), whatever form the client gives it in."""
+    if isinstance(s, int):
+        return CONFIG_SOURCES.get(s, f"SOURCE_{s}")
+    name = str(getattr(s, "name", s)).upper().removeprefix("CONFIGSOURCE.")
+    return {"UNKNOWN_CONFIG": "UNKNOWN", "DYNAMIC_CLIENT_METRICS_CONFIG": "CLIENT_METRICS_CONFIG"}.get(name, name)
+
+
+def ops_from_bits(bits: int | None) -> set[str] | None:
+    """Authorized operations from the protocol's bit field; None when the broker did not say
+    (-2147483648, Kafka's "not requested")."""
+    if bits is None or bits == -2147483648:
+        return None
+    return {name for code, name in ACL_OPERATIONS.items() if bits & (1 << code)}
+
+
+@dataclass
+class ConfigValue:
+    """One entry of a DescribeConfigs answer: value, source and (when asked for) synonyms, each
+    (name, value, source), most specific first."""
+
+    value: str | None
+    source: str
+    synonyms: list[tuple[str, str | None, str]] = field(default_factory=list)
+    read_only: bool | None = None
 
 
 class Member:
@@ -132,6 +199,8 @@ class Member:
         self._records: list[Record] = []
         self._assignment: list[tuple[str, int]] = []
         self.error: str | None = None
+        # The member stopped for good (its client raised or reported a fatal error): waiting longer is pointless.
+        self.failed = False
 
     # driver side
     def _set_assignment(self, parts: list[tuple[str, int]]) -> None:
@@ -159,6 +228,9 @@ class Client:
     name: str = "?"
     caps: frozenset[str] = frozenset()
     codecs: frozenset[str] = frozenset({"none", "gzip", "snappy", "lz4", "zstd"})
+    # {API key: the lowest version this library can use}, where that is above 0: a broker advertising
+    # only older versions cannot serve the scenario ("not supported by the broker", not a timeout).
+    api_versions_needed: dict[int, int] = {}
 
     def __init__(self, bootstrap: str) -> None:
         self.bootstrap = bootstrap
@@ -181,6 +253,10 @@ class Client:
         """Number of partitions per the client's admin/metadata API; raises ClientError for unknown."""
         raise NotSupportedByClient("describe topics")
 
+    def partition_leaders(self, name: str) -> dict[int, int]:
+        """{partition: leader broker id, -1 when it has none} from the cluster's metadata."""
+        raise NotSupportedByClient("describe partition leaders")
+
     def topic_configs(self, name: str) -> dict[str, str]:
         raise NotSupportedByClient("describe configs")
 
@@ -191,6 +267,84 @@ class Client:
     def metadata(self) -> dict[str, Any]:
         """{"brokers": [ids], "topics": {name: partitions}} from a Metadata request for all topics."""
         raise NotSupportedByClient("metadata")
+
+    # --- configs and cluster admin (issue 12) ---------------------------------------------------
+    def alter_configs(self, rtype: str, name: str, ops: list[tuple[str, str, str | None]], *,
+                      incremental: bool = True, validate_only: bool = False) -> None:
+        """Change a resource's configs. rtype: "topic", "broker" (name: a broker id, or "" for the cluster
+        default), "client_metrics"; ops: (op, key, value) with op "set", "delete", "append" or "subtract".
+        incremental=False sends AlterConfigs, which replaces the resource's whole set of dynamic configs
+        with the given ones (only "set")."""
+        raise NotSupportedByClient("IncrementalAlterConfigs" if incremental else "AlterConfigs")
+
+    def describe_configs(self, rtype: str, name: str, *, synonyms: bool = False) -> dict[str, ConfigValue]:
+        raise NotSupportedByClient("describe configs with sources")
+
+    def describe_cluster(self, authorized_operations: bool = False) -> dict[str, Any]:
+        """{"cluster_id", "controller" (-1 if none), "brokers": [ids], "authorized_operations": set | None}."""
+        raise NotSupportedByClient("describe cluster")
+
+    def describe_topic_detail(self, name: str, authorized_operations: bool = False) -> dict[str, Any]:
+        """{"topic_id": str | None, "partitions": {p: {"leader", "replicas", "isr"}},
+        "authorized_operations": set | None} through DescribeTopicPartitions where the client uses it."""
+        raise NotSupportedByClient("DescribeTopicPartitions")
+
+    def topic_authorized_operations(self, name: str) -> set[str] | None:
+        """The operations the client may perform on a topic, as the client's topic description reports
+        them when asked (Metadata, or DescribeTopicPartitions where the client uses it)."""
+        raise NotSupportedByClient("topic authorized operations")
+
+    def group_authorized_operations(self, group: str) -> set[str] | None:
+        raise NotSupportedByClient("group authorized operations")
+
+    def describe_log_dirs(self, broker: int) -> dict[str, dict[str, Any]]:
+        """{path: {"error": name | None, "replicas": {(topic, partition): {"size", "future"}}}}."""
+        raise NotSupportedByClient("describe log dirs")
+
+    def alter_replica_log_dir(self, topic: str, partition: int, broker: int, path: str) -> None:
+        raise NotSupportedByClient("alter replica log dirs")
+
+    def elect_leaders(self, topic: str, partitions: list[int]) -> dict[int, str | None]:
+        """Preferred leader election; {partition: error name, or None when a leader was elected}."""
+        raise NotSupportedByClient("elect leaders")
+
+    def alter_reassignments(self, topic: str, targets: dict[int, list[int] | None]) -> dict[int, str | None]:
+        """{partition: new replicas, or None to cancel} -> {partition: error name or None}."""
+        raise NotSupportedByClient("alter partition reassignments")
+
+    def list_reassignments(self, topic: str, partitions: list[int]) -> dict[int, dict[str, list[int]]]:
+        raise NotSupportedByClient("list partition reassignments")
+
+    def describe_client_quotas(self, entity: dict[str, str]) -> dict[str, float]:
+        """The quotas set on exactly this entity ({"client-id": ...}); {} when none."""
+        raise NotSupportedByClient("describe client quotas")
+
+    def alter_client_quotas(self, entity: dict[str, str], quotas: dict[str, float | None],
+                            validate_only: bool = False) -> None:
+        """Set (a number) or remove (None) quotas of one entity."""
+        raise NotSupportedByClient("alter client quotas")
+
+    def max_timestamp_offset(self, topic: str, partition: int) -> tuple[int, int]:
+        """ListOffsets MAX_TIMESTAMP: (offset, timestamp) of the record with the largest timestamp."""
+        raise NotSupportedByClient("ListOffsets MAX_TIMESTAMP")
+
+    def consume_validated(self, topic: str, partition: int, offset: int, count: int,
+                          timeout: float = 30.0) -> list[Record]:
+        """Read the record at ``offset`` to learn its leader epoch, then seek to it again *with* that
+        epoch, which makes the consumer validate the position (OffsetForLeaderEpoch) before fetching;
+        auto.offset.reset=none, so a wrong answer surfaces as an error. Returns ``count`` records from
+        there."""
+        raise NotSupportedByClient("validate positions by leader epoch")
+
+    def client_instance_id(self, client_id: str | None = None, hold: float = 0.0) -> str:
+        """KIP-714: a producer's client instance id, which it learns from GetTelemetrySubscriptions; the
+        producer then stays up ``hold`` seconds (pushing metrics if a subscription matches it)."""
+        raise NotSupportedByClient("client instance id")
+
+    def push_telemetry(self, client_id: str, hold: float) -> str | None:
+        """KIP-714: run a producer with this client id for ``hold`` seconds, so that a metrics subscription
+        matching it makes it push (PushTelemetry), then close it; its instance id where the client tells."""
+        raise NotSupportedByClient("pushing client metrics")
 
     # --- produce -----------------------------------------------------------------------------
     def produce(self, topic: str, msgs: list[Msg], *, acks: str = "all", compression: str = "none",

@@ -18,6 +18,8 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import (
     AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
     ConfigResource,
     NewPartitions,
     NewTopic,
@@ -25,6 +27,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from compat import scenario
 from compat.clients import base
 from compat.clients.base import ClientError, Delivery, Member, Msg, Record
 
@@ -52,6 +55,9 @@ def kafka_error(err: KafkaError) -> ClientError:
 
 class ConfluentClient(base.Client):
     name = "confluent-kafka"
+    # librdkafka 2.16 sends ConsumerGroupHeartbeat v1 only (v1 added the regex subscription);
+    # Apache Kafka 3.8 advertises v0 only.
+    api_versions_needed = {scenario.CONSUMER_GROUP_HEARTBEAT: 1}
     caps = frozenset({
         base.ADMIN, base.DESCRIBE_CONFIGS, base.DELETE_RECORDS, base.ASSIGN, base.GROUPS,
         base.GROUP_PROTOCOL_CONSUMER, base.COMMIT, base.TIMESTAMPS, base.LIST_OFFSETS, base.DESCRIBE_UNKNOWN,
@@ -59,6 +65,13 @@ class ConfluentClient(base.Client):
         base.TRANSACTIONS, base.TXN_OFFSETS, base.RESET_NONE, base.HEADERS, base.NULL_VALUES, base.BINARY,
         base.ACKS0, base.MAX_MESSAGE_OVERRIDE, base.DELIVERY_OFFSETS,
         base.NULL_HEADER_VALUES, base.GROUP_ADMIN,
+        base.ALTER_CONFIGS, base.INCREMENTAL_ALTER_CONFIGS, base.BROKER_CONFIGS, base.DESCRIBE_CLUSTER,
+        # Not BROKER_DEFAULT_CONFIGS: confluent-kafka refuses a broker resource with an empty name.
+        base.CLUSTER_AUTHORIZED_OPS, base.TOPIC_AUTHORIZED_OPS, base.GROUP_AUTHORIZED_OPS, base.ELECT_LEADERS,
+        base.MAX_TIMESTAMP,
+        base.EPOCH_VALIDATION, base.PUSH_TELEMETRY,
+        # Not CONFIG_SYNONYMS: confluent-kafka keeps a config's synonyms in a dict by name, so a broker
+        # setting's synonyms (the same name per source) collapse into one.
     })
 
     def __init__(self, bootstrap: str) -> None:
@@ -105,6 +118,17 @@ class ConfluentClient(base.Client):
             raise to_client_error(e) from None
         return len(desc.partitions)
 
+    def partition_leaders(self, name: str) -> dict[int, int]:
+        """{partition: leader broker id, -1 when it has none} as Metadata (DescribeTopics) shows them."""
+        from confluent_kafka import TopicCollection
+
+        fs = self.admin.describe_topics(TopicCollection([name]), request_timeout=30)
+        try:
+            desc = fs[name].result(timeout=30)
+        except KafkaException as e:
+            raise to_client_error(e) from None
+        return {p.id: (p.leader.id if p.leader is not None else -1) for p in desc.partitions}
+
     def topic_configs(self, name: str) -> dict[str, str]:
         fs = self.admin.describe_configs([ConfigResource(ResourceType.TOPIC, name)], request_timeout=30)
         try:
@@ -128,7 +152,143 @@ class ConfluentClient(base.Client):
         except KafkaException as e:
             raise to_client_error(e) from None
         return {"brokers": sorted(md.brokers), "topics": {t: len(m.partitions) for t, m in md.topics.items()
-                                                          if m.error is None}}
+                                                          if m.error is None},
+                "cluster_id": md.cluster_id, "controller": md.controller_id}
+
+    # --- configs and cluster admin ---
+    @staticmethod
+    def _resource(rtype: str, name: str, **kw: Any) -> ConfigResource:
+        types = {"topic": ResourceType.TOPIC, "broker": ResourceType.BROKER}
+        if rtype not in types:
+            raise base.NotSupportedByClient(f"{rtype} config resources")
+        if not name:
+            raise base.NotSupportedByClient("the cluster-wide default broker resource (an empty name)")
+        return ConfigResource(types[rtype], name, **kw)
+
+    def alter_configs(self, rtype: str, name: str, ops: list[tuple[str, str, str | None]], *,
+                      incremental: bool = True, validate_only: bool = False) -> None:
+        if incremental:
+            entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType[op.upper()]) for op, k, v in ops]
+            res = self._resource(rtype, name, incremental_configs=entries)
+            fs = self.admin.incremental_alter_configs([res], validate_only=validate_only, request_timeout=30)
+        else:
+            assert all(op == "set" for op, _k, _v in ops), "AlterConfigs only sets configs"
+            res = self._resource(rtype, name, set_config={k: v for _op, k, v in ops})
+            fs = self.admin.alter_configs([res], validate_only=validate_only, request_timeout=30)
+        self._wait(fs)
+
+    def describe_configs(self, rtype: str, name: str, *, synonyms: bool = False) -> dict[str, base.ConfigValue]:
+        # librdkafka always asks for synonyms; they are reported only when the scenario asks.
+        fs = self.admin.describe_configs([self._resource(rtype, name)], request_timeout=30)
+        try:
+            (entries,) = (f.result(timeout=30) for f in fs.values())
+        except KafkaException as e:
+            raise to_client_error(e) from None
+        return {k: base.ConfigValue(e.value, base.norm_source(e.source),
+                                    [(sn, se.value, base.norm_source(se.source))
+                                     for sn, se in (e.synonyms or {}).items()] if synonyms else [],
+                                    e.is_read_only)
+                for k, e in entries.items()}
+
+    def describe_cluster(self, authorized_operations: bool = False) -> dict[str, Any]:
+        try:
+            d = self.admin.describe_cluster(include_authorized_operations=authorized_operations,
+                                            request_timeout=30).result(timeout=30)
+        except KafkaException as e:
+            raise to_client_error(e) from None
+        ops = d.authorized_operations
+        return {"cluster_id": d.cluster_id, "controller": d.controller.id if d.controller is not None else -1,
+                "brokers": sorted(n.id for n in d.nodes),
+                "authorized_operations": None if ops is None else {o.name for o in ops}}
+
+    def topic_authorized_operations(self, name: str) -> set[str] | None:
+        from confluent_kafka import TopicCollection
+
+        fs = self.admin.describe_topics(TopicCollection([name]), include_authorized_operations=True,
+                                        request_timeout=30)
+        try:
+            d = fs[name].result(timeout=30)
+        except KafkaException as e:
+            raise to_client_error(e) from None
+        ops = d.authorized_operations
+        return None if ops is None else {o.name for o in ops}
+
+    def group_authorized_operations(self, group: str) -> set[str] | None:
+        fs = self.admin.describe_consumer_groups([group], include_authorized_operations=True, request_timeout=30)
+        try:
+            d = fs[group].result(timeout=30)
+        except KafkaException as e:
+            raise to_client_error(e) from None
+        ops = d.authorized_operations
+        return None if ops is None else {o.name for o in ops}
+
+    def elect_leaders(self, topic: str, partitions: list[int]) -> dict[int, str | None]:
+        from confluent_kafka import ElectionType
+
+        try:
+            # No request_timeout/operation_timeout: confluent-kafka 2.16.1's elect_leaders raises SystemError
+            # ("more argument specifiers than keyword list entries") for either.
+            res = self.admin.elect_leaders(ElectionType.PREFERRED,
+                                           [TopicPartition(topic, p) for p in partitions]).result(timeout=30)
+        except KafkaException as e:
+            raise to_client_error(e) from None
+        return {tp.partition: (None if err is None else to_client_error(err).name) for tp, err in res.items()}
+
+    def max_timestamp_offset(self, topic: str, partition: int) -> tuple[int, int]:
+        fs = self.admin.list_offsets({TopicPartition(topic, partition): OffsetSpec.max_timestamp()}, request_timeout=30)
+        try:
+            (res,) = (f.result(timeout=30) for f in fs.values())
+        except KafkaException as e:
+            raise to_client_error(e) from None
+        return int(res.offset), int(res.timestamp)
+
+    def push_telemetry(self, client_id: str, hold: float) -> str | None:
+        # librdkafka (KIP-714) asks for its subscription when the broker offers telemetry, pushes every
+        # interval while it runs and a last time when it is destroyed. The instance id is not exposed.
+        p = Producer(self._conf(**{"client.id": client_id, "enable.metrics.push": True}))
+        deadline = time.monotonic() + hold
+        while time.monotonic() < deadline:
+            p.poll(0.1)
+        p.flush(10)
+        del p
+        return None
+
+    def consume_validated(self, topic: str, partition: int, offset: int, count: int,
+                          timeout: float = 30.0) -> list[Record]:
+        c = Consumer(self._conf(**{
+            "group.id": f"compat-unused-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
+            "enable.auto.offset.store": False, "auto.offset.reset": "error", "fetch.wait.max.ms": 100,
+        }))
+        deadline = time.monotonic() + timeout
+        out: list[Record] = []
+        try:
+            c.assign([TopicPartition(topic, partition, offset)])
+            epoch = None
+            while epoch is None and time.monotonic() < deadline:
+                m = c.poll(0.2)
+                if m is None:
+                    continue
+                if m.error():
+                    raise kafka_error(m.error())
+                epoch = m.leader_epoch()
+                if epoch is None:
+                    raise ClientError("CLIENT_ERROR", f"the record at {offset} carries no leader epoch")
+            if epoch is None:
+                raise ClientError("REQUEST_TIMED_OUT", f"no record at {offset} within {timeout}s")
+            # A seek with a leader epoch makes librdkafka validate the position (OffsetForLeaderEpoch).
+            c.seek(TopicPartition(topic, partition, offset, leader_epoch=epoch))
+            while len(out) < count and time.monotonic() < deadline:
+                m = c.poll(0.2)
+                if m is None:
+                    continue
+                if m.error():
+                    if m.error().code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise kafka_error(m.error())
+                out.append(_record(m))
+        finally:
+            c.close()
+        return out
 
     # --- produce ---
     def produce(self, topic: str, msgs: list[Msg], *, acks: str = "all", compression: str = "none",
@@ -341,12 +501,16 @@ class _ConfluentMember(Member):
                 if m.error():
                     if m.error().code() != KafkaError._PARTITION_EOF:
                         self.error = str(m.error())
+                    if m.error().fatal() or m.error().code() == KafkaError._FATAL:  # e.g. KIP-848 refused
+                        self.failed = True
+                        return
                     continue
                 self._add([_record(m)])
                 if not self._auto_commit:
                     self._c.commit(message=m, asynchronous=False)
         except Exception as e:
             self.error = repr(e)
+            self.failed = True
         finally:
             self._c.close()
 

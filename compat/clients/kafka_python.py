@@ -8,7 +8,7 @@ from typing import Any
 
 import kafka.errors as kerr
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, OffsetSpec
+from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType, KafkaAdminClient, OffsetSpec
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from kafka.structs import OffsetAndMetadata
@@ -37,6 +37,13 @@ class KafkaPythonClient(base.Client):
         base.TXN_OFFSETS,
         base.RESET_NONE, base.HEADERS, base.NULL_VALUES, base.BINARY, base.ACKS0, base.MAX_MESSAGE_OVERRIDE,
         base.DELIVERY_OFFSETS, base.GROUP_ADMIN, base.OFFSET_DELETE, base.TXN_ADMIN,
+        base.ALTER_CONFIGS, base.INCREMENTAL_ALTER_CONFIGS, base.CONFIG_SYNONYMS, base.CLIENT_METRICS_CONFIGS,
+        base.BROKER_CONFIGS,
+        base.DESCRIBE_CLUSTER, base.CLUSTER_AUTHORIZED_OPS, base.DESCRIBE_TOPIC_PARTITIONS,
+        base.TOPIC_AUTHORIZED_OPS, base.LOG_DIRS, base.ALTER_LOG_DIRS, base.ELECT_LEADERS, base.REASSIGNMENTS,
+        base.MAX_TIMESTAMP, base.CLIENT_QUOTAS,
+        # Not BROKER_DEFAULT_CONFIGS: kafka-python addresses broker resources by an integer broker id only,
+        # so it cannot reach the cluster-wide default (resource name "").
     })
 
     def __init__(self, bootstrap: str) -> None:
@@ -110,6 +117,179 @@ class KafkaPythonClient(base.Client):
             raise to_client_error(e) from None
         return {"brokers": sorted(b["broker_id"] for b in cluster["brokers"]),
                 "topics": {t["name"]: len(t["partitions"]) for t in topics if not t["error_code"]}}
+
+    # --- configs and cluster admin ---
+    def alter_configs(self, rtype: str, name: str, ops: list[tuple[str, str, str | None]], *,
+                      incremental: bool = True, validate_only: bool = False) -> None:
+        rt = ConfigResourceType[rtype.upper()]
+        if rt is ConfigResourceType.BROKER and not name:
+            raise base.NotSupportedByClient("the cluster-wide default broker resource")
+        try:
+            if incremental:
+                res = ConfigResource(rt, name, configs={k: (AlterConfigOp[op.upper()], v) for op, k, v in ops})
+                out = self.admin.alter_configs([res], validate_only=validate_only, raise_on_unknown=False,
+                                               incremental=True)
+            else:
+                assert all(op == "set" for op, _k, _v in ops), "AlterConfigs only sets configs"
+                res = ConfigResource(rt, name, configs={k: v for _op, k, v in ops})
+                # alter_configs(incremental=False) first copies the resource's other dynamic configs into the
+                # request, to keep them; AlterConfigs itself replaces them all, which is what is tested here.
+                out = self.admin._manager.run(self.admin._send_alter_configs_requests, [res], validate_only, False)
+        except kerr.KafkaError as e:
+            raise to_client_error(e) from None
+        for results in out.values():
+            for result in results.values():
+                if result != "OK":
+                    raise _result_error(str(result))
+
+    def describe_configs(self, rtype: str, name: str, *, synonyms: bool = False) -> dict[str, base.ConfigValue]:
+        rt = ConfigResourceType[rtype.upper()]
+        try:
+            res = self.admin.describe_configs([ConfigResource(rt, name)], include_synonyms=synonyms,
+                                              config_filter="all")
+        except kerr.KafkaError as e:
+            raise to_client_error(e) from None
+        entries = res[rt.name.lower()][name]
+        return {k: base.ConfigValue(v.get("value"), base.norm_source(v["config_source"]),
+                                    [(x["name"], x.get("value"), base.norm_source(x["source"]))
+                                     for x in v.get("synonyms") or []],
+                                    v.get("read_only"))
+                for k, v in entries.items()}
+
+    def describe_cluster(self, authorized_operations: bool = False) -> dict[str, Any]:
+        try:
+            d = self.admin.describe_cluster()
+        except kerr.KafkaError as e:
+            raise to_client_error(e) from None
+        # kafka-python always asks for the cluster's authorized operations; reported only when the
+        # scenario asks, like the other clients.
+        ops = d.get("authorized_operations")
+        return {"cluster_id": d["cluster_id"], "controller": d.get("controller_id", -1),
+                "brokers": sorted(b["broker_id"] for b in d["brokers"]),
+                "authorized_operations": set(ops) if authorized_operations and ops is not None else None}
+
+    def describe_topic_detail(self, name: str, authorized_operations: bool = False) -> dict[str, Any]:
+        try:
+            res = self.admin.describe_topic_partitions([name])
+        except kerr.KafkaError as e:
+            raise to_client_error(e) from None
+        (t,) = res["topics"]
+        if t["error_code"]:
+            raise ClientError(base.error_name(t["error_code"]), f"describe {name}")
+        return {"topic_id": str(t["topic_id"]) if t["topic_id"] is not None else None,
+                "partitions": {p["partition_index"]: {"leader": p["leader_id"], "replicas": p["replica_nodes"],
+                                                      "isr": p["isr_nodes"]} for p in t["partitions"]},
+                "authorized_operations": base.ops_from_bits(t["topic_authorized_operations"])
+                if authorized_operations else None}
+
+    def topic_authorized_operations(self, name: str) -> set[str] | None:
+        try:
+            (t,) = self.admin.describe_topics([name])  # Metadata, always asking for authorized operations
+        except kerr.KafkaError as e:
+            raise to_client_error(e) from None
+        if t["error_code"]:
+            raise ClientError(base.error_name(t["error_code"]), f"describe {name}")
+        ops = t.get("authorized_operations")
+        return None if ops is None else set(ops)
+
+    def describe_log_dirs(self, broker: int) -> dict[str, dict[str, Any]]:
+        try:
+            (res,) = self.admin.describe_log_dirs(brokers=[broker])
+        except kerr.KafkaError as e:
+            raise to_client_error(e) from None
+        out = {}
+        for d in res["log_dirs"]:
+            replicas = {(t["name"], p["partition_index"]): {"size": p["partition_size"], "future": p["is_future_key"]}
+                        for t in d["topics"] for p in t["partitions"]}
+            out[d["log_dir"]] = {"error": base.error_name(d["error_code"]) if d["error_code"] else None,
+                                 "replicas": replicas}
+        return out
+
+    def alter_replica_log_dir(self, topic: str, partition: int, broker: int, path: str) -> None:
+        try:
+            res = self.admin.alter_replica_log_dirs({(topic, partition, broker): path})
+        except kerr.KafkaError as e:
+            raise to_client_error(e) from None
+        for err in res.values():
+            if err is not kerr.NoError:
+                raise ClientError(base.error_name(err.errno), f"alter replica log dir of {topic}-{partition}")
+
+    def elect_leaders(self, topic: str, partitions: list[int]) -> dict[int, str | None]:
+        try:
+            r = self.admin.elect_leaders(0, {topic: partitions}, timeout_ms=20000, raise_errors=False)
+        except kerr.KafkaError as e:
+            raise to_client_error(e) from None
+        if getattr(r, "error_code", 0):
+            raise ClientError(base.error_name(r.error_code), "elect leaders")
+        return {p.partition_id: (base.error_name(p.error_code) if p.error_code else None)
+                for t in r.replica_election_results for p in t.partition_result}
+
+    def alter_reassignments(self, topic: str, targets: dict[int, list[int] | None]) -> dict[int, str | None]:
+        try:
+            res = self.admin.alter_partition_reassignments({TopicPartition(topic, p): r for p, r in targets.items()},
+                                                           timeout_ms=20000)
+        except kerr.KafkaError as e:
+            raise to_client_error(e) from None
+        return {tp.partition: (None if err is None else base.error_name(err.errno)) for tp, err in res.items()}
+
+    def list_reassignments(self, topic: str, partitions: list[int]) -> dict[int, dict[str, list[int]]]:
+        try:
+            res = self.admin.list_partition_reassignments({topic: partitions}, timeout_ms=20000)
+        except kerr.KafkaError as e:
+            raise to_client_error(e) from None
+        return {tp.partition: {"replicas": v["replicas"], "adding": v["adding_replicas"],
+                               "removing": v["removing_replicas"]} for tp, v in res.items()}
+
+    # kafka-python 3.0.12 has the client-quota messages but no admin method for them: they are sent
+    # through the admin client's own connection manager (kafka-python encodes and decodes them).
+    def _send(self, request: Any) -> Any:
+        manager = self.admin._manager
+
+        async def go() -> Any:
+            return await manager.send(request)
+
+        return manager.run(go)
+
+    def describe_client_quotas(self, entity: dict[str, str]) -> dict[str, float]:
+        from kafka.protocol.admin.client_quotas import DescribeClientQuotasRequest as Req
+
+        req = Req(components=[Req.ComponentData(entity_type=t, match_type=0, match=n) for t, n in entity.items()],
+                  strict=True)
+        try:
+            resp = self._send(req)
+        except kerr.KafkaError as e:
+            raise to_client_error(e) from None
+        if resp.error_code:
+            raise ClientError(base.error_name(resp.error_code), resp.error_message or "describe client quotas")
+        for entry in resp.entries or []:
+            if {e.entity_type: e.entity_name for e in entry.entity} == entity:
+                return {v.key: float(v.value) for v in entry.values}
+        return {}
+
+    def alter_client_quotas(self, entity: dict[str, str], quotas: dict[str, float | None],
+                            validate_only: bool = False) -> None:
+        from kafka.protocol.admin.client_quotas import AlterClientQuotasRequest as Req
+
+        entry = Req.EntryData(entity=[Req.EntryData.EntityData(entity_type=t, entity_name=n)
+                                      for t, n in entity.items()],
+                              ops=[Req.EntryData.OpData(key=k, value=0.0 if v is None else float(v), remove=v is None)
+                                   for k, v in quotas.items()])
+        try:
+            resp = self._send(Req(entries=[entry], validate_only=validate_only))
+        except kerr.KafkaError as e:
+            raise to_client_error(e) from None
+        for e in resp.entries:
+            if e.error_code:
+                raise ClientError(base.error_name(e.error_code), e.error_message or "alter client quotas")
+
+    def max_timestamp_offset(self, topic: str, partition: int) -> tuple[int, int]:
+        tp = TopicPartition(topic, partition)
+        try:
+            res = self.admin.list_partition_offsets({tp: OffsetSpec.MAX_TIMESTAMP})
+        except kerr.KafkaError as e:
+            raise to_client_error(e) from None
+        off, ts = res[tp].offset, res[tp].timestamp
+        return (-1 if off is None else int(off)), (-1 if ts is None else int(ts))
 
     # --- produce ---
     def _producer(self, **kw: Any) -> KafkaProducer:
@@ -313,9 +493,36 @@ class KafkaPythonClient(base.Client):
         return [p.producer_id for p in state.active_producers]
 
 
+def _result_error(text: str) -> ClientError:
+    """kafka-python reports a resource's error as its text ("[Error 40] InvalidConfigurationError: ...")."""
+    if text.startswith("[Error "):
+        code = text[len("[Error "):].split("]", 1)[0]
+        if code.isdigit():
+            return ClientError(base.error_name(int(code)), text)
+    return ClientError("CLIENT_ERROR", text)
+
+
 def _record(r: Any) -> Record:
     return Record(r.partition, r.offset, r.key, r.value, [(k, v) for k, v in (r.headers or [])], r.timestamp,
                   r.topic)
+
+
+def _learn_partitions(consumer: KafkaConsumer, topics: list[str], timeout: float = 15.0) -> None:
+    """Have the consumer know every subscribed topic's partitions before its first poll().
+
+    Why: kafka-python 3.0.12 rejoins when the partitions it sees differ from those of its last
+    assignment, but it keeps that reason only in the comparison, which its own assignment clears.
+    If a poll() gives up (its timeout) while that JoinGroup/SyncGroup round trip is in flight,
+    later polls see nothing to rejoin and never finish the join: the member stays "rebalancing",
+    sends no heartbeats and is expired by the coordinator (seen under load, any broker). A first
+    assignment that already covers every partition leaves nothing for that check to find.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        consumer.topics()  # a Metadata request; the group coordinator's listener records the partitions
+        if all(consumer.partitions_for_topic(t) for t in topics) or time.monotonic() > deadline:
+            return
+        time.sleep(0.1)
 
 
 class _KafkaPythonMember(Member):
@@ -325,6 +532,7 @@ class _KafkaPythonMember(Member):
         self._auto_commit = auto_commit
         self._stop = threading.Event()
         self._c.subscribe(topics)
+        _learn_partitions(consumer, topics)
         self._t = threading.Thread(target=self._run, daemon=True)
         self._t.start()
 
@@ -340,6 +548,7 @@ class _KafkaPythonMember(Member):
                         self._c.commit()
         except Exception as e:
             self.error = repr(e)
+            self.failed = True
         finally:
             self._c.close()
 

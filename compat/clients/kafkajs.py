@@ -18,7 +18,7 @@ class KafkajsClient(RpcClient):
         base.ADMIN, base.DESCRIBE_CONFIGS, base.DELETE_RECORDS, base.ASSIGN, base.GROUPS, base.COMMIT,
         base.TIMESTAMPS, base.LIST_OFFSETS, base.DESCRIBE_UNKNOWN, base.IDEMPOTENCE, base.TRANSACTIONS,
         base.TXN_OFFSETS, base.HEADERS, base.NULL_VALUES, base.BINARY, base.ACKS0, base.MAX_MESSAGE_OVERRIDE,
-        base.DELIVERY_OFFSETS, base.GROUP_ADMIN,
+        base.DELIVERY_OFFSETS, base.GROUP_ADMIN, base.ALTER_CONFIGS, base.DESCRIBE_CLUSTER, base.REASSIGNMENTS,
     })
     consume_apis = scenario.GROUPS
 
@@ -27,3 +27,8 @@ class KafkajsClient(RpcClient):
         env.node_modules()
         node = shutil.which("node") or "node"
         self.rpc = RpcProcess([node, str(env.JS_DIR / "driver.js"), bootstrap], cwd=env.JS_DIR)
+
+    def alter_reassignments(self, topic: str, targets: dict[int, list[int] | None]) -> dict[int, str | None]:
+        # The driver answers each partition's error as kafkajs reports it: a Kafka error code.
+        res = self.rpc.call("alter_reassignments", topic=topic, targets={str(p): r for p, r in targets.items()})
+        return {int(p): (None if code is None else base.error_name(int(code))) for p, code in res.items()}

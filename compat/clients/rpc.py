@@ -205,6 +205,87 @@ class RpcClient(base.Client):
         return [int(x) for x in self.rpc.call("describe_producers", topic=topic, partition=partition)]
 
 
+    # --- configs and cluster admin ---
+    def alter_configs(self, rtype: str, name: str, ops: list[tuple[str, str, str | None]], *,
+                      incremental: bool = True, validate_only: bool = False) -> None:
+        self.rpc.call("alter_configs", rtype=rtype, name=name, ops=[list(o) for o in ops], incremental=incremental,
+                      validate_only=validate_only)
+
+    def describe_configs(self, rtype: str, name: str, *, synonyms: bool = False) -> dict[str, base.ConfigValue]:
+        res = self.rpc.call("describe_configs", rtype=rtype, name=name, synonyms=synonyms)
+        return {k: base.ConfigValue(v["value"], base.norm_source(v["source"]),
+                                    [(n, val, base.norm_source(src)) for n, val, src in v.get("synonyms") or []],
+                                    v.get("read_only"))
+                for k, v in res.items()}
+
+    def describe_cluster(self, authorized_operations: bool = False) -> dict[str, Any]:
+        d = self.rpc.call("describe_cluster", authorized_operations=authorized_operations)
+        ops = d.get("authorized_operations")
+        return {"cluster_id": d["cluster_id"], "controller": int(d["controller"]),
+                "brokers": sorted(int(b) for b in d["brokers"]),
+                "authorized_operations": None if ops is None else {str(o).upper() for o in ops}}
+
+    def describe_topic_detail(self, name: str, authorized_operations: bool = False) -> dict[str, Any]:
+        d = self.rpc.call("describe_topic_detail", name=name, authorized_operations=authorized_operations)
+        ops = d.get("authorized_operations")
+        return {"topic_id": d.get("topic_id"),
+                "partitions": {int(p): v for p, v in d["partitions"].items()},
+                "authorized_operations": None if ops is None else {str(o).upper() for o in ops}}
+
+    def topic_authorized_operations(self, name: str) -> set[str] | None:
+        ops = self.describe_topic_detail(name, authorized_operations=True)["authorized_operations"]
+        return None if ops is None else set(ops)
+
+    def group_authorized_operations(self, group: str) -> set[str] | None:
+        ops = self.rpc.call("group_authorized_operations", group=group)
+        return None if ops is None else {str(o).upper() for o in ops}
+
+    def describe_log_dirs(self, broker: int) -> dict[str, dict[str, Any]]:
+        res = self.rpc.call("describe_log_dirs", broker=broker)
+        return {path: {"error": d.get("error") if d.get("error") not in ("NONE", "") else None,
+                       "replicas": {(x["topic"], int(x["partition"])): {"size": int(x["size"]),
+                                                                       "future": bool(x["future"])}
+                                    for x in d["replicas"]}}
+                for path, d in res.items()}
+
+    def alter_replica_log_dir(self, topic: str, partition: int, broker: int, path: str) -> None:
+        self.rpc.call("alter_replica_log_dir", topic=topic, partition=partition, broker=broker, path=path)
+
+    def elect_leaders(self, topic: str, partitions: list[int]) -> dict[int, str | None]:
+        return {int(p): e for p, e in self.rpc.call("elect_leaders", topic=topic, partitions=partitions).items()}
+
+    def alter_reassignments(self, topic: str, targets: dict[int, list[int] | None]) -> dict[int, str | None]:
+        res = self.rpc.call("alter_reassignments", topic=topic, targets={str(p): r for p, r in targets.items()})
+        return {int(p): e for p, e in res.items()}
+
+    def list_reassignments(self, topic: str, partitions: list[int]) -> dict[int, dict[str, list[int]]]:
+        res = self.rpc.call("list_reassignments", topic=topic, partitions=partitions)
+        return {int(p): v for p, v in res.items()}
+
+    def describe_client_quotas(self, entity: dict[str, str]) -> dict[str, float]:
+        return {k: float(v) for k, v in self.rpc.call("describe_client_quotas", entity=entity).items()}
+
+    def alter_client_quotas(self, entity: dict[str, str], quotas: dict[str, float | None],
+                            validate_only: bool = False) -> None:
+        self.rpc.call("alter_client_quotas", entity=entity, quotas=quotas, validate_only=validate_only)
+
+    def max_timestamp_offset(self, topic: str, partition: int) -> tuple[int, int]:
+        off, ts = self.rpc.call("max_timestamp_offset", topic=topic, partition=partition)
+        return int(off), int(ts)
+
+    def consume_validated(self, topic: str, partition: int, offset: int, count: int,
+                          timeout: float = 30.0) -> list[Record]:
+        res = self.rpc.call("consume_validated", timeout + 30, topic=topic, partition=partition, offset=offset,
+                            count=count, timeout=timeout)
+        return [Record.from_json(r) for r in res]
+
+    def push_telemetry(self, client_id: str, hold: float) -> str | None:
+        return self.client_instance_id(client_id=client_id, hold=hold)
+
+    def client_instance_id(self, client_id: str | None = None, hold: float = 0.0) -> str:
+        return str(self.rpc.call("client_instance_id", 60 + hold, timeout=30, client_id=client_id, hold=hold))
+
+
 class RpcMember(Member):
     """A member living in the driver process; its state is fetched on demand (at most every 50 ms)."""
 
@@ -225,6 +306,8 @@ class RpcMember(Member):
         self._add([Record.from_json(r) for r in state["records"]])
         if state.get("error"):
             self.error = state["error"]
+        if state.get("failed"):
+            self.failed = True
 
     def assignment(self) -> list[tuple[str, int]]:
         self._refresh()

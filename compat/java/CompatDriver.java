@@ -30,6 +30,26 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AlterClientQuotasOptions;
+import org.apache.kafka.clients.admin.AlterConfigOp;
+import org.apache.kafka.clients.admin.AlterConfigsOptions;
+import org.apache.kafka.clients.admin.DescribeClusterOptions;
+import org.apache.kafka.clients.admin.DescribeClusterResult;
+import org.apache.kafka.clients.admin.DescribeConfigsOptions;
+import org.apache.kafka.clients.admin.DescribeConsumerGroupsOptions;
+import org.apache.kafka.clients.admin.LogDirDescription;
+import org.apache.kafka.clients.admin.NewPartitionReassignment;
+import org.apache.kafka.clients.admin.PartitionReassignment;
+import org.apache.kafka.clients.admin.ReplicaInfo;
+import org.apache.kafka.common.ElectionType;
+import org.apache.kafka.common.KafkaFuture;
+import org.apache.kafka.common.TopicPartitionInfo;
+import org.apache.kafka.common.TopicPartitionReplica;
+import org.apache.kafka.common.acl.AclOperation;
+import org.apache.kafka.common.quota.ClientQuotaAlteration;
+import org.apache.kafka.common.quota.ClientQuotaEntity;
+import org.apache.kafka.common.quota.ClientQuotaFilter;
+import org.apache.kafka.common.quota.ClientQuotaFilterComponent;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.Config;
 import org.apache.kafka.clients.admin.ConsumerGroupDescription;
@@ -213,6 +233,48 @@ public class CompatDriver {
                         .activeProducers()) ids.add(p.producerId());
                 return ids;
             }
+            case "alter_configs": alterConfigs(r); return null;
+            case "describe_configs": return describeConfigs(r);
+            case "describe_cluster": return describeCluster(r);
+            case "describe_topic_detail": return describeTopicDetail(r);
+            case "group_authorized_operations": {
+                String g = str(r, "group");
+                ConsumerGroupDescription d = admin().describeConsumerGroups(List.of(g),
+                        new DescribeConsumerGroupsOptions().includeAuthorizedOperations(true))
+                        .describedGroups().get(g).get(30, TimeUnit.SECONDS);
+                return opNames(d.authorizedOperations());
+            }
+            case "describe_log_dirs": return describeLogDirs(r);
+            case "alter_replica_log_dir":
+                admin().alterReplicaLogDirs(Map.of(new TopicPartitionReplica(str(r, "topic"), num(r, "partition"),
+                        num(r, "broker")), str(r, "path"))).all().get(30, TimeUnit.SECONDS);
+                return null;
+            case "elect_leaders": return electLeaders(r);
+            case "alter_reassignments": return alterReassignments(r);
+            case "list_reassignments": return listReassignments(r);
+            case "describe_client_quotas": return describeClientQuotas(r);
+            case "alter_client_quotas": alterClientQuotas(r); return null;
+            case "max_timestamp_offset": {
+                TopicPartition tp = new TopicPartition(str(r, "topic"), num(r, "partition"));
+                ListOffsetsResult.ListOffsetsResultInfo info = admin().listOffsets(Map.of(tp, OffsetSpec.maxTimestamp()))
+                        .partitionResult(tp).get(30, TimeUnit.SECONDS);
+                return List.of(info.offset(), info.timestamp());
+            }
+            case "consume_validated": return consumeValidated(r);
+            case "client_instance_id": {
+                Properties p = producerProps(r);
+                if (r.get("client_id") != null) p.put(ProducerConfig.CLIENT_ID_CONFIG, str(r, "client_id"));
+                // KIP-714: the producer asks the broker (GetTelemetrySubscriptions) for its instance id.
+                p.put("enable.metrics.push", "true");
+                try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
+                    String id = producer.clientInstanceId(Duration.ofSeconds(20)).toString();
+                    // Stay up a while: a subscribed client pushes its metrics (PushTelemetry) meanwhile,
+                    // and once more, terminating, when it closes.
+                    double hold = r.get("hold") == null ? 0 : ((Number) r.get("hold")).doubleValue();
+                    Thread.sleep((long) (hold * 1000));
+                    return id;
+                }
+            }
             default: throw new IllegalArgumentException("unknown op " + op);
         }
     }
@@ -280,6 +342,225 @@ public class CompatDriver {
             }
         }
         return Map.of("brokers", brokers, "topics", topics);
+    }
+
+    // --- configs and cluster admin -------------------------------------------------------------
+    static String errName(Throwable t) {
+        while (t instanceof ExecutionException && t.getCause() != null) t = t.getCause();
+        return t instanceof ApiException ? Errors.forException(t).name() : t.getClass().getSimpleName();
+    }
+
+    static List<String> opNames(java.util.Set<AclOperation> ops) {
+        if (ops == null) return null;
+        List<String> out = new ArrayList<>();
+        for (AclOperation o : ops) out.add(o.name());
+        return out;
+    }
+
+    static ConfigResource resource(Map<String, Object> r) {
+        return new ConfigResource(ConfigResource.Type.valueOf(str(r, "rtype").toUpperCase()), str(r, "name"));
+    }
+
+    @SuppressWarnings("deprecation")
+    static void alterConfigs(Map<String, Object> r) throws Exception {
+        ConfigResource res = resource(r);
+        boolean validateOnly = Boolean.TRUE.equals(r.get("validate_only"));
+        List<List<Object>> ops = (List<List<Object>>) r.get("ops");
+        if (Boolean.TRUE.equals(r.get("incremental"))) {
+            List<AlterConfigOp> alter = new ArrayList<>();
+            for (List<Object> o : ops) {
+                AlterConfigOp.OpType type = AlterConfigOp.OpType.valueOf(((String) o.get(0)).toUpperCase());
+                alter.add(new AlterConfigOp(new ConfigEntry((String) o.get(1), (String) o.get(2)), type));
+            }
+            admin().incrementalAlterConfigs(Map.of(res, alter), new AlterConfigsOptions().validateOnly(validateOnly))
+                    .all().get(30, TimeUnit.SECONDS);
+        } else {
+            List<ConfigEntry> entries = new ArrayList<>();
+            for (List<Object> o : ops) {
+                if (!"set".equals(o.get(0))) throw new IllegalArgumentException("AlterConfigs only sets configs");
+                entries.add(new ConfigEntry((String) o.get(1), (String) o.get(2)));
+            }
+            admin().alterConfigs(Map.of(res, new Config(entries)), new AlterConfigsOptions().validateOnly(validateOnly))
+                    .all().get(30, TimeUnit.SECONDS);
+        }
+    }
+
+    static Object describeConfigs(Map<String, Object> r) throws Exception {
+        ConfigResource res = resource(r);
+        boolean synonyms = Boolean.TRUE.equals(r.get("synonyms"));
+        Config c = admin().describeConfigs(List.of(res), new DescribeConfigsOptions().includeSynonyms(synonyms))
+                .all().get(30, TimeUnit.SECONDS).get(res);
+        Map<String, Object> out = new HashMap<>();
+        for (ConfigEntry e : c.entries()) {
+            Map<String, Object> v = new HashMap<>();
+            v.put("value", e.value());
+            v.put("source", e.source().name());
+            v.put("read_only", e.isReadOnly());
+            List<List<Object>> syn = new ArrayList<>();
+            for (ConfigEntry.ConfigSynonym s : e.synonyms()) syn.add(java.util.Arrays.asList(s.name(), s.value(), s.source().name()));
+            v.put("synonyms", syn);
+            out.put(e.name(), v);
+        }
+        return out;
+    }
+
+    static Object describeCluster(Map<String, Object> r) throws Exception {
+        boolean ops = Boolean.TRUE.equals(r.get("authorized_operations"));
+        DescribeClusterResult d = admin().describeCluster(new DescribeClusterOptions().includeAuthorizedOperations(ops));
+        List<Integer> brokers = new ArrayList<>();
+        for (Node n : d.nodes().get(30, TimeUnit.SECONDS)) brokers.add(n.id());
+        Node controller = d.controller().get(30, TimeUnit.SECONDS);
+        Map<String, Object> out = new HashMap<>();
+        out.put("cluster_id", d.clusterId().get(30, TimeUnit.SECONDS));
+        out.put("controller", controller == null || controller.isEmpty() ? -1 : controller.id());
+        out.put("brokers", brokers);
+        out.put("authorized_operations", opNames(d.authorizedOperations().get(30, TimeUnit.SECONDS)));
+        return out;
+    }
+
+    static List<Integer> ids(List<Node> nodes) {
+        List<Integer> out = new ArrayList<>();
+        for (Node n : nodes) out.add(n.id());
+        return out;
+    }
+
+    static Object describeTopicDetail(Map<String, Object> r) throws Exception {
+        String name = str(r, "name");
+        // kafka-clients 3.9 describes topics with DescribeTopicPartitions when the broker offers it.
+        TopicDescription d = admin().describeTopics(List.of(name), new DescribeTopicsOptions()
+                .includeAuthorizedOperations(Boolean.TRUE.equals(r.get("authorized_operations"))))
+                .allTopicNames().get(30, TimeUnit.SECONDS).get(name);
+        Map<String, Object> parts = new HashMap<>();
+        for (TopicPartitionInfo p : d.partitions()) {
+            Map<String, Object> m = new HashMap<>();
+            m.put("leader", p.leader() == null ? -1 : p.leader().id());
+            m.put("replicas", ids(p.replicas()));
+            m.put("isr", ids(p.isr()));
+            parts.put(String.valueOf(p.partition()), m);
+        }
+        Map<String, Object> out = new HashMap<>();
+        out.put("topic_id", d.topicId() == null ? null : d.topicId().toString());
+        out.put("partitions", parts);
+        out.put("authorized_operations", opNames(d.authorizedOperations()));
+        return out;
+    }
+
+    static Object describeLogDirs(Map<String, Object> r) throws Exception {
+        int broker = num(r, "broker");
+        Map<String, LogDirDescription> dirs = admin().describeLogDirs(List.of(broker)).descriptions().get(broker)
+                .get(30, TimeUnit.SECONDS);
+        Map<String, Object> out = new HashMap<>();
+        for (Map.Entry<String, LogDirDescription> e : dirs.entrySet()) {
+            List<Map<String, Object>> replicas = new ArrayList<>();
+            for (Map.Entry<TopicPartition, ReplicaInfo> ri : e.getValue().replicaInfos().entrySet()) {
+                replicas.add(Map.of("topic", ri.getKey().topic(), "partition", ri.getKey().partition(),
+                        "size", ri.getValue().size(), "future", ri.getValue().isFuture()));
+            }
+            Map<String, Object> d = new HashMap<>();
+            d.put("error", e.getValue().error() == null ? null : Errors.forException(e.getValue().error()).name());
+            d.put("replicas", replicas);
+            out.put(e.getKey(), d);
+        }
+        return out;
+    }
+
+    static java.util.Set<TopicPartition> tps(Map<String, Object> r) {
+        java.util.Set<TopicPartition> out = new java.util.HashSet<>();
+        for (Object p : (List<Object>) r.get("partitions")) out.add(new TopicPartition(str(r, "topic"), ((Number) p).intValue()));
+        return out;
+    }
+
+    static Object electLeaders(Map<String, Object> r) throws Exception {
+        Map<TopicPartition, Optional<Throwable>> res = admin().electLeaders(ElectionType.PREFERRED, tps(r))
+                .partitions().get(30, TimeUnit.SECONDS);
+        Map<String, Object> out = new HashMap<>();
+        for (Map.Entry<TopicPartition, Optional<Throwable>> e : res.entrySet()) {
+            out.put(String.valueOf(e.getKey().partition()), e.getValue().map(CompatDriver::errName).orElse(null));
+        }
+        return out;
+    }
+
+    static Object alterReassignments(Map<String, Object> r) throws Exception {
+        Map<TopicPartition, Optional<NewPartitionReassignment>> req = new HashMap<>();
+        for (Map.Entry<String, Object> e : ((Map<String, Object>) r.get("targets")).entrySet()) {
+            List<Integer> replicas = (List<Integer>) e.getValue();
+            req.put(new TopicPartition(str(r, "topic"), Integer.parseInt(e.getKey())),
+                    replicas == null ? Optional.empty() : Optional.of(new NewPartitionReassignment(replicas)));
+        }
+        Map<String, Object> out = new HashMap<>();
+        for (Map.Entry<TopicPartition, KafkaFuture<Void>> e : admin().alterPartitionReassignments(req).values().entrySet()) {
+            String err = null;
+            try {
+                e.getValue().get(30, TimeUnit.SECONDS);
+            } catch (ExecutionException ex) {
+                err = errName(ex);
+            }
+            out.put(String.valueOf(e.getKey().partition()), err);
+        }
+        return out;
+    }
+
+    static Object listReassignments(Map<String, Object> r) throws Exception {
+        Map<TopicPartition, PartitionReassignment> res = admin().listPartitionReassignments(tps(r)).reassignments()
+                .get(30, TimeUnit.SECONDS);
+        Map<String, Object> out = new HashMap<>();
+        for (Map.Entry<TopicPartition, PartitionReassignment> e : res.entrySet()) {
+            out.put(String.valueOf(e.getKey().partition()), Map.of("replicas", e.getValue().replicas(),
+                    "adding", e.getValue().addingReplicas(), "removing", e.getValue().removingReplicas()));
+        }
+        return out;
+    }
+
+    static Object describeClientQuotas(Map<String, Object> r) throws Exception {
+        Map<String, String> entity = (Map<String, String>) r.get("entity");
+        List<ClientQuotaFilterComponent> comps = new ArrayList<>();
+        for (Map.Entry<String, String> e : entity.entrySet()) comps.add(ClientQuotaFilterComponent.ofEntity(e.getKey(), e.getValue()));
+        Map<ClientQuotaEntity, Map<String, Double>> res = admin().describeClientQuotas(ClientQuotaFilter.containsOnly(comps))
+                .entities().get(30, TimeUnit.SECONDS);
+        Map<String, Double> q = res.get(new ClientQuotaEntity(entity));
+        return q == null ? Map.of() : q;
+    }
+
+    static void alterClientQuotas(Map<String, Object> r) throws Exception {
+        Map<String, String> entity = (Map<String, String>) r.get("entity");
+        List<ClientQuotaAlteration.Op> ops = new ArrayList<>();
+        for (Map.Entry<String, Object> e : ((Map<String, Object>) r.get("quotas")).entrySet()) {
+            ops.add(new ClientQuotaAlteration.Op(e.getKey(), e.getValue() == null ? null : ((Number) e.getValue()).doubleValue()));
+        }
+        admin().alterClientQuotas(List.of(new ClientQuotaAlteration(new ClientQuotaEntity(entity), ops)),
+                new AlterClientQuotasOptions().validateOnly(Boolean.TRUE.equals(r.get("validate_only"))))
+                .all().get(30, TimeUnit.SECONDS);
+    }
+
+    static Object consumeValidated(Map<String, Object> r) throws Exception {
+        Properties p = consumerProps(null);
+        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "none");
+        TopicPartition tp = new TopicPartition(str(r, "topic"), num(r, "partition"));
+        long offset = ((Number) r.get("offset")).longValue();
+        int count = num(r, "count");
+        long deadline = System.nanoTime() + (long) (((Number) r.get("timeout")).doubleValue() * 1e9);
+        try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(p)) {
+            c.assign(List.of(tp));
+            c.seek(tp, offset);
+            Optional<Integer> epoch = Optional.empty();
+            while (System.nanoTime() < deadline) {
+                ConsumerRecords<byte[], byte[]> batch = c.poll(Duration.ofMillis(200));
+                List<ConsumerRecord<byte[], byte[]>> recs = batch.records(tp);
+                if (!recs.isEmpty()) {
+                    epoch = recs.get(0).leaderEpoch();
+                    break;
+                }
+            }
+            if (epoch.isEmpty()) throw new IllegalStateException("the record at " + offset + " carries no leader epoch");
+            // A position with a leader epoch is validated (OffsetsForLeaderEpoch) before the next fetch.
+            c.seek(tp, new OffsetAndMetadata(offset, epoch, ""));
+            List<Map<String, Object>> out = new ArrayList<>();
+            while (out.size() < count && System.nanoTime() < deadline) {
+                for (ConsumerRecord<byte[], byte[]> cr : c.poll(Duration.ofMillis(200))) out.add(rec(cr));
+            }
+            return out;
+        }
     }
 
     // --- produce ------------------------------------------------------------------------------
@@ -477,6 +758,7 @@ public class CompatDriver {
         final List<Map<String, Object>> records = new ArrayList<>();
         volatile List<List<Object>> assignment = List.of();
         volatile String error;
+        volatile boolean failed;  // poll() threw: the member has stopped for good
         volatile boolean stop;
         final Thread thread;
 
@@ -505,6 +787,7 @@ public class CompatDriver {
                 }
             } catch (Throwable t) {
                 error = t.toString();
+                failed = true;
             } finally {
                 try {
                     consumer.close(Duration.ofSeconds(10));
@@ -522,6 +805,7 @@ public class CompatDriver {
                 records.clear();
             }
             s.put("error", error);
+            s.put("failed", failed);
             return s;
         }
 

@@ -420,7 +420,7 @@ async function startMember (r) {
     allowAutoTopicCreation: false,
     partitionAssigners: [standardRoundRobin],
   })
-  const m = { consumer, records: [], assignment: [], error: null }
+  const m = { consumer, records: [], assignment: [], error: null, failed: false }
   consumer.on(consumer.events.GROUP_JOIN, e => {
     const a = []
     for (const [topic, parts] of Object.entries(e.payload.memberAssignment || {})) {
@@ -429,7 +429,10 @@ async function startMember (r) {
     m.assignment = a
   })
   consumer.on(consumer.events.REBALANCING, () => { m.assignment = [] })
-  consumer.on(consumer.events.CRASH, e => { m.error = String(e.payload.error) })
+  consumer.on(consumer.events.CRASH, e => {
+    m.error = String(e.payload.error)
+    if (!e.payload.restart) m.failed = true // kafkajs gives up on this member
+  })
   await consumer.connect()
   for (const t of r.topics) await consumer.subscribe({ topic: t, fromBeginning: r.reset === 'earliest' })
   await consumer.run({
@@ -450,7 +453,7 @@ async function startMember (r) {
 function memberState (m) {
   const records = m.records
   m.records = []
-  return { assignment: m.assignment, records, error: m.error }
+  return { assignment: m.assignment, records, error: m.error, failed: m.failed }
 }
 
 async function memberClose (r) {
@@ -485,8 +488,106 @@ async function committedOffsets (r) {
   })
 }
 
+// --- configs and cluster admin ----------------------------------------------------------------
+const RESOURCE_TYPES = { topic: ConfigResourceTypes.TOPIC, broker: ConfigResourceTypes.BROKER }
+
+function configResource (r) {
+  const type = RESOURCE_TYPES[r.rtype]
+  // kafkajs refuses an empty resource name, so the cluster-wide broker default cannot be addressed.
+  if (type === undefined || !r.name) throw notSupported(`${r.rtype} config resource ${JSON.stringify(r.name)}`)
+  return { type, name: r.name }
+}
+
+function resourceError (resource) {
+  if (resource.errorCode) {
+    throw Object.assign(new Error(resource.errorMessage || 'config resource error'), { code: resource.errorCode, type: 'ERROR' })
+  }
+}
+
+async function alterConfigs (r) {
+  if (r.incremental) throw notSupported('IncrementalAlterConfigs')
+  if (r.ops.some(([op]) => op !== 'set')) throw new Error('AlterConfigs only sets configs')
+  const resource = { ...configResource(r), configEntries: r.ops.map(([, name, value]) => ({ name, value })) }
+  return withAdmin(async a => {
+    const res = await a.alterConfigs({ resources: [resource], validateOnly: !!r.validate_only })
+    res.resources.forEach(resourceError)
+    return null
+  })
+}
+
+async function describeConfigs (r) {
+  const resource = configResource(r)
+  return withAdmin(async a => {
+    const res = await a.describeConfigs({ resources: [resource], includeSynonyms: !!r.synonyms })
+    const described = res.resources[0]
+    resourceError(described)
+    const out = {}
+    for (const e of described.configEntries) {
+      out[e.configName] = {
+        value: e.configValue,
+        source: e.configSource,
+        read_only: e.readOnly,
+        synonyms: (e.configSynonyms || []).map(x => [x.configName, x.configValue, x.configSource]),
+      }
+    }
+    return out
+  })
+}
+
+async function describeCluster (r) {
+  if (r.authorized_operations) throw notSupported("the cluster's authorized operations")
+  return withAdmin(async a => {
+    const d = await a.describeCluster()
+    return {
+      cluster_id: d.clusterId,
+      controller: d.controller === null ? -1 : d.controller,
+      brokers: d.brokers.map(b => b.nodeId),
+      authorized_operations: null,
+    }
+  })
+}
+
+async function alterReassignments (r) {
+  const out = {}
+  await withAdmin(async a => {
+    for (const [partition, replicas] of Object.entries(r.targets)) {
+      // kafkajs requires a replica list: it cannot cancel a reassignment.
+      if (replicas === null) throw notSupported('cancelling a partition reassignment')
+      try {
+        await a.alterPartitionReassignments({
+          topics: [{ topic: r.topic, partitionAssignment: [{ partition: Number(partition), replicas }] }],
+        })
+        out[partition] = null
+      } catch (e) {
+        const code = errorCode(e)
+        if (code === null) throw e
+        out[partition] = code
+      }
+    }
+  })
+  return out
+}
+
+async function listReassignments (r) {
+  return withAdmin(async a => {
+    const res = await a.listPartitionReassignments({ topics: [{ topic: r.topic, partitions: r.partitions }] })
+    const out = {}
+    for (const t of res.topics) {
+      for (const p of t.partitions) {
+        out[p.partition] = { replicas: p.replicas, adding: p.addingReplicas, removing: p.removingReplicas }
+      }
+    }
+    return out
+  })
+}
+
 // --- dispatch --------------------------------------------------------------------------------
 const OPS = {
+  alter_configs: alterConfigs,
+  describe_configs: describeConfigs,
+  describe_cluster: describeCluster,
+  alter_reassignments: alterReassignments,
+  list_reassignments: listReassignments,
   ping: async () => 'pong',
   create_topic: createTopic,
   delete_topic: r => withAdmin(async a => { await a.deleteTopics({ topics: [r.name], timeout: 20000 }); return null }),

@@ -8,6 +8,7 @@ the coordinator appends its records there as local, non-client appends.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable
 
@@ -19,6 +20,8 @@ from pykbroker.server.replica_manager import Partition, ReplicaManager
 from pykbroker.server.topics import TopicError, TopicManager, TopicSpec
 
 LOAD_CHUNK_BYTES = 4 << 20
+
+log = logging.getLogger("pykbroker.coordinator")
 
 KV = tuple[bytes | None, bytes | None]
 BatchFeed = Callable[[BatchHeader, list[KV]], Iterable[KV]]
@@ -122,16 +125,21 @@ class PartitionLoader:
 
     _to_load: set[int]
     _load_wake: anyio.Event
+    load_topic = ""  # the internal topic, for the one summary line per burst of loads
 
     async def _load(self, partition: int) -> None:
         raise NotImplementedError
 
     async def _loader(self) -> None:
         while True:
+            started, loaded = time.monotonic(), 0
             while self._to_load:
                 p = min(self._to_load)
                 self._to_load.discard(p)
                 await self._load(p)
+                loaded += 1
+            if loaded:
+                log.info("loaded %d %s partition(s) in %.2f s", loaded, self.load_topic, time.monotonic() - started)
             self._load_wake = anyio.Event()
             if not self._to_load:
                 await self._load_wake.wait()

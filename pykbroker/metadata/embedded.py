@@ -13,8 +13,10 @@ import uuid
 from pathlib import Path
 
 from pykbroker.metadata.store import (
+    ENTITY_RESOURCES,
     MetadataStore,
     PartitionAssignment,
+    QuotaEntity,
     TopicExists,
     TopicRecord,
     UnknownTopic,
@@ -55,6 +57,9 @@ class EmbeddedMetadataStore(MetadataStore):
         self._endpoints = endpoints
         self._topics: dict[str, TopicRecord] = {}
         self._next_producer_id = 0
+        self._client_quotas: dict[QuotaEntity, dict[str, float]] = {}
+        # resource type -> entity name -> dynamic configs (brokers, client metrics, groups)
+        self._entity_configs: dict[int, dict[str, dict[str, str]]] = {t: {} for t in ENTITY_RESOURCES}
         self.cluster_id = ""
 
     @property
@@ -68,7 +73,12 @@ class EmbeddedMetadataStore(MetadataStore):
             doc = json.loads(self.path.read_text())
             self._topics = {t["name"]: TopicRecord.from_json(t) for t in doc.get("topics", [])}
             self._next_producer_id = int(doc.get("next_producer_id", 0))
-        log.info("metadata loaded: cluster_id=%s topics=%d", self.cluster_id, len(self._topics))
+            for rtype, entities in (doc.get("entity_configs") or {}).items():
+                if int(rtype) in self._entity_configs:
+                    self._entity_configs[int(rtype)] = {
+                        str(n): {str(k): str(v) for k, v in c.items()} for n, c in entities.items() if c}
+            self._client_quotas = _quotas_from_json(doc.get("client_quotas", []))
+        log.debug("metadata loaded: cluster_id=%s topics=%d", self.cluster_id, len(self._topics))
 
     def _load_meta_properties(self) -> None:
         path = self._dir / META_PROPERTIES
@@ -93,6 +103,8 @@ class EmbeddedMetadataStore(MetadataStore):
             "version": 1,
             "topics": [t.to_json() for t in self._topics.values()],
             "next_producer_id": self._next_producer_id,
+            "client_quotas": _quotas_to_json(self._client_quotas),
+            "entity_configs": {str(t): e for t, e in self._entity_configs.items() if e},
         }
         write_atomically(self.path, json.dumps(doc, indent=1, sort_keys=True).encode())
 
@@ -147,8 +159,55 @@ class EmbeddedMetadataStore(MetadataStore):
         self._notify(name, rec)
         return rec
 
+    def client_quotas(self) -> dict[QuotaEntity, dict[str, float]]:
+        return self._client_quotas
+
+    def alter_client_quotas(self, changes: dict[QuotaEntity, dict[str, float | None]]) -> None:
+        for entity, ops in changes.items():
+            values = dict(self._client_quotas.get(entity, {}))
+            for key, value in ops.items():
+                if value is None:
+                    values.pop(key, None)
+                else:
+                    values[key] = value
+            if values:
+                self._client_quotas[entity] = values
+            else:
+                self._client_quotas.pop(entity, None)
+        self._persist()
+
+    def entity_configs(self, resource_type: int) -> dict[str, dict[str, str]]:
+        return self._entity_configs.get(resource_type, {})
+
+    def set_entity_configs(self, resource_type: int, name: str, configs: dict[str, str]) -> None:
+        if resource_type not in self._entity_configs:
+            raise ValueError(f"resource type {resource_type} has no dynamic configs")
+        entities = self._entity_configs[resource_type]
+        if configs:
+            entities[name] = dict(configs)
+        else:
+            entities.pop(name, None)
+        self._persist()
+        self._notify_config(resource_type, name)
+
     def allocate_producer_ids(self, count: int) -> int:
         first = self._next_producer_id
         self._next_producer_id += count
         self._persist()
         return first
+
+
+def _quotas_to_json(quotas: dict[QuotaEntity, dict[str, float]]) -> list[dict[str, object]]:
+    return [{"entity": [list(part) for part in entity], "values": dict(sorted(values.items()))}
+            for entity, values in sorted(quotas.items(), key=lambda kv: repr(kv[0]))]
+
+
+def _quotas_from_json(doc: list[dict[str, object]]) -> dict[QuotaEntity, dict[str, float]]:
+    out: dict[QuotaEntity, dict[str, float]] = {}
+    for item in doc:
+        parts = item["entity"]
+        values = item["values"]
+        assert isinstance(parts, list) and isinstance(values, dict)
+        entity = tuple(sorted((str(t), None if n is None else str(n)) for t, n in parts))
+        out[entity] = {str(k): float(v) for k, v in values.items()}
+    return out

@@ -92,6 +92,18 @@ class UnknownTopic(Exception):
 
 
 MetadataListener = Callable[[str, "TopicRecord | None"], None]
+ConfigListener = Callable[[int, str], None]
+
+# Kafka's ConfigResource.Type ids of the entities whose dynamic configs live in the store (topic
+# configs live with their TopicRecord). ZooKeeper keeps them at /config/brokers/<id> (and
+# /config/brokers/<default> for resource name ""), /config/client-metrics/<name>, /config/groups/<id>.
+BROKER_RESOURCE = 4
+CLIENT_METRICS_RESOURCE = 16
+GROUP_RESOURCE = 32
+ENTITY_RESOURCES = (BROKER_RESOURCE, CLIENT_METRICS_RESOURCE, GROUP_RESOURCE)
+
+# A client quota entity (KIP-546): (entity type, entity name or None for the default), sorted by type.
+QuotaEntity = tuple[tuple[str, str | None], ...]
 
 
 class MetadataStore(ABC):
@@ -101,6 +113,7 @@ class MetadataStore(ABC):
 
     def __init__(self) -> None:
         self._listeners: list[MetadataListener] = []
+        self._config_listeners: list[ConfigListener] = []
         self._by_id: dict[uuid.UUID, TopicRecord] = {}
 
     def add_listener(self, listener: MetadataListener) -> None:
@@ -111,6 +124,14 @@ class MetadataStore(ABC):
         self._by_id = {}
         for listener in self._listeners:
             listener(name, record)
+
+    def add_config_listener(self, listener: ConfigListener) -> None:
+        """Called with (resource type, resource name) after an entity's dynamic configs changed."""
+        self._config_listeners.append(listener)
+
+    def _notify_config(self, resource_type: int, name: str) -> None:
+        for listener in self._config_listeners:
+            listener(resource_type, name)
 
     @abstractmethod
     def start(self) -> None: ...
@@ -154,6 +175,40 @@ class MetadataStore(ABC):
 
     @abstractmethod
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicRecord: ...
+
+    # -- client quotas (stored; enforcement comes with the operations work) ---------------------
+
+    @abstractmethod
+    def client_quotas(self) -> dict[QuotaEntity, dict[str, float]]:
+        """Every entity with at least one stored quota: entity -> quota key -> value."""
+
+    @abstractmethod
+    def alter_client_quotas(self, changes: dict[QuotaEntity, dict[str, float | None]]) -> None:
+        """Apply validated changes in one write; a None value removes that key."""
+
+    @abstractmethod
+    def entity_configs(self, resource_type: int) -> dict[str, dict[str, str]]:
+        """Dynamic configs of every entity of one type (BROKER, CLIENT_METRICS, GROUP): name -> configs.
+
+        Entities without configs are absent. For BROKER the name is the broker id, or "" for the
+        cluster-wide default. The result must not be modified.
+        """
+
+    def configs_of(self, resource_type: int, name: str) -> dict[str, str]:
+        """One entity's dynamic configs (a copy; empty when it has none)."""
+        return dict(self.entity_configs(resource_type).get(name, {}))
+
+    @abstractmethod
+    def set_entity_configs(self, resource_type: int, name: str, configs: dict[str, str]) -> None:
+        """Replace one entity's dynamic configs (empty removes the entity) and notify config listeners."""
+
+    def client_metrics_configs(self) -> dict[str, dict[str, str]]:
+        """KIP-714 client metrics subscriptions: subscription name -> {metrics, interval.ms, match}.
+
+        Only the keys set are present; add_config_listener reports changes with resource type
+        CLIENT_METRICS_RESOURCE (16).
+        """
+        return {k: dict(v) for k, v in self.entity_configs(CLIENT_METRICS_RESOURCE).items()}
 
     @abstractmethod
     def allocate_producer_ids(self, count: int) -> int:

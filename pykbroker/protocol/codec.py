@@ -23,6 +23,8 @@ from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
+from pykbroker.protocol import legacy
+
 _PRIMITIVE_ZERO: dict[str, Any] = {
     "int8": 0, "int16": 0, "int32": 0, "int64": 0, "uint8": 0, "uint16": 0, "uint32": 0, "uint64": 0,
     "float64": 0.0, "string": "", "bool": False, "bytes": b"", "records": None, "error_code": 0,
@@ -155,14 +157,30 @@ def kio_versions(api_key: int) -> range:
     return range(versions[0], versions[-1] + 1)
 
 
+def supported_versions(api_key: int) -> range:
+    """kio's versions plus the older ones :mod:`legacy` lays out (those Kafka 3.9 still answers)."""
+    kio = kio_versions(api_key)
+    old = legacy.legacy_versions(api_key)
+    return range(min(old[0], kio.start) if old else kio.start, kio.stop)
+
+
+def default_primitive(kafka_type: str) -> Any:
+    """Kafka's zero value for a primitive kafka_type (what :func:`build` gives a missing field)."""
+    return _PRIMITIVE_ZERO.get(kafka_type, 0)
+
+
 @cache
 def request_class(api_key: int, version: int) -> type:
+    if legacy.is_legacy(api_key, version):
+        return legacy.request_class(api_key, version)
     mod = load_entity_module(api_key_map[api_key], version, EntityType.request)
     return _entity_in(mod, "Request")
 
 
 @cache
 def response_class(api_key: int, version: int) -> type:
+    if legacy.is_legacy(api_key, version):
+        return legacy.response_class(api_key, version)
     mod = load_entity_module(api_key_map[api_key], version, EntityType.response)
     return _entity_in(mod, "Response")
 
@@ -214,6 +232,11 @@ def encode_entity(entity: Any) -> bytes:
 
 
 def encode_response(api_key: int, version: int, data: Mapping[str, Any]) -> bytes:
+    if legacy.is_legacy(api_key, version):
+        # Off the modern path: nested kio entities of newer versions become dicts for the old layout.
+        plain = legacy.to_plain(data)
+        fixup = legacy.RESPONSE_FIXUPS.get((api_key, version))
+        return encode_entity(build(response_class(api_key, version), fixup(plain) if fixup else plain))
     return encode_entity(build(response_class(api_key, version), data))
 
 

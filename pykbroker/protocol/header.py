@@ -1,4 +1,9 @@
-"""Request and response headers (v0-v2), parsed by hand: they are tiny and on every request."""
+"""Request and response headers (v0-v2), parsed by hand: they are tiny and on every request.
+
+Every length here (the client id, the tagged fields of header v2) is checked against the
+bytes left in the frame before it is used, so a header cannot make the broker allocate
+more than the frame it arrived in.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ class RequestHeader:
 
 
 def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """An unsigned varint of at most five bytes, as Kafka reads them."""
     shift = 0
     value = 0
     while True:
@@ -34,17 +40,20 @@ def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
             return value, pos
         shift += 7
         if shift > 28:
-            raise HeaderError("varint too long")
+            raise HeaderError("varint longer than five bytes")
 
 
 def skip_tagged_fields(buf: bytes | memoryview, pos: int) -> int:
+    """Skip a tagged-fields section, checking every count and size against the bytes left first."""
     count, pos = read_uvarint(buf, pos)
+    if count * 2 > len(buf) - pos:  # each field takes at least a tag byte and a size byte
+        raise HeaderError(f"{count} tagged fields exceed the {len(buf) - pos} bytes remaining")
     for _ in range(count):
         _tag, pos = read_uvarint(buf, pos)
         size, pos = read_uvarint(buf, pos)
+        if size > len(buf) - pos:
+            raise HeaderError(f"tagged field of {size} bytes exceeds the {len(buf) - pos} bytes remaining")
         pos += size
-        if pos > len(buf):
-            raise HeaderError("truncated tagged field")
     return pos
 
 

@@ -1,9 +1,11 @@
 """Sans-I/O codec for Kafka record batches (magic v2).
 
-The broker treats record batches as opaque bytes: only the fixed 61-byte batch
-header is parsed on the produce/fetch hot paths.  Per-record decoding
-(:func:`decode_records`) exists for tests, ListOffsets-by-timestamp and
-internal topics, never for plain produce/fetch.
+Fetch treats record batches as opaque bytes: only the fixed 61-byte batch header
+is parsed.  Produce checks the header here (:func:`validate_for_append`) and then
+every record's framing, key and timestamp in
+:mod:`~pykbroker.protocol.record_validator` (a C walk when built), as Kafka's
+LogValidator does.  Full per-record decoding (:func:`decode_records`) exists for
+tests, ListOffsets-by-timestamp and internal topics.
 
 Batch layout (big-endian), offsets relative to the batch start::
 
@@ -121,12 +123,17 @@ Buffer = bytes | bytearray | memoryview
 
 
 class InvalidRecords(Exception):
-    """A record batch failed validation; ``error_code`` is the Kafka error to return."""
+    """A record batch failed validation; ``error_code`` is the Kafka error to return.
 
-    def __init__(self, error_code: int, message: str) -> None:
+    ``record_errors`` are Kafka's per-record ``(batch_index, message)`` pairs (Produce v8+), set
+    when individual records were refused (keys on compacted topics, timestamps).
+    """
+
+    def __init__(self, error_code: int, message: str, record_errors: Sequence[tuple[int, str]] = ()) -> None:
         super().__init__(message)
         self.error_code = error_code
         self.message = message
+        self.record_errors = record_errors
 
 
 @dataclass(slots=True)
@@ -268,19 +275,22 @@ def validate_for_append(
     from_client: bool = True,
     allow_multiple_batches: bool = False,
     allow_zstd: bool = True,
+    check_timestamps: bool = True,
 ) -> list[BatchHeader]:
     """Validate a Produce request's ``records`` blob the way a Kafka broker would.
 
-    Header-level only (records stay opaque), so per-record checks Kafka also performs
-    (record count vs. actual records, per-record timestamps, keys on compacted topics)
-    are reduced to what the batch header tells us. Error precedence follows Kafka:
+    Header-level only: the per-record checks Kafka also performs (record count vs. actual
+    records, per-record timestamps, keys on compacted topics) are
+    :func:`~pykbroker.protocol.record_validator.validate_records`' job. Error precedence follows Kafka:
     ``ProduceRequest.validateRecords`` -> ``UnifiedLog.analyzeAndValidateRecords`` ->
     ``LogValidator``.
 
     ``max_timestamp_diff_ms`` is the legacy symmetric bound; ``max_timestamp_before_ms`` /
     ``max_timestamp_after_ms`` are KIP-937's one-sided bounds. ``from_client=False`` is for
     internal writers (e.g. transaction markers) that may write control batches.
-    ``allow_zstd=False`` is for Produce requests older than v7.
+    ``allow_zstd=False`` is for Produce requests older than v7.  The produce path passes
+    ``check_timestamps=False`` and checks every record's timestamp instead
+    (:mod:`~pykbroker.protocol.record_validator`).
     """
     size = len(buf)
     if size == 0:
@@ -329,6 +339,8 @@ def validate_for_append(
                 CORRUPT_MESSAGE, f"record batch is corrupt (stored crc {header.crc}, computed {actual})"
             )
         _validate_batch(header, from_client)
+        if not check_timestamps:
+            continue
         _validate_timestamps(
             header,
             now_ms=now_ms,

@@ -12,6 +12,7 @@ from pykbroker.config import BrokerConfig, Listener
 from pykbroker.metadata.store import MetadataStore
 from pykbroker.protocol.header import RequestHeader
 from pykbroker.server.replica_manager import ReplicaManager
+from pykbroker.server.telemetry import ClientTelemetry
 from pykbroker.server.topics import TopicManager
 
 if TYPE_CHECKING:  # group coordinator
@@ -52,6 +53,14 @@ class Services:
     groups: GroupCoordinator | None = None
     # The transaction coordinator; set by the broker at construction.
     txn_coordinator: TransactionCoordinator | None = None
+    # Client telemetry (KIP-714); made from the config on first use.
+    _telemetry: ClientTelemetry | None = None
+
+    @property
+    def telemetry(self) -> ClientTelemetry:
+        if self._telemetry is None:
+            self._telemetry = ClientTelemetry(max_bytes=self.config["telemetry.max.bytes"])
+        return self._telemetry
 
     @property
     def broker_id(self) -> int:

@@ -21,6 +21,7 @@ from kio.schema.errors import ErrorCode
 from pykbroker.coordinator.group import handlers as groups
 from pykbroker.coordinator.transaction import handlers as txn
 from pykbroker.protocol import codec
+from pykbroker.protocol.bounds import BoundsError, check_request
 from pykbroker.protocol.fast_codec import FAST_ENCODERS
 from pykbroker.protocol.framing import encode_frame
 from pykbroker.protocol.header import (
@@ -31,7 +32,9 @@ from pykbroker.protocol.header import (
     parse_request_header_prefix,
 )
 from pykbroker.server.context import CloseConnection, RequestContext, Services
-from pykbroker.server.handlers import admin, fetch, metadata, offsets, produce
+from pykbroker.server.handlers import admin, cluster, configs, fetch, metadata, offsets, produce
+from pykbroker.server.handlers import quotas as client_quotas
+from pykbroker.server.handlers import telemetry as client_telemetry
 
 log = logging.getLogger("pykbroker.requests")
 
@@ -55,10 +58,27 @@ async def handle_api_versions(svc: Services, ctx: RequestContext, req: Any) -> d
         for value in (req.client_software_name, req.client_software_version):
             if not _SOFTWARE_RE.match(value or ""):
                 return {"error_code": ErrorCode.invalid_request, "api_keys": (), "throttle_time": 0}
-    return api_versions_body(ErrorCode.none)
+        # KIP-714 subscriptions may match on the client software this connection names.
+        svc.telemetry.note_client_software(ctx.peer, req.client_software_name, req.client_software_version)
+    return api_versions_body(ErrorCode.none, ctx.version)
 
 
-def api_versions_body(error: ErrorCode) -> dict[str, Any]:
+# Feature flags (KIP-584) this broker supports, as (name, min version, max version).  None: pykbroker
+# has no feature levels (no KRaft metadata.version/kraft.version, nothing finalized, no UpdateFeatures),
+# implements transactions without KIP-890 part 2 (no per-transaction epoch bump, EndTxn v5 is unstable
+# in Kafka 3.9) and KIP-848 groups without a group.version gate.  With no features and finalized epoch
+# -1, clients keep their defaults: the Java client 4.x never sees transaction.version 2.
+SUPPORTED_FEATURES: tuple[tuple[str, int, int], ...] = ()
+
+
+def supported_features(version: int, features: tuple[tuple[str, int, int], ...] = SUPPORTED_FEATURES
+                       ) -> list[dict[str, Any]]:
+    """ApiVersions v0-3 omit features whose min version is 0: clients before KAFKA-17011 (Kafka 3.9)
+    refuse a response containing one.  v4 lists them all."""
+    return [{"name": n, "min_version": lo, "max_version": hi} for n, lo, hi in features if version >= 4 or lo >= 1]
+
+
+def api_versions_body(error: ErrorCode, version: int = 0) -> dict[str, Any]:
     return {
         "error_code": error,
         "api_keys": [
@@ -66,7 +86,7 @@ def api_versions_body(error: ErrorCode) -> dict[str, Any]:
             for s in sorted(API_TABLE.values(), key=lambda s: s.key)
         ],
         "throttle_time": 0,
-        "supported_features": (),
+        "supported_features": supported_features(version),
         "finalized_features_epoch": -1,
         "finalized_features": (),
         "zk_migration_ready": False,
@@ -76,19 +96,21 @@ def api_versions_body(error: ErrorCode) -> dict[str, Any]:
 API_TABLE: dict[int, ApiSpec] = {
     s.key: s
     for s in [
-        ApiSpec(0, 3, 11, produce.handle_produce),
-        ApiSpec(1, 4, 17, fetch.handle_fetch),
-        ApiSpec(2, 1, 8, offsets.handle_list_offsets),
+        ApiSpec(0, 0, 11, produce.handle_produce),
+        ApiSpec(1, 0, 17, fetch.handle_fetch),
+        ApiSpec(2, 0, 10, offsets.handle_list_offsets),
         ApiSpec(3, 0, 12, metadata.handle_metadata),
-        ApiSpec(18, 0, 3, handle_api_versions),
-        ApiSpec(19, 2, 7, admin.handle_create_topics),
-        ApiSpec(20, 1, 6, admin.handle_delete_topics),
+        ApiSpec(18, 0, 4, handle_api_versions),
+        ApiSpec(19, 0, 7, admin.handle_create_topics),
+        ApiSpec(20, 0, 6, admin.handle_delete_topics),
         ApiSpec(21, 0, 2, offsets.handle_delete_records),
-        ApiSpec(32, 1, 4, admin.handle_describe_configs),
+        ApiSpec(32, 0, 4, configs.handle_describe_configs),
+        ApiSpec(33, 0, 2, configs.handle_alter_configs),
+        ApiSpec(44, 0, 1, configs.handle_incremental_alter_configs),
         ApiSpec(37, 0, 3, admin.handle_create_partitions),
         # --- group coordinator ---
-        ApiSpec(8, 2, 9, groups.handle_offset_commit),
-        ApiSpec(9, 1, 9, groups.handle_offset_fetch),
+        ApiSpec(8, 0, 9, groups.handle_offset_commit),
+        ApiSpec(9, 0, 9, groups.handle_offset_fetch),
         ApiSpec(10, 0, 6, groups.handle_find_coordinator),
         ApiSpec(11, 0, 9, groups.handle_join_group),
         ApiSpec(12, 0, 4, groups.handle_heartbeat),
@@ -101,12 +123,29 @@ API_TABLE: dict[int, ApiSpec] = {
         ApiSpec(68, 0, 1, groups.handle_consumer_group_heartbeat),
         ApiSpec(69, 0, 1, groups.handle_consumer_group_describe),
         # --- end group coordinator ---
+        # --- client quotas and telemetry ---
+        ApiSpec(48, 0, 1, client_quotas.handle_describe_client_quotas),
+        ApiSpec(49, 0, 1, client_quotas.handle_alter_client_quotas),
+        ApiSpec(71, 0, 0, client_telemetry.handle_get_telemetry_subscriptions),
+        ApiSpec(72, 0, 0, client_telemetry.handle_push_telemetry),
+        ApiSpec(74, 0, 0, client_telemetry.handle_list_client_metrics_resources),
+        # --- end client quotas and telemetry ---
+        # --- cluster-shaped APIs (issue 12) ---
+        ApiSpec(23, 0, 4, cluster.handle_offset_for_leader_epoch),
+        ApiSpec(34, 0, 2, cluster.handle_alter_replica_log_dirs),
+        ApiSpec(35, 0, 4, cluster.handle_describe_log_dirs),
+        ApiSpec(43, 0, 2, cluster.handle_elect_leaders),
+        ApiSpec(45, 0, 0, cluster.handle_alter_partition_reassignments),
+        ApiSpec(46, 0, 0, cluster.handle_list_partition_reassignments),
+        ApiSpec(60, 0, 1, cluster.handle_describe_cluster),
+        ApiSpec(75, 0, 0, cluster.handle_describe_topic_partitions),
+        # --- end cluster-shaped APIs ---
         # --- transaction coordinator ---
-        ApiSpec(22, 0, 4, txn.handle_init_producer_id),
-        ApiSpec(24, 0, 3, txn.handle_add_partitions_to_txn),
-        ApiSpec(25, 0, 3, txn.handle_add_offsets_to_txn),
+        ApiSpec(22, 0, 5, txn.handle_init_producer_id),
+        ApiSpec(24, 0, 5, txn.handle_add_partitions_to_txn),
+        ApiSpec(25, 0, 4, txn.handle_add_offsets_to_txn),
         ApiSpec(26, 0, 4, txn.handle_end_txn),
-        ApiSpec(27, 1, 1, txn.handle_write_txn_markers),
+        ApiSpec(27, 0, 1, txn.handle_write_txn_markers),
         ApiSpec(28, 0, 4, txn.handle_txn_offset_commit),
         ApiSpec(61, 0, 0, txn.handle_describe_producers),
         ApiSpec(65, 0, 0, txn.handle_describe_transactions),
@@ -118,7 +157,7 @@ API_TABLE: dict[int, ApiSpec] = {
 
 def _check_table() -> None:
     for s in API_TABLE.values():
-        available = codec.kio_versions(s.key)
+        available = codec.supported_versions(s.key)  # kio's versions and pykbroker.protocol.legacy's
         assert available.start <= s.min_version and s.max_version < available.stop, s
 
 
@@ -155,6 +194,16 @@ class Dispatcher:
         try:
             if codec.is_flexible(header.api_key, header.api_version):
                 header = finish_flexible_header(frame, header)
+        except HeaderError as e:
+            raise CloseConnection(f"malformed request header: {e}") from None
+        try:
+            # Every length is checked against the frame before kio allocates anything for it.
+            check_request(header.api_key, header.api_version, frame, header.body_offset)
+        except BoundsError as e:
+            raise CloseConnection(
+                f"rejected {codec.API_NAMES[header.api_key]} v{header.api_version} request before decoding: {e}"
+            ) from None
+        try:
             request = codec.decode_request(header.api_key, header.api_version, frame, header.body_offset)
         except Exception as e:  # kio raises a variety of errors on malformed input
             raise CloseConnection(
@@ -184,10 +233,16 @@ class Dispatcher:
         api_key = header.api_key
         version = header.api_version
         flexible = codec.is_flexible(api_key, version) and api_key != API_VERSIONS
-        fast = FAST_ENCODERS.get(api_key)
-        payload = fast(version, body) if fast is not None else None
-        if payload is None:
-            payload = codec.encode_response(api_key, version, body)
+        try:
+            fast = FAST_ENCODERS.get(api_key)
+            payload = fast(version, body) if fast is not None else None
+            if payload is None:
+                payload = codec.encode_response(api_key, version, body)
+        except Exception:
+            # A body the version cannot carry is a broker bug: it ends this connection, not the broker.
+            log.exception("response encoding failed api=%s version=%d client=%s peer=%s correlation_id=%d",
+                          codec.API_NAMES[api_key], version, header.client_id, peer, header.correlation_id)
+            raise CloseConnection("internal error while encoding the response") from None
         # Frame size, response header v0/v1 and body in one join: fetch payloads can be large.
         if flexible:
             prefix = _SIZE_AND_CORRELATION.pack(len(payload) + 5, header.correlation_id) + b"\x00"

@@ -4,33 +4,52 @@ Each connection is served by one task that reads, dispatches and answers its
 requests strictly in order (Kafka's per-connection ordering guarantee: the
 next request is not processed before the previous one is answered).  Whatever
 one connection does wrong ends that connection only.
+
+Each listener has its own accept loop, which applies Kafka's connection limits
+(``connection_quotas``) and survives running out of file descriptors: EMFILE or
+ENFILE on accept backs off and retries, it never ends the broker.  The bytes of
+requests being read come out of a ``MemoryPool`` (``queued.max.request.bytes``),
+and a request must arrive whole within ``pykbroker.request.receive.timeout.ms``
+of its first byte.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
+import math
 import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
-from anyio.abc import SocketAttribute, SocketStream
+from anyio.abc import Listener, SocketAttribute, SocketListener, SocketStream, TaskGroup
 
 from pykbroker.protocol.framing import FrameDecoder, FrameError
+from pykbroker.server.connection_quotas import ConnectionQuotas, RateLimitedLog, normalise_ip
 from pykbroker.server.context import CloseConnection
+from pykbroker.server.memory_pool import MemoryPool
 
 log = logging.getLogger("pykbroker.network")
 
 FrameHandler = Callable[[bytes, str, str], Awaitable[bytes | None]]
 RECEIVE_SIZE = 256 * 1024
+ACCEPT_BACKOFF_S = 0.1
+LIMIT_LOG_INTERVAL_S = 10.0
+# accept() failing for want of a resource: wait for one to free up, as Kafka's acceptor does.
+_ACCEPT_RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
 class Connection:
-    __slots__ = ("busy", "peer", "receive_scope")
+    __slots__ = ("busy", "evicted", "ip", "last_active", "listener", "peer", "receive_scope")
 
-    def __init__(self, peer: str) -> None:
+    def __init__(self, peer: str, ip: str, listener: str) -> None:
         self.peer = peer
+        self.ip = ip
+        self.listener = listener
         self.busy = False
+        self.evicted = False
+        self.last_active = anyio.current_time()
         self.receive_scope: anyio.CancelScope | None = None
 
 
@@ -43,14 +62,28 @@ class SocketServer:
         idle_timeout_ms: int,
         send_buffer: int = -1,
         receive_buffer: int = -1,
+        quotas: ConnectionQuotas | None = None,
+        queued_max_request_bytes: int = -1,
+        receive_timeout_ms: int = -1,
     ) -> None:
         self._handler = handler
         self._max_request_bytes = max_request_bytes
-        self._idle_timeout_s = idle_timeout_ms / 1000 if idle_timeout_ms >= 0 else float("inf")
+        self._idle_timeout_s = idle_timeout_ms / 1000 if idle_timeout_ms >= 0 else math.inf
+        self._receive_timeout_s = receive_timeout_ms / 1000 if receive_timeout_ms > 0 else math.inf
         self._send_buffer = send_buffer
         self._receive_buffer = receive_buffer
+        self.quotas = quotas if quotas is not None else ConnectionQuotas(listeners=())
+        self.pool = MemoryPool(queued_max_request_bytes, max_request_bytes)
         self._connections: set[Connection] = set()
+        self._slot_freed = anyio.Event()
         self._closing = False
+        self._log_full = RateLimitedLog(log, LIMIT_LOG_INTERVAL_S)
+        self._log_per_ip = RateLimitedLog(log, LIMIT_LOG_INTERVAL_S)
+        self._log_rate = RateLimitedLog(log, LIMIT_LOG_INTERVAL_S)
+        self._log_accept = RateLimitedLog(log, LIMIT_LOG_INTERVAL_S)
+        self._log_pool = RateLimitedLog(log, LIMIT_LOG_INTERVAL_S)
+        self._log_slow = RateLimitedLog(log, 1.0)
+        self._log_lru = RateLimitedLog(log, LIMIT_LOG_INTERVAL_S)
 
     @property
     def connection_count(self) -> int:
@@ -79,44 +112,253 @@ class SocketServer:
         except OSError:
             pass
 
-    async def serve_connection(self, stream: SocketStream, listener_name: str) -> None:
+    # --- accepting ----------------------------------------------------------------------------
+
+    async def _wait_for_slot(self, listener_name: str) -> None:
+        """Block while max.connections (broker or listener) is reached: clients wait in the backlog."""
+        quotas = self.quotas
+        while not quotas.slot_available(listener_name):
+            own = quotas.listener_max_connections(listener_name)
+            if quotas.listener_count(listener_name) >= own:
+                which = f"{quotas.listener_count(listener_name)} open, listener.name.{listener_name.lower()}" \
+                        f".max.connections={own}"
+            else:
+                which = f"{quotas.total} open, max.connections={quotas.max_connections}"
+            self._log_full.log(
+                anyio.current_time(), logging.WARNING,
+                "connection limit reached on listener %s (%s): not accepting new connections until one closes",
+                listener_name, which,
+            )
+            await self._slot_freed.wait()
+
+    def _notify_slot_freed(self) -> None:
+        self._slot_freed.set()
+        self._slot_freed = anyio.Event()
+
+    async def serve_listener(self, listener: Listener[SocketStream], listener_name: str, task_group: TaskGroup) -> None:
+        """Accept connections on one listener until cancelled, starting a task for each in ``task_group``.
+
+        A listener bound to every address is several sockets (IPv4 and IPv6), each with its own loop.
+        """
+        sockets = [x for x in getattr(listener, "listeners", [listener]) if isinstance(x, SocketListener)]
+        if not sockets:
+            raise TypeError(f"cannot accept from {listener!r}")
+        async with anyio.create_task_group() as loops:
+            for sock in sockets:
+                loops.start_soon(self._accept_loop, sock, listener_name, task_group)
+
+    async def _accept_loop(self, listener: SocketListener, listener_name: str, task_group: TaskGroup) -> None:
+        while True:
+            await self._wait_for_slot(listener_name)
+            try:
+                stream = await listener.accept()
+            except OSError as e:
+                await self._accept_failed(e, listener_name)
+                continue
+            try:
+                admitted = await self._admit(stream, listener_name)
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await stream.aclose()
+                raise
+            if admitted is not None:
+                task_group.start_soon(self._serve_admitted, stream, admitted)
+
+    async def _accept_failed(self, e: OSError, listener_name: str) -> None:
+        now = anyio.current_time()
+        if e.errno in _ACCEPT_RESOURCE_ERRORS:
+            self._log_accept.log(
+                now, logging.ERROR,
+                "cannot accept connections on listener %s: %s (%d connections open); retrying every %d ms "
+                "until descriptors free up (raise the nofile limit or set max.connections)",
+                listener_name, e.strerror or e, len(self._connections), int(ACCEPT_BACKOFF_S * 1000),
+            )
+            await anyio.sleep(ACCEPT_BACKOFF_S)
+        else:  # e.g. ECONNABORTED: a client gave up before we accepted it; nothing to fix here
+            self._log_accept.log(now, logging.WARNING, "accept failed on listener %s: %s", listener_name, e)
+            await anyio.sleep(0.01)  # no busy loop should an error persist
+
+    async def _admit(self, stream: SocketStream, listener_name: str) -> Connection | None:
+        """Apply the creation rate, max.connections and the per-address limit to an accepted connection."""
         try:
             address: Any = stream.extra(SocketAttribute.remote_address)
-            peer = f"{address[0]}:{address[1]}"
+            ip, peer = normalise_ip(str(address[0])), f"{address[0]}:{address[1]}"
         except Exception:
-            peer = "?"
-        self._tune(stream)
-        conn = Connection(peer)
+            ip, peer = "?", "?"
+        quotas = self.quotas
+        now = anyio.current_time()
+        delay = quotas.record_creation(listener_name, now)
+        if delay > 0:
+            self._log_rate.log(
+                now, logging.INFO,
+                "throttling new connections on listener %s by %d ms: above max.connection.creation.rate",
+                listener_name, int(delay * 1000),
+            )
+            await anyio.sleep(delay)
+        # Another listener may have taken the last slot while this one waited in accept().
+        await self._wait_for_slot(listener_name)
+        if not quotas.try_add(listener_name, ip):
+            self._log_per_ip.log(
+                anyio.current_time(), logging.INFO,
+                "rejected connection from %s on listener %s: the address already has its maximum of %d "
+                "connections (max.connections.per.ip)", ip, listener_name, quotas.ip_limit(ip),
+            )
+            with anyio.CancelScope(shield=True):
+                await stream.aclose()
+            return None
+        conn = Connection(peer, ip, listener_name)
         self._connections.add(conn)
+        if quotas.over_broker_limit():
+            self._close_least_recently_used(conn)
+        return conn
+
+    def _close_least_recently_used(self, newcomer: Connection) -> None:
+        """Kafka: a connection on the inter-broker listener above max.connections closes the least
+        recently used connection of another listener."""
+        candidates = [c for c in self._connections
+                      if c is not newcomer and not c.evicted and not self.quotas.protected(c.listener)]
+        if not candidates:
+            return
+        victim = min(candidates, key=lambda c: (c.busy, c.last_active))
+        victim.evicted = True
+        if victim.receive_scope is not None:
+            victim.receive_scope.cancel()
+        self._log_lru.log(
+            anyio.current_time(), logging.INFO,
+            "closing least recently used connection peer=%s listener=%s: max.connections=%d exceeded by a "
+            "connection on inter-broker listener %s", victim.peer, victim.listener, self.quotas.max_connections,
+            newcomer.listener,
+        )
+
+    # --- serving ------------------------------------------------------------------------------
+
+    async def _serve_admitted(self, stream: SocketStream, conn: Connection) -> None:
+        """Read, dispatch and answer the connection's requests in order until it closes."""
+        peer = conn.peer
+        self._tune(stream)
+        _pause_reading(stream)
         decoder = FrameDecoder(self._max_request_bytes)
+        reserved = 0  # bytes of the frame being read, reserved from the pool
+        frame_started: float | None = None  # when the first byte of the frame being read was seen
+        frame_deadline = math.inf
         try:
-            while not self._closing:
-                data = b""
-                # One scope for both ways a receive ends early: its deadline is the idle timeout,
-                # and begin_shutdown() cancels it (after setting _closing, which tells them apart).
-                with anyio.CancelScope(deadline=anyio.current_time() + self._idle_timeout_s) as scope:
-                    conn.receive_scope = scope
-                    data = await stream.receive(RECEIVE_SIZE)
-                conn.receive_scope = None
-                if self._closing and (scope.cancelled_caught or not data):
-                    break
-                if scope.cancelled_caught:
-                    log.info("closing idle connection peer=%s idle_ms=%d", peer, int(self._idle_timeout_s * 1000))
-                    break
-                decoder.feed(data)
-                while (frame := decoder.next_frame()) is not None:
+            while not self._closing and not conn.evicted:
+                size = decoder.peek_size()
+                if size is not None and not reserved and size:
+                    waited = await self._reserve(conn, size)
+                    if waited is None:  # shutdown or eviction while waiting
+                        break
+                    reserved = size
+                    frame_deadline += waited  # time spent waiting for memory is not the client's
+                frame = decoder.next_frame()
+                if frame is not None:
+                    frame_started, frame_deadline = None, math.inf
                     conn.busy = True
-                    response = await self._handler(frame, listener_name, peer)
+                    response = await self._handler(frame, conn.listener, peer)
                     if response is not None:
                         await stream.send(response)
                     conn.busy = False
+                    conn.last_active = anyio.current_time()
+                    self.pool.release(reserved)
+                    reserved = 0
+                    continue
+                now = anyio.current_time()
+                if decoder.buffered and frame_started is None:
+                    frame_started = now
+                    frame_deadline = now + self._receive_timeout_s
+                data = b""
+                # One scope for every way a receive ends early: its deadline is the idle timeout or
+                # the end of the time a started request has to arrive, and begin_shutdown() or an
+                # eviction cancels it (after setting a flag, which tells them apart).
+                with anyio.CancelScope(deadline=min(now + self._idle_timeout_s, frame_deadline)) as scope:
+                    conn.receive_scope = scope
+                    data = await stream.receive(RECEIVE_SIZE)
+                conn.receive_scope = None
+                _pause_reading(stream)
+                if (self._closing or conn.evicted) and (scope.cancelled_caught or not data):
+                    break
+                if scope.cancelled_caught:
+                    now = anyio.current_time()
+                    if now >= frame_deadline and frame_started is not None:
+                        self._log_slow.log(
+                            now, logging.WARNING,
+                            "closing connection peer=%s: request not received within "
+                            "pykbroker.request.receive.timeout.ms=%d (%d of %s bytes arrived in %d ms)",
+                            peer, int(self._receive_timeout_s * 1000), max(decoder.buffered - 4, 0),
+                            size if size is not None else "?", int((now - frame_started) * 1000),
+                        )
+                    else:
+                        log.info("closing idle connection peer=%s idle_ms=%d", peer,
+                                 int(self._idle_timeout_s * 1000))
+                    break
+                conn.last_active = anyio.current_time()
+                decoder.feed(data)
         except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError):
             pass
         except CloseConnection as e:
             log.warning("closing connection peer=%s reason=%r", peer, str(e))
         except FrameError as e:
             log.warning("closing connection peer=%s reason=%r", peer, str(e))
+        except Exception:
+            # A bug met by one connection ends that connection, never the broker's task group.
+            log.exception("closing connection peer=%s after an unexpected error", peer)
         finally:
+            conn.receive_scope = None
+            self.pool.release(reserved)
             self._connections.discard(conn)
+            self.quotas.remove(conn.listener, conn.ip)
+            self._notify_slot_freed()
             with anyio.CancelScope(shield=True):
                 await stream.aclose()
+
+    async def _reserve(self, conn: Connection, size: int) -> float | None:
+        """Reserve a frame's bytes from the pool; the seconds spent waiting, or None if interrupted."""
+        if self.pool.try_reserve(size):
+            return 0.0
+        started = anyio.current_time()
+        self._log_pool.log(
+            started, logging.WARNING,
+            "request memory exhausted (queued.max.request.bytes=%d, %d bytes available, %d connections "
+            "waiting): not reading from peer=%s until memory frees up",
+            self.pool.size, self.pool.available, self.pool.waiting + 1, conn.peer,
+        )
+        with anyio.CancelScope() as scope:
+            conn.receive_scope = scope
+            await self.pool.reserve(size)
+        conn.receive_scope = None
+        if scope.cancelled_caught:
+            return None
+        return anyio.current_time() - started
+
+
+def _pause_reading(stream: SocketStream) -> None:
+    """Stop the event loop reading this socket until the next receive() waits for data.
+
+    anyio's asyncio streams start reading as soon as a connection is accepted and pause only
+    after a receive() that had to wait, so a sender faster than the broker (or a connection
+    waiting for request memory) would otherwise have everything it sends read into memory.
+    Paused, the bytes stay in the kernel and TCP flow control slows the sender down.
+    """
+    transport = getattr(stream, "_transport", None)
+    if transport is not None and transport.is_reading():
+        transport.pause_reading()
+
+
+def raise_nofile_limit() -> None:
+    """Raise the soft RLIMIT_NOFILE to the hard limit: every connection and log segment is a descriptor,
+    and distributions start services with a soft limit of 1024."""
+    try:
+        import resource
+    except ImportError:  # not on POSIX
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == hard or (hard != resource.RLIM_INFINITY and soft != resource.RLIM_INFINITY and soft > hard):
+        log.info("file descriptor limit (nofile) %s", "unlimited" if soft == resource.RLIM_INFINITY else soft)
+        return
+    target = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError) as e:
+        log.warning("could not raise the file descriptor limit (nofile) from %d to %d: %s", soft, target, e)
+        return
+    log.info("raised the file descriptor limit (nofile) from %d to %d", soft, target)

@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 
 from pykbroker.config import BrokerConfig, ConfigError, log_config_for, validate_topic_configs
 from pykbroker.metadata.store import (
+    BROKER_RESOURCE,
     MetadataStore,
     PartitionAssignment,
     TopicExists,
@@ -53,13 +54,33 @@ class TopicManager:
         self.store = store
         self.replicas = replicas
         store.add_listener(self._on_metadata_change)
+        store.add_config_listener(self._on_config_change)
 
     # --- applying metadata to this broker -------------------------------------------------------
 
     def load_all(self) -> None:
         """Open every partition this broker leads, as recorded in the metadata store."""
+        self._apply_dynamic_broker_configs()
         for rec in self.store.topics().values():
             self._apply(rec)
+
+    def _apply_dynamic_broker_configs(self) -> list[str]:
+        """Install this broker's and the cluster default's dynamic configs into the BrokerConfig."""
+        return self.config.apply_dynamic(
+            self.store.configs_of(BROKER_RESOURCE, str(self.replicas.broker_id)),
+            self.store.configs_of(BROKER_RESOURCE, ""),
+        )
+
+    def _on_config_change(self, resource_type: int, name: str) -> None:
+        if resource_type != BROKER_RESOURCE or name not in ("", str(self.replicas.broker_id)):
+            return
+        changed = self._apply_dynamic_broker_configs()
+        if changed:
+            log.info("dynamic broker configs changed: %s", ", ".join(changed))
+            # Every log's LogConfig falls back to the broker's values: recompute them all, as Kafka's
+            # DynamicLogConfig does. The cleaner and retention read the logs' configs on each pass.
+            for rec in self.store.topics().values():
+                self._apply(rec)
 
     def _on_metadata_change(self, name: str, rec: TopicRecord | None) -> None:
         if rec is None:
@@ -71,9 +92,12 @@ class TopicManager:
         log_config = log_config_for(self.config, rec.configs)
         for index, a in rec.partitions.items():
             if a.leader == self.replicas.broker_id:
-                self.replicas.make_leader(
+                p = self.replicas.make_leader(
                     rec.name, index, log_config, leader_epoch=a.leader_epoch, replicas=a.replicas, isr=a.isr
                 )
+                # A log loaded at startup was opened with the static config: bring it up to date.
+                if p is not None and not p.log.offline and p.log.config != log_config:
+                    p.log.update_config(log_config)
 
     # --- validation -----------------------------------------------------------------------------
 
@@ -112,7 +136,7 @@ class TopicManager:
                 )
             assignment = self.assign_replicas(n, rf, brokers, start_partition=0)
         try:
-            configs = validate_topic_configs(spec.configs or {})
+            configs = validate_topic_configs(spec.configs or {}, self.config)
         except ConfigError as e:
             raise TopicError(ErrorCode.invalid_config, str(e)) from None
         return assignment, configs

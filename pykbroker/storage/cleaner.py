@@ -432,6 +432,10 @@ class LogCleaner:
             try:
                 st = clean_log(lg, delete_retention_ms=cfg.delete_retention_ms, now_ms=now,
                                first_dirty=ltc.first_dirty, config=cfg)
+            except OSError as exc:  # a disk failure takes the log dir offline (KIP-112)
+                if not lg.closed:
+                    lg.storage_failure(exc, "cleaning")
+                continue
             except Exception:
                 log.exception("cleaning %s-%d failed", *tp)
                 continue

@@ -17,6 +17,7 @@ which is why a crash-torn index can always be repaired by dropping or rebuilding
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import os
 import struct
@@ -26,6 +27,9 @@ from pathlib import Path
 __all__ = ["CorruptIndex", "IndexFullError", "OffsetIndex", "TimeIndex"]
 
 _MAX_RELATIVE = 0xFFFFFFFF
+# Disk blocks behind the mapping are reserved this many bytes at a time (see _IndexFile.reserve).
+_RESERVE_CHUNK = 64 * 1024
+_NO_FALLOCATE = frozenset((errno.EOPNOTSUPP, errno.ENOSYS))
 
 
 class CorruptIndex(Exception):
@@ -49,6 +53,7 @@ class _IndexFile:
         self._fd: int | None = None
         self._mmap: mmap.mmap | None = None
         self._writable = False
+        self._reserved = 0  # bytes of the mapped file known to be backed by disk blocks
         existed = path.exists()
         length = path.stat().st_size if existed else 0
         self._entries = self._count_valid_entries(length) if length else 0
@@ -93,6 +98,40 @@ class _IndexFile:
             raise
         self._fd = fd
         self._writable = True
+        self._reserved = self.size_bytes  # written entries have their blocks
+
+    def reserve(self, entries: int = 1) -> None:
+        """Back the next ``entries`` slots of the mapping with disk blocks (raises OSError, e.g. ENOSPC).
+
+        The file is extended sparsely, and a store through a mapping into a hole on a full
+        filesystem is SIGBUS, which would kill the broker; reserving first turns a full disk
+        into an ordinary OSError before anything is written.
+        """
+        if self._fd is None:
+            return
+        end = min(self.max_index_size, (self._entries + entries) * self.entry_size)
+        if end <= self._reserved:
+            return
+        new_end = min(self.max_index_size, -(-end // _RESERVE_CHUNK) * _RESERVE_CHUNK)
+        try:
+            os.posix_fallocate(self._fd, self._reserved, new_end - self._reserved)
+        except OSError as exc:
+            if exc.errno not in _NO_FALLOCATE:
+                raise
+            new_end = self.max_index_size  # nothing to reserve with on this filesystem
+        self._reserved = new_end
+
+    def release(self) -> None:
+        """Drop the mapping and descriptor without touching the file (its log dir failed)."""
+        if self._mmap is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self._mmap.close()
+            self._mmap = None
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+        self._writable = False
 
     def trim(self) -> None:
         """Shrink the file to its real entries and drop the mapping (segment became inactive)."""
@@ -169,6 +208,8 @@ class _IndexFile:
         if i >= self.max_entries:
             raise IndexFullError(f"{self.path} is full ({self.max_entries} entries)")
         assert self._mmap is not None, "index is not writable"
+        if (i + 1) * self.entry_size > self._reserved:
+            self.reserve(i + 1 - self._entries)
         self._struct.pack_into(self._mmap, i * self.entry_size, a, b)
 
     def _truncate_entries(self, n: int) -> None:

@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import logging
 import os
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
 
 from pykbroker.protocol.records import (
     RECORD_LIST_TOO_LARGE,
@@ -34,6 +36,7 @@ from pykbroker.protocol.records import (
     assign_offsets,
 )
 from pykbroker.storage.index import CorruptIndex
+from pykbroker.storage.leader_epoch_cache import LeaderEpochCache
 from pykbroker.storage.log_config import LogConfig
 from pykbroker.storage.producer_state import (
     AppendOrigin,
@@ -54,7 +57,15 @@ from pykbroker.storage.segment import (
 )
 from pykbroker.storage.txn_index import AbortedTxn
 
-__all__ = ["AppendOrigin", "AppendResult", "Log", "OffsetOutOfRange", "ProducerStateError", "ReadResult"]
+__all__ = [
+    "AppendOrigin",
+    "AppendResult",
+    "KafkaStorageError",
+    "Log",
+    "OffsetOutOfRange",
+    "ProducerStateError",
+    "ReadResult",
+]
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +83,42 @@ class OffsetOutOfRange(Exception):
     """The requested offset is outside [log start offset, log end offset]."""
 
     error_code = 1  # OFFSET_OUT_OF_RANGE
+
+
+class KafkaStorageError(Exception):
+    """A disk operation on the log failed, or its log dir is offline (KAFKA_STORAGE_ERROR).
+
+    Raised instead of the OSError so callers answer error code 56 rather than dropping the
+    connection; the log has already reported the failure so that its whole dir goes offline.
+    """
+
+    error_code = 56  # KAFKA_STORAGE_ERROR
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _on_disk(what: str) -> Callable[[Callable[Concatenate[Log, _P], _R]], Callable[Concatenate[Log, _P], _R]]:
+    """Turn an OSError escaping a Log method into :class:`KafkaStorageError` (the dir goes offline).
+
+    A log closed meanwhile (its topic deleted, its directory renamed away) is not a disk
+    failure: that case stays the RuntimeError callers already expect of a closed log.
+    """
+
+    def decorate(fn: Callable[Concatenate[Log, _P], _R]) -> Callable[Concatenate[Log, _P], _R]:
+        @functools.wraps(fn)
+        def wrapper(self: Log, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+            try:
+                return fn(self, *args, **kwargs)
+            except OSError as exc:
+                if self._closed and not self.offline:
+                    raise RuntimeError(f"log {self.dir} is closed") from exc
+                raise self.storage_failure(exc, what) from exc
+
+        return wrapper
+
+    return decorate
 
 
 @dataclass(slots=True)
@@ -128,6 +175,15 @@ class Log:
         self.producer_state.map_end_offset = log_end_offset
         self._snapshots: list[int] = []  # offsets of the <offset>.snapshot files, ascending
         self._unsynced_snapshots: set[Path] = set()
+        # Set once a disk operation failed or the log dir was declared offline; never cleared
+        # (a restart brings the dir back).  ``on_storage_error(log, reason)`` tells the owner,
+        # from whichever thread hit the error; it must not block.
+        self.offline = False
+        self.on_storage_error: Callable[[Log, str], None] | None = None
+        # Start offset of each leader epoch (loaded by ``open``); the leader stamps
+        # ``leader_epoch`` into every batch it appends unless the caller passes one.
+        self.leader_epoch_cache = LeaderEpochCache(None)
+        self.leader_epoch: int | None = None
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -184,6 +240,17 @@ class Log:
             recovery_point=leo,
             now_ms=clock,
         )
+        try:
+            # Epochs past the log end (a torn tail) or before its start no longer apply.
+            # Loading writes nothing (it must work on a full disk): the file catches up later.
+            self.leader_epoch_cache = LeaderEpochCache.load(dir)
+            self.leader_epoch_cache.truncate_from_end(leo, flush=False)
+            self.leader_epoch_cache.truncate_from_start(lso, flush=False)
+        except BaseException:
+            for seg in segments:
+                with contextlib.suppress(OSError):
+                    seg.close()
+            raise
         # Transaction indexes of recovered segments (and any torn one) are rebuilt by the
         # producer-state replay, which then has to start at or below the first of them.
         rebuild: set[int] = set()
@@ -244,6 +311,7 @@ class Log:
 
     # -- append ----------------------------------------------------------------------------------
 
+    @_on_disk("appending to")
     def append(
         self,
         records: bytearray,
@@ -300,6 +368,8 @@ class Log:
                     )
             if log_append_time_ms is None and self.config.log_append_time:
                 log_append_time_ms = self._now_ms()
+            if leader_epoch is None:
+                leader_epoch = self.leader_epoch
             first_offset = self.log_end_offset
             count = sum(b.last_offset_delta + 1 for b in batches)
             last_offset = first_offset + count - 1
@@ -319,6 +389,14 @@ class Log:
                 log_append_time_ms=log_append_time_ms,
                 partition_leader_epoch=leader_epoch,
             )
+            # A new epoch's start is checkpointed before its data is written (as Kafka does).
+            cache = self.leader_epoch_cache
+            latest = cache.latest_epoch()
+            for b in batches:
+                epoch = b.partition_leader_epoch
+                if epoch >= 0 and (latest is None or epoch > latest):
+                    cache.assign(epoch, b.base_offset)
+                    latest = epoch
             offset_of_max = first_offset
             batch_max = -2
             for b in batches:
@@ -349,8 +427,38 @@ class Log:
                 log_start_offset=self.log_start_offset,
             )
 
+    def become_leader(self, leader_epoch: int) -> None:
+        """Stamp ``leader_epoch`` into appended batches from now on; it starts at the log end.
+
+        The new entry is written at once when the disk allows; on a full disk it stays in
+        memory (reads keep working; the next append cannot be written either) until
+        :meth:`checkpoint_leader_epochs` or the next change writes it.
+        """
+        with self._lock:
+            self._check_open()
+            self.leader_epoch = leader_epoch
+            if leader_epoch >= 0:
+                try:
+                    self.leader_epoch_cache.assign(leader_epoch, self.log_end_offset)
+                except OSError as exc:
+                    log.warning("Could not write the leader epoch checkpoint of %s yet: %s", self.dir.name, exc)
+
+    @_on_disk("writing the leader epoch checkpoint of")
+    def checkpoint_leader_epochs(self) -> None:
+        """Write the leader epoch cache if memory is ahead of its file."""
+        with self._lock:
+            if not self._closed and not self.offline:
+                self.leader_epoch_cache.maybe_flush()
+
+    def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int] | None:
+        """(epoch, end offset) for OffsetForLeaderEpoch; None when the epoch is unknown."""
+        with self._lock:
+            epoch, offset = self.leader_epoch_cache.end_offset_for(leader_epoch, self.log_end_offset)
+        return None if offset < 0 else (epoch, offset)
+
     # -- read ------------------------------------------------------------------------------------
 
+    @_on_disk("reading")
     def read(
         self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_message: bool = True
     ) -> ReadResult:
@@ -384,6 +492,7 @@ class Log:
 
     # -- timestamps --------------------------------------------------------------------------------
 
+    @_on_disk("searching")
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= target, at or after the
         log start offset (ListOffsets by timestamp); None if every record is older."""
@@ -401,6 +510,7 @@ class Log:
                     return offset, ts
             return None
 
+    @_on_disk("searching")
     def max_timestamp_and_offset(self) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with the largest timestamp (ListOffsets -3)."""
         with self._lock:
@@ -424,6 +534,7 @@ class Log:
         with self._lock:
             return self.producer_state.first_unstable_offset()
 
+    @_on_disk("reading the transaction index of")
     def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[tuple[int, int]]:
         """(producer id, first offset) of aborted transactions overlapping [start, upper bound).
 
@@ -459,8 +570,11 @@ class Log:
     def _snapshot_path(self, offset: int) -> Path:
         return self.dir / (filename_prefix(offset) + SNAPSHOT_SUFFIX)
 
-    def _take_snapshot_locked(self, *, sync: bool) -> None:
-        """Write the producer state as ``<LEO>.snapshot`` (atomically); a failure is only logged."""
+    def _take_snapshot_locked(self, *, sync: bool, strict: bool = False) -> None:
+        """Write the producer state as ``<LEO>.snapshot`` (atomically).
+
+        A failure is only logged (a missing snapshot costs a longer replay), unless ``strict``:
+        at a roll it is a disk failure like any other and the OSError propagates."""
         offset = self.log_end_offset
         state = self.producer_state
         state.map_end_offset = offset
@@ -489,6 +603,8 @@ class Log:
             log.warning("Could not write producer snapshot %s: %s", path, exc)
             with contextlib.suppress(OSError):
                 tmp.unlink()
+            if strict:
+                raise
             return
         if offset not in self._snapshots:
             bisect.insort(self._snapshots, offset)
@@ -549,7 +665,7 @@ class Log:
         state.map_end_offset = end
         self.producer_state = state
         if replayed:
-            log.info("Loaded producer state of %s: replayed %d batch(es) from %d", self.dir.name, replayed, start)
+            log.debug("Loaded producer state of %s: replayed %d batch(es) from %d", self.dir.name, replayed, start)
             self._take_snapshot_locked(sync=sync)
         return replayed
 
@@ -579,6 +695,7 @@ class Log:
 
     # -- roll / flush ------------------------------------------------------------------------------
 
+    @_on_disk("rolling")
     def roll(self) -> None:
         """Start a new active segment at the log end offset (no-op if the active one is empty)."""
         with self._lock:
@@ -589,25 +706,30 @@ class Log:
         active = self._segments[-1]
         if active.size == 0 and active.base_offset == self.log_end_offset:
             return
-        if active.size == 0:
-            # Empty segment at a stale base offset (after truncation): replace it.
-            self._segments.pop()
-            self._bases.pop()
-            active.delete()
-        else:
-            active.on_become_inactive()
+        # The new segment first: if the disk refuses it, the active segment is untouched.
         segment = Segment(self.dir, self.log_end_offset, self.config, active=True, now_ms=self._now_ms())
+        try:
+            if active.size == 0:
+                # Empty segment at a stale base offset (after truncation): replace it.
+                self._segments.pop()
+                self._bases.pop()
+                active.delete()
+            else:
+                active.on_become_inactive()
+        except BaseException:
+            segment.release()
+            raise
         self._segments.append(segment)
         self._bases.append(segment.base_offset)
         self._dir_dirty = True
         log.debug("Rolled new log segment %s at offset %d", segment.name, segment.base_offset)
         # Producer state as of the new segment's base: recovery replays from here at most.
-        self._take_snapshot_locked(sync=False)
+        self._take_snapshot_locked(sync=False, strict=True)
 
     def needs_flush(self, now_ms: int) -> bool:
         """Whether flush.messages / flush.ms say so, or rolled segments are not yet durable."""
         with self._lock:
-            if self._closed:
+            if self._closed or self.offline:
                 return False
             if self.recovery_point < self._segments[-1].base_offset:
                 return True
@@ -618,10 +740,13 @@ class Log:
                 or now_ms - self._last_flush_ms >= self.config.flush_ms
             )
 
+    @_on_disk("flushing")
     def flush(self) -> None:
         """fsync everything appended so far and advance the recovery point. Thread-safe."""
         with self._flush_lock:
             with self._lock:
+                if self.offline:
+                    raise KafkaStorageError(f"the log dir of {self.dir.name} is offline")
                 if self._closed:
                     return
                 target = self.log_end_offset
@@ -665,6 +790,7 @@ class Log:
 
     # -- deletion of old data ------------------------------------------------------------------------
 
+    @_on_disk("deleting records of")
     def delete_records_before(self, offset: int, *, high_watermark: int | None = None) -> int:
         """DeleteRecords: advance the log start offset to ``offset``; drop whole segments below it."""
         with self._lock:
@@ -675,9 +801,11 @@ class Log:
             if offset > self.log_start_offset:
                 self.log_start_offset = offset
                 log.info("Incremented log start offset of %s to %d (DeleteRecords)", self.dir.name, offset)
+                self.leader_epoch_cache.truncate_from_start(offset)
                 self._delete_segments_locked(self._deletable(self._below_log_start), "log start offset breach")
             return self.log_start_offset
 
+    @_on_disk("applying retention to")
     def apply_retention(self, now_ms: int, *, high_watermark: int | None = None) -> list[str]:
         """Kafka's deleteOldSegments: time, size and log-start-offset based segment deletion.
 
@@ -757,10 +885,12 @@ class Log:
             names.append(seg.name)
         self._bases = [s.base_offset for s in self._segments]
         self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         self._dir_dirty = True
         self._prune_snapshots_locked()
         return names
 
+    @_on_disk("truncating")
     def truncate_to(self, offset: int) -> None:
         """Remove everything at and after ``offset`` (follower truncation)."""
         with self._lock:
@@ -782,11 +912,13 @@ class Log:
             self.log_end_offset = offset
             self.log_start_offset = min(self.log_start_offset, offset)
             self.recovery_point = min(self.recovery_point, offset)
+            self.leader_epoch_cache.truncate_from_end(offset)
             self._unflushed_messages = 0
             self._dir_dirty = True
             # Producer state as of ``offset``: newest snapshot at or below it plus a replay.
             self._load_producer_state_locked(offset, sync=False)
 
+    @_on_disk("truncating")
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete all data and restart the log at ``offset``."""
         with self._lock:
@@ -804,6 +936,7 @@ class Log:
             for snapshot_offset in list(self._snapshots):
                 self._delete_snapshot_locked(snapshot_offset)
             self.producer_state.truncate_and_reset(offset)
+            self.leader_epoch_cache.clear()
 
     # -- log cleaner hooks (pykbroker/storage/cleaner.py) ------------------------------
 
@@ -812,6 +945,7 @@ class Log:
         with self._lock:
             return list(self._segments[:-1])
 
+    @_on_disk("replacing a segment of")
     def replace_segment(self, old: Segment, cleaned: Path) -> bool:
         """Swap a cleaned copy of an inactive segment in, atomically (one rename of the .log file).
 
@@ -849,6 +983,7 @@ class Log:
         with self._lock:
             return {pid: e.batches[-1].last_offset for pid, e in self.producer_state.producers.items() if e.batches}
 
+    @_on_disk("replacing segments of")
     def replace_segments(self, olds: list[Segment], cleaned: Path, txn_index: bytes = b"") -> bool:
         """Swap one cleaned file in for several adjacent inactive segments (Kafka's .swap protocol).
 
@@ -896,6 +1031,37 @@ class Log:
             return True
 
 
+    # -- moving to another log dir (AlterReplicaLogDirs; see LogManager.complete_move) -------------
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold off every other operation on this log, flushes included, for the final step of a move."""
+        with self._flush_lock, self._lock:
+            self._check_open()
+            yield
+
+    def active_indexes(self) -> dict[str, int]:
+        """The active segment's index files (they change in place through their mapping) and their used bytes."""
+        with self._lock:
+            seg = self._segments[-1]
+            return {seg.offset_index.path.name: seg.offset_index.size_bytes,
+                    seg.time_index.path.name: seg.time_index.size_bytes}
+
+    def snapshot_for_move(self) -> None:
+        """Write the producer state at the log end (caller holds :meth:`exclusive`): no replay after the move."""
+        self._take_snapshot_locked(sync=True)
+
+    def superseded(self) -> None:
+        """Its files were moved to another log dir (caller holds :meth:`exclusive`): close without writing.
+
+        Whoever still holds this object gets 'closed' (and a flush is a no-op: the moved copy is durable).
+        """
+        self.recovery_point = self.log_end_offset
+        self._unflushed_messages = 0
+        self._closed = True
+        for seg in self._segments:
+            seg.release()
+
     # -- shutdown ----------------------------------------------------------------------------------
 
     def close(self, *, snapshot: bool = True) -> None:
@@ -918,7 +1084,42 @@ class Log:
         self.close(snapshot=False)
         shutil.rmtree(self.dir, ignore_errors=True)
 
+    # -- disk failure ------------------------------------------------------------------------------
+
+    def storage_failure(self, exc: BaseException, what: str) -> KafkaStorageError:
+        """Record a failed disk operation: the log goes offline and the owner hears of it.
+
+        Returns the error for the caller to raise.  Thread-safe and lock-free: it runs on
+        whichever thread hit the error, possibly holding this log's lock.
+        """
+        first = not self.offline
+        self.offline = True
+        if first:
+            log.error("I/O error while %s %s: %s", what, self.dir, exc)
+        hook = self.on_storage_error
+        if hook is not None:
+            hook(self, f"{what} {self.dir.name} failed: {exc}")
+        return KafkaStorageError(f"storage error while {what} {self.dir.name}: {exc}")
+
+    def release(self) -> None:
+        """Close every file without writing anything more (its log dir failed); stays offline.
+
+        Unlike :meth:`close` no snapshot is written and no index is trimmed: the disk is
+        not to be trusted, and the next start recovers this log from its last checkpoint.
+        """
+        self.offline = True
+        with self._lock:
+            self._closed = True
+            for seg in self._segments:  # idempotent, so also after a close that failed halfway
+                seg.release()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def _check_open(self) -> None:
+        if self.offline:
+            raise KafkaStorageError(f"the log dir of {self.dir.name} is offline")
         if self._closed:
             raise RuntimeError(f"log {self.dir} is closed")
 
@@ -1076,7 +1277,7 @@ def _recover_segments(dir: Path, segments: list[Segment], recovery_point: int) -
             segments[-1].read_next_offset(),
         )
     else:
-        log.info("Recovered %s: %d segment(s) checked, no data lost", dir.name, len(segments) - start)
+        log.debug("Recovered %s: %d segment(s) checked, no data lost", dir.name, len(segments) - start)
 
 
 def _drop_tail_segments(segments: list[Segment], first: int) -> int:

@@ -29,6 +29,24 @@ class LogConfig:
     file_delete_delay_ms: int = 60000
     cleanup_policy: str = "delete"  # "delete" | "compact" | "compact,delete"
     preallocate: bool = False
+    compression_type: str = "producer"  # or uncompressed, gzip, snappy, lz4, zstd: the codec batches are stored in
+    message_timestamp_before_max_ms: int = _LONG_MAX
+    message_timestamp_after_max_ms: int = _LONG_MAX
+    message_timestamp_difference_max_ms: int = _LONG_MAX  # deprecated by KIP-937; used when before/after unset
+
+    @property
+    def timestamp_before_max_ms(self) -> int:
+        """Oldest accepted CreateTime, as ``now - this``: before.max.ms, else the legacy difference.max.ms."""
+        if self.message_timestamp_before_max_ms != _LONG_MAX:
+            return self.message_timestamp_before_max_ms
+        return self.message_timestamp_difference_max_ms
+
+    @property
+    def timestamp_after_max_ms(self) -> int:
+        """Newest accepted CreateTime, as ``now + this``: after.max.ms, else the legacy difference.max.ms."""
+        if self.message_timestamp_after_max_ms != _LONG_MAX:
+            return self.message_timestamp_after_max_ms
+        return self.message_timestamp_difference_max_ms
 
     @property
     def delete_enabled(self) -> bool:
@@ -83,4 +101,8 @@ TOPIC_CONFIG_FIELDS: dict[str, str] = {
     "file.delete.delay.ms": "file_delete_delay_ms",
     "cleanup.policy": "cleanup_policy",
     "preallocate": "preallocate",
+    "compression.type": "compression_type",
+    "message.timestamp.before.max.ms": "message_timestamp_before_max_ms",
+    "message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
+    "message.timestamp.difference.max.ms": "message_timestamp_difference_max_ms",
 }

@@ -168,6 +168,16 @@ class Segment:
             os.close(self._fd)
             self._fd = -1
 
+    def release(self) -> None:
+        """Close every descriptor and mapping without writing anything (the log dir failed)."""
+        self.offset_index.release()
+        self.time_index.release()
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = -1
+        self.active = False
+
     def delete(self) -> None:
         """Close and unlink all files (log first, so a crash leaves only orphan indexes)."""
         if self._fd >= 0:
@@ -229,15 +239,29 @@ class Segment:
         max_timestamp: int,
         offset_of_max_timestamp: int,
     ) -> None:
-        """Write one append's batches at the end and maintain the sparse indexes."""
+        """Write one append's batches at the end and maintain the sparse indexes.
+
+        All or nothing: on an OSError (ENOSPC, EIO) the bytes already written are cut off
+        again and :attr:`size` is unchanged, so nothing unacknowledged stays readable.
+        """
         position = self.size
-        if position == 0:
-            self._rolling_based_timestamp = max_timestamp
+        # Index slots first (this append's entry, plus the one a roll adds): a full disk
+        # must fail here, before any data is written, never inside the mapped index.
+        self.offset_index.reserve(1)
+        self.time_index.reserve(2)
         with memoryview(data) as view:
             written = 0
             total = len(view)
-            while written < total:
-                written += os.pwrite(self._fd, view[written:], position + written)
+            try:
+                while written < total:
+                    written += os.pwrite(self._fd, view[written:], position + written)
+            except OSError:
+                if written and not self._preallocated:
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(self._fd, position)
+                raise
+        if position == 0:
+            self._rolling_based_timestamp = max_timestamp
         self.size = position + total
         self._track(position, total, last_offset, max_timestamp, offset_of_max_timestamp)
 

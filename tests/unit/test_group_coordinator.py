@@ -210,6 +210,30 @@ def test_two_members_rebalance_and_error_codes() -> None:
     assert res[("t", 0)] == ErrorCode.unknown_member_id
 
 
+def test_offset_commit_checks_member_and_generation_before_state() -> None:
+    """Kafka's ClassicGroup.validateOffsetCommit order: a commit from the previous generation while the group
+    completes a rebalance is ILLEGAL_GENERATION (the member must rejoin), an unknown member is
+    UNKNOWN_MEMBER_ID; only a commit of the current generation gets REBALANCE_IN_PROGRESS."""
+    h = Harness()
+    (a,) = h.stable_group(1)
+    g = h.mgr.groups[G]
+    gen = g.generation_id
+    assert h.mgr.commit_offsets(G, gen, a, None, [CommitEntry("t", 0, 1)]) == {("t", 0): ErrorCode.none}
+    # The leader rejoins (e.g. after a metadata change): the join completes at once, awaiting its SyncGroup.
+    assert h.join(member_id=a)[0]["generation_id"] == gen + 1
+    assert g.state == GroupState.COMPLETING_REBALANCE
+    entry = [CommitEntry("t", 0, 2)]
+    assert h.mgr.commit_offsets(G, gen, a, None, entry) == {("t", 0): ErrorCode.illegal_generation}
+    assert h.mgr.commit_offsets(G, gen + 1, "stranger", None, entry) == {("t", 0): ErrorCode.unknown_member_id}
+    assert h.mgr.commit_offsets(G, gen + 1, a, "no-such-instance", entry) == \
+        {("t", 0): ErrorCode.unknown_member_id}
+    assert h.mgr.commit_offsets(G, -1, "", None, entry) == {("t", 0): ErrorCode.unknown_member_id}
+    assert h.mgr.commit_offsets(G, gen + 1, a, None, entry) == {("t", 0): ErrorCode.rebalance_in_progress}
+    assert h.mgr.fetch_offsets(G, [("t", 0)])[1][0][1].offset == 1  # nothing was written meanwhile
+    assert h.sync(a, gen + 1, {a: b"x"})[0]["error_code"] == ErrorCode.none
+    assert h.mgr.commit_offsets(G, gen + 1, a, None, entry) == {("t", 0): ErrorCode.none}
+
+
 def test_session_timeout_removes_member_and_rebalances() -> None:
     h = Harness()
     a, b = h.stable_group(2)

@@ -720,7 +720,7 @@ def test_dedup_survives_crash(
     leo = lg.log_end_offset
 
     copy = crash_copy(lg, tmp_path / "crashed-0")
-    caplog.set_level(logging.INFO, logger="pykbroker.storage.log")
+    caplog.set_level(logging.DEBUG, logger="pykbroker.storage.log")  # the replay summary is a DEBUG line
     lg2 = open_log(copy, cfg, clock, opened, recover=True, recovery_point=recovery_point)
     assert lg2.log_end_offset == leo
     # replay started at the snapshot (the batch that rolled + 5 more), not at the log start

@@ -6,6 +6,18 @@ assignment for that epoch with the group's assignor, and moves each member towar
 target: partitions it must give up are revoked first (the member keeps its epoch until it
 acknowledges), then it receives the new epoch with the partitions no other member still owns.
 
+Regular-expression subscriptions follow Kafka 4: a member's ``SubscribedTopicRegex`` counts only once
+the group has *resolved* it (:class:`ResolvedRegex`, kept per group).  The heartbeat that brings a new
+regex is answered from the literal topic names alone; the resolution runs off the heartbeat path (a
+timer of this sans-I/O state machine, which the I/O edge fires on its next tick), and if it changes
+what the group subscribes to, the group epoch is bumped so that a later heartbeat gets the regex's
+partitions.  As in Kafka, a heartbeat asks for a refresh when a regex is unresolved, when topics were
+created since the last resolution, or when ``REGEX_REFRESH_INTERVAL_MS`` passed, but never within
+``REGEX_BATCH_REFRESH_MIN_INTERVAL_MS`` of the previous one: all the regexes of a group are resolved
+together, so a burst of changes costs one rebalance.  Kafka matches with RE2/J; this uses Python's
+``re`` (``fullmatch``), which agrees on the patterns clients send (``^prefix.*``, alternations) but not
+on every construct (README, differences).
+
 Persistence follows Kafka: every change is written to ``__consumer_offsets`` as Kafka's
 consumer-group records (:mod:`.consumer_records`) before the heartbeat is answered, and the
 records are replayed when the partition is loaded, so members keep their epochs and
@@ -20,7 +32,7 @@ import copy
 import logging
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -41,6 +53,11 @@ R = TypeVar("R")
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
 
+# Kafka's REGEX_BATCH_REFRESH_MIN_INTERVAL_MS: a group's regexes are not resolved again sooner.
+REGEX_BATCH_REFRESH_MIN_INTERVAL_MS = 10_000
+# Kafka's group.consumer.regex.refresh.interval.ms default: resolutions older than this are redone.
+REGEX_REFRESH_INTERVAL_MS = 600_000
+
 STABLE = "stable"
 UNREVOKED = "unrevoked_partitions"
 UNRELEASED = "unreleased_partitions"
@@ -51,6 +68,15 @@ class HeartbeatError(Exception):
         super().__init__(message or code.name)
         self.code = code
         self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedRegex:
+    """Kafka's ResolvedRegularExpression: the topics a regex matched, as of which metadata and when."""
+
+    topics: frozenset[str]
+    version: int
+    timestamp: int
 
 
 @dataclass(eq=False)
@@ -104,6 +130,8 @@ class ConsumerGroup:
     state_timestamp: int = 0
     assignor: str = "uniform"
     resolve: Callable[[str], bool] = field(default=lambda _t: False)
+    # Regex -> its last resolution; only regexes some member subscribes to (Kafka's resolvedRegularExpressions).
+    resolved: dict[str, ResolvedRegex] = field(default_factory=dict)
     # The records last written for this group (key -> value), to write only what changed.
     persisted: dict[bytes, bytes] = field(default_factory=dict)
 
@@ -121,29 +149,47 @@ class ConsumerGroup:
             return "Reconciling"
         return "Stable"
 
-    def subscribed_topics(self, all_topics: list[str]) -> set[str]:
-        out: set[str] = set()
-        for m in self.members.values():
-            out.update(m.subscribed_names)
-            if m.subscribed_regex:
-                try:
-                    rx = re.compile(m.subscribed_regex)
-                except re.error:
-                    continue
-                out.update(t for t in all_topics if rx.fullmatch(t))
+    def member_topics(self, m: ConsumerMember) -> set[str]:
+        """What ``m`` subscribes to: its literal names plus what its regex resolved to (nothing until then)."""
+        out = set(m.subscribed_names)
+        if m.subscribed_regex:
+            r = self.resolved.get(m.subscribed_regex)
+            if r is not None:
+                out |= r.topics
         return out
 
-    def is_subscribed_to(self, topic: str) -> bool:
+    def subscribed_topics(self, all_topics: list[str]) -> set[str]:
+        """Topics the group subscribes to, among ``all_topics``."""
+        out: set[str] = set()
         for m in self.members.values():
-            if topic in m.subscribed_names:
-                return True
+            out |= self.member_topics(m)
+        return out & set(all_topics)
+
+    def is_subscribed_to(self, topic: str) -> bool:
+        return any(topic in m.subscribed_names for m in self.members.values()) or any(
+            topic in self.resolved[rx].topics for rx in self.subscribed_regexes() if rx in self.resolved)
+
+    def subscribed_regexes(self) -> dict[str, int]:
+        """Regex -> how many members subscribe to it."""
+        out: dict[str, int] = {}
+        for m in self.members.values():
             if m.subscribed_regex:
-                try:
-                    if re.fullmatch(m.subscribed_regex, topic):
-                        return True
-                except re.error:
-                    pass
-        return False
+                out[m.subscribed_regex] = out.get(m.subscribed_regex, 0) + 1
+        return out
+
+    def last_regex_refresh_ms(self) -> int | None:
+        """When the regexes were last resolved (they are resolved together), None if none is."""
+        return max((r.timestamp for r in self.resolved.values()), default=None)
+
+    def regex_version(self) -> int:
+        """The topic-metadata version of the last resolution (0 if none)."""
+        return min((r.version for r in self.resolved.values()), default=0)
+
+    def prune_resolved(self) -> None:
+        """Forget resolutions of regexes no member subscribes to any more (Kafka tombstones them)."""
+        subscribed = self.subscribed_regexes()
+        for rx in [rx for rx in self.resolved if rx not in subscribed]:
+            del self.resolved[rx]
 
     def owner_map(self, exclude: str) -> dict[tuple[uuid.UUID, int], str]:
         out: dict[tuple[uuid.UUID, int], str] = {}
@@ -216,23 +262,20 @@ def diff_records(old: dict[bytes, bytes], new: dict[bytes, bytes]) -> list[tuple
 Topics = dict[str, tuple[uuid.UUID, int]]  # name -> (id, partition count)
 
 
-def _member_topics(m: ConsumerMember, topics: Topics) -> list[str]:
-    names = set(m.subscribed_names) & set(topics)
-    if m.subscribed_regex:
-        try:
-            rx = re.compile(m.subscribed_regex)
-            names |= {t for t in topics if rx.fullmatch(t)}
-        except re.error:
-            pass
-    return sorted(names)
+Subscriptions = dict[str, set[str]]  # member id -> subscribed topic names (regexes already resolved)
 
 
-def range_assign(members: dict[str, ConsumerMember], topics: Topics,
-                 current: dict[str, Assignment]) -> dict[str, Assignment]:
+def _member_topics(m: ConsumerMember, topics: Topics, subscriptions: Subscriptions | None) -> list[str]:
+    names = subscriptions.get(m.member_id, set()) if subscriptions is not None else set(m.subscribed_names)
+    return sorted(set(names) & set(topics))
+
+
+def range_assign(members: dict[str, ConsumerMember], topics: Topics, current: dict[str, Assignment],
+                 subscriptions: Subscriptions | None = None) -> dict[str, Assignment]:
     out: dict[str, Assignment] = {mid: {} for mid in members}
     by_topic: dict[str, list[str]] = {}
     for mid, m in members.items():
-        for t in _member_topics(m, topics):
+        for t in _member_topics(m, topics, subscriptions):
             by_topic.setdefault(t, []).append(mid)
     for t, mids in by_topic.items():
         tid, n = topics[t]
@@ -247,11 +290,11 @@ def range_assign(members: dict[str, ConsumerMember], topics: Topics,
     return out
 
 
-def uniform_assign(members: dict[str, ConsumerMember], topics: Topics,
-                   current: dict[str, Assignment]) -> dict[str, Assignment]:
+def uniform_assign(members: dict[str, ConsumerMember], topics: Topics, current: dict[str, Assignment],
+                   subscriptions: Subscriptions | None = None) -> dict[str, Assignment]:
     """Balanced and sticky: members keep what they had, up to their share; the rest goes to the least loaded."""
     out: dict[str, Assignment] = {mid: {} for mid in members}
-    subs = {mid: set(_member_topics(m, topics)) for mid, m in members.items()}
+    subs = {mid: set(_member_topics(m, topics, subscriptions)) for mid, m in members.items()}
     ids = {topics[t][0]: t for t in topics}
     all_parts: list[tuple[str, uuid.UUID, int]] = []
     for t in sorted({t for s in subs.values() for t in s}):
@@ -309,6 +352,15 @@ class ConsumerGroups:
         self._loading: dict[int, dict[tuple[int, str, str | None], bytes | None]] = {}
         self.topic_ids: Callable[[str], Any] = lambda _t: None
         self.topic_names: Callable[[], list[str]] = list
+        # A group's own dynamic configs (ConfigResource GROUP: consumer.session.timeout.ms,
+        # consumer.heartbeat.interval.ms), which override the broker's group.consumer.* defaults.
+        self.group_configs: Callable[[str], Mapping[str, str]] = lambda _gid: {}
+        # Kafka's metadata image version, and lastMetadataImageWithNewTopics: regexes resolved
+        # against an older version than the latter are resolved again.
+        self.metadata_version = 0
+        self.new_topics_version = 0
+        self.regex_refresh_min_interval_ms = REGEX_BATCH_REFRESH_MIN_INTERVAL_MS
+        self.regex_refresh_interval_ms = REGEX_REFRESH_INTERVAL_MS
 
     @property
     def cfg(self) -> Any:
@@ -359,6 +411,10 @@ class ConsumerGroups:
             if gid in self.m.groups:
                 log.warning("group %s has both classic and consumer records; using the consumer group", gid)
             self.m.groups[gid] = g
+            # Kafka keeps the resolutions in ConsumerGroupRegularExpression records; pykbroker does not
+            # write those yet, so it resolves at load, before any heartbeat, and the persisted target
+            # (computed with the resolutions) stays valid.
+            self._resolve_regexes(g)
             for m in g.members.values():
                 self._schedule_session(g, m)
                 if m.state == UNREVOKED:
@@ -401,6 +457,7 @@ class ConsumerGroups:
         return g
 
     def unload_group(self, g: ConsumerGroup) -> None:
+        self.m.timers.cancel(("cregex", g.group_id))
         for mid in g.members:
             self.m.timers.cancel(("chb", g.group_id, mid))
             self.m.timers.cancel(("crev", g.group_id, mid))
@@ -416,6 +473,12 @@ class ConsumerGroups:
         self.m.groups.pop(g.group_id, None)
 
     def on_topic_change(self, name: str, rec: TopicRecord | None) -> None:
+        """A topic was created, changed or deleted: groups subscribed to it rebalance; regexes that
+        could now match more are resolved again at the groups' next heartbeats (as Kafka does when
+        the metadata image has new topics)."""
+        self.metadata_version += 1
+        if rec is not None:
+            self.new_topics_version = self.metadata_version
         for g in self.m.groups.values():
             if isinstance(g, ConsumerGroup) and g.members and (name in g.topic_snapshot or g.is_subscribed_to(name)):
                 g.group_epoch += 1
@@ -519,7 +582,9 @@ class ConsumerGroups:
             try:
                 re.compile(regex)
             except re.error as e:
-                raise HeartbeatError(ErrorCode.invalid_regular_expression, str(e)) from None
+                raise HeartbeatError(
+                    ErrorCode.invalid_regular_expression,
+                    f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {e}.") from None
         g = self.m.groups.get(gid)
         from pykbroker.coordinator.group.classic import ClassicGroup, GroupState
         if isinstance(g, ClassicGroup):
@@ -569,13 +634,13 @@ class ConsumerGroups:
                     raise HeartbeatError(ErrorCode.group_max_size_reached,
                                          f"The consumer group has reached its maximum capacity of "
                                          f"{self.cfg.consumer_max_size} members.")
+                # Like Kafka, a new member bumps the group epoch through its subscription (below), not
+                # by joining: one that subscribes only to a regex not resolved yet waits for it.
                 m = ConsumerMember(member_id, instance_id)
                 g.members[member_id] = m
                 if instance_id is not None:
                     g.static_members[instance_id] = member_id
-                g.group_epoch += 1
                 created = True
-                log.info("member %s joined consumer group %s (group epoch %d)", member_id, gid, g.group_epoch)
             elif m.member_epoch > 0 and m.last_sent is not None:
                 # A member rejoining with epoch 0 lost its state: start again from nothing.
                 m.last_sent = None
@@ -604,19 +669,37 @@ class ConsumerGroups:
             else int(req.rebalance_timeout)
         if rt > 0:
             m.rebalance_timeout_ms = rt
-        changed = False
+        # Kafka's consumerGroupHeartbeat: new topic names bump the group epoch; a new regex does so
+        # only if the group has already resolved it, otherwise it is resolved off the heartbeat path
+        # and this heartbeat is answered from what the member subscribes to without it.
+        bump = g.group_epoch == 0
         if req.subscribed_topic_names is not None and sorted(req.subscribed_topic_names) != sorted(
                 m.subscribed_names):
             m.subscribed_names = list(req.subscribed_topic_names)
-            changed = True
+            bump = True
+        last_refresh = g.last_regex_refresh_ms()
+        new_regex = False
         if regex is not None and (regex or None) != m.subscribed_regex:
-            m.subscribed_regex = regex or None
-            changed = True
+            new = regex or None
+            counts = g.subscribed_regexes()
+            new_regex = new is not None and counts.get(new, 0) == 0
+            if new is not None and new in g.resolved and not new_regex:
+                bump = True  # Kafka's REGEX_UPDATED_AND_RESOLVED
+            elif new is None:
+                # Kafka 4.0 does not bump here (nothing is left to resolve), so the partitions of the
+                # dropped regex stay in this member's target, which it must give up, while other members
+                # subscribed to them wait for an unrelated rebalance; bump so they move now.
+                bump = True
+            m.subscribed_regex = new
+            g.prune_resolved()
         if req.server_assignor is not None and req.server_assignor != m.server_assignor:
             m.server_assignor = req.server_assignor
-            changed = True
-        if changed and not created:
+            bump = True
+        if bump:
             g.group_epoch += 1
+        if created:
+            log.info("member %s joined consumer group %s (group epoch %d)", member_id, gid, g.group_epoch)
+        self._maybe_refresh_regexes(g, new_regex, last_refresh, now)
 
         self._update_target(g)
 
@@ -626,7 +709,8 @@ class ConsumerGroups:
 
         resp: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None, "member_id": member_id,
                                 "member_epoch": m.member_epoch,
-                                "heartbeat_interval": self.cfg.consumer_heartbeat_interval_ms,
+                                "heartbeat_interval": int(self.group_configs(gid).get(
+                                    "consumer.heartbeat.interval.ms", self.cfg.consumer_heartbeat_interval_ms)),
                                 "assignment": None}
         if m.last_sent is None or m.last_sent != m.assigned or epoch == 0 or (owned is not None and owned != \
                 m.assigned):
@@ -662,6 +746,7 @@ class ConsumerGroups:
     def _remove(self, g: ConsumerGroup, m: ConsumerMember, why: str, persist: bool = True) -> None:
         g.members.pop(m.member_id, None)
         g.target.pop(m.member_id, None)
+        g.prune_resolved()
         if m.instance_id is not None and g.static_members.get(m.instance_id) == m.member_id:
             del g.static_members[m.instance_id]
         for kind in ("chb", "crev", "cjoin", "csync"):
@@ -680,6 +765,67 @@ class ConsumerGroups:
         if persist:
             self._persist_quietly(g)
 
+    # --- regular expressions ----------------------------------------------------------------------
+
+    def _maybe_refresh_regexes(self, g: ConsumerGroup, new_regex: bool, last_refresh: int | None, now: int) -> None:
+        """Kafka's maybeUpdateRegularExpressions: whether this heartbeat asks for the group's regexes to be
+        resolved again.  ``last_refresh`` is the group's last resolution as it stood before this heartbeat."""
+        regexes = g.subscribed_regexes()
+        if not regexes:
+            return
+        key = ("cregex", g.group_id)
+        if self.m.timers.is_scheduled(key):
+            return  # one resolution at a time per group
+        if last_refresh is not None and now <= last_refresh + self.regex_refresh_min_interval_ms:
+            return  # batch the refreshes of a group
+        if not (new_regex or any(rx not in g.resolved for rx in regexes)
+                or g.regex_version() < self.new_topics_version
+                or last_refresh is None or now > last_refresh + self.regex_refresh_interval_ms):
+            return
+        gid = g.group_id
+        self.m._schedule(key, 0, lambda: self._refresh_regexes(gid))
+
+    def _resolve_regexes(self, g: ConsumerGroup) -> bool:
+        """Resolve every regex the group subscribes to against the topics now; True if any resolution changed."""
+        now, version = self.m.clock(), self.metadata_version
+        names = self.topic_names()
+        changed = False
+        for rx in g.subscribed_regexes():
+            try:
+                pattern = re.compile(rx)
+            except re.error:  # validated when a member sent it; should not happen
+                log.error("group %s: cannot compile regular expression %r; it matches nothing", g.group_id, rx)
+                topics: frozenset[str] = frozenset()
+            else:
+                topics = frozenset(t for t in names if pattern.fullmatch(t))
+            old = g.resolved.get(rx)
+            if old is None or old.topics != topics:
+                changed = True
+            g.resolved[rx] = ResolvedRegex(topics, version, now)
+        g.prune_resolved()
+        return changed
+
+    def _refresh_regexes(self, gid: str) -> None:
+        """The asynchronous resolution (a timer, run by the I/O edge's next tick): store the new resolutions
+        and bump the group epoch if what the group subscribes to changed (Kafka's
+        handleRegularExpressionsResult); members get the new target on their next heartbeat."""
+        g = self.m.groups.get(gid)
+        if not isinstance(g, ConsumerGroup) or self.m.coordinator_error(gid) is not None:
+            return
+
+        def run() -> None:
+            grp = self.m.groups[gid]
+            assert isinstance(grp, ConsumerGroup)
+            if self._resolve_regexes(grp):
+                grp.group_epoch += 1
+                log.info("consumer group %s: regular expressions resolved to %s; group epoch %d", gid,
+                         {rx: sorted(r.topics) for rx, r in grp.resolved.items()}, grp.group_epoch)
+
+        try:
+            self._apply(gid, run)
+        except HeartbeatError:
+            log.warning("consumer group %s: could not persist the resolution of its regular expressions", gid)
+
     def _schedule_session(self, g: ConsumerGroup, m: ConsumerMember) -> None:
         gid, mid = g.group_id, m.member_id
 
@@ -688,7 +834,8 @@ class ConsumerGroups:
             if isinstance(grp, ConsumerGroup) and mid in grp.members:
                 self._remove(grp, grp.members[mid], "expired from (session timeout)")
 
-        timeout = m.classic.session_timeout_ms if m.classic is not None else self.cfg.consumer_session_timeout_ms
+        timeout = m.classic.session_timeout_ms if m.classic is not None else int(self.group_configs(gid).get(
+            "consumer.session.timeout.ms", self.cfg.consumer_session_timeout_ms))
         self.m._schedule(("chb", gid, mid), timeout, expire)
 
     def _update_target(self, g: ConsumerGroup) -> None:
@@ -721,13 +868,16 @@ class ConsumerGroups:
             g.assignor = max(votes, key=lambda a: (votes[a], a))
         fn = ASSIGNORS.get(g.assignor, uniform_assign)
         current = {mid: g.target.get(mid, m.assigned) for mid, m in g.members.items()}
-        g.target = fn(g.members, topics, current)
+        g.target = fn(g.members, topics, current, {mid: g.member_topics(m) for mid, m in g.members.items()})
         g.assignment_epoch = g.group_epoch
         log.info("computed target assignment of consumer group %s at epoch %d with %s", g.group_id,
                  g.assignment_epoch, g.assignor)
 
     def _reconcile(self, g: ConsumerGroup, m: ConsumerMember, owned: Assignment | None) -> None:
-        target = g.target.get(m.member_id, {})
+        # As Kafka's CurrentAssignmentBuilder: topics the member no longer subscribes to are not part of its
+        # target, even before a new target is computed (a regex it left, while its new one is unresolved).
+        subscribed = {self._topic_id_or_none(t) for t in g.member_topics(m)}
+        target = {t: ps for t, ps in g.target.get(m.member_id, {}).items() if t in subscribed}
         if m.state == UNREVOKED:
             # Still waiting for the member to give up partitions?
             if owned is not None and not _and(owned, m.pending_revocation):

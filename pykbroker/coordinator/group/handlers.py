@@ -11,6 +11,7 @@ from kio.schema.errors import ErrorCode
 
 from pykbroker.coordinator.group.classic import Callback, ClassicGroup, Response
 from pykbroker.coordinator.group.manager import CommitEntry, GroupManager, JoinRequest
+from pykbroker.server.authorizer import ResourceType, authorized_operations
 from pykbroker.server.context import RequestContext, Services
 
 if TYPE_CHECKING:
@@ -284,11 +285,14 @@ async def handle_list_groups(svc: Services, ctx: RequestContext, req: Any) -> di
 async def handle_describe_groups(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
     mgr = _manager(svc)
     groups = []
+    include_ops = ctx.version >= 3 and bool(req.include_authorized_operations)
     for gid in req.groups:
         d = mgr.describe_group(gid)
         if d["error_code"] == ErrorCode.group_id_not_found and ctx.version < 6:
             # Before v6 (KIP-1043) an unknown group is described as Dead with no error.
             d["error_code"] = ErrorCode.none
+        if include_ops and d["error_code"] == ErrorCode.none:
+            d["authorized_operations"] = authorized_operations(ResourceType.GROUP, gid)
         groups.append(d)
     return {"throttle_time": 0, "groups": groups}
 

@@ -420,7 +420,7 @@ class GroupManager:
             g.new_member_added = True
         g.add(m)
         self._schedule_heartbeat(g, m)
-        log.info("member %s joined group %s (%s)", member_id, g.group_id, req.reason or "new member")
+        log.debug("member %s joined group %s (%s)", member_id, g.group_id, req.reason or "new member")
         self._maybe_prepare_rebalance(g, f"member {member_id} joined")
 
     def _replace_static_member(self, g: ClassicGroup, old_id: str, new_id: str, req: JoinRequest,
@@ -763,7 +763,7 @@ class GroupManager:
             if m is None:
                 out.append(ErrorCode.unknown_member_id)
                 continue
-            log.info("member %s left group %s", member_id, group_id)
+            log.debug("member %s left group %s", member_id, group_id)
             self._remove_member_and_update(g, m, "the member left the group")
             out.append(ErrorCode.none)
         return ErrorCode.none, out
@@ -792,18 +792,9 @@ class GroupManager:
             g = ClassicGroup(group_id, self.partition_for(group_id), state_timestamp=self.clock())
             self.groups[group_id] = g
         else:
-            if g.state == GroupState.DEAD:
-                return all_(ErrorCode.coordinator_not_available)
-            if instance_id is not None and g.static_member_id(instance_id) not in (None, member_id):
-                return all_(ErrorCode.fenced_instance_id)
-            if not (generation_id < 0 and g.state == GroupState.EMPTY):
-                if g.state == GroupState.COMPLETING_REBALANCE:
-                    return all_(ErrorCode.rebalance_in_progress)
-                if member_id not in g.members:
-                    return all_(ErrorCode.unknown_member_id)
-                if generation_id != g.generation_id:
-                    return all_(ErrorCode.illegal_generation)
-                self._schedule_heartbeat(g, g.members[member_id])
+            code = self._validate_classic_commit(g, generation_id, member_id, instance_id)
+            if code is not None:
+                return all_(code)
         now = self.clock()
         result: dict[TopicPartition, ErrorCode] = {}
         records: list[tuple[bytes, bytes | None]] = []
@@ -829,6 +820,30 @@ class GroupManager:
             for tp in values:
                 result[tp] = ErrorCode.none
         return result
+
+    def _validate_classic_commit(self, g: ClassicGroup, generation_id: int, member_id: str,
+                                 instance_id: str | None) -> ErrorCode | None:
+        """Kafka's ClassicGroup.validateOffsetCommit, in its order: the member and its generation are
+        checked before the state, so a commit from an older generation gets ILLEGAL_GENERATION even while
+        the group completes a rebalance (REBALANCE_IN_PROGRESS only for the current generation)."""
+        if g.state == GroupState.DEAD:
+            return ErrorCode.coordinator_not_available
+        if generation_id < 0 and g.state == GroupState.EMPTY:
+            return None  # the admin client or a consumer without group management
+        if generation_id >= 0 or member_id or instance_id is not None:
+            err = self.validate_member(g, member_id, instance_id)
+            if err is not None:
+                return err
+            if generation_id != g.generation_id:
+                return ErrorCode.illegal_generation
+        elif g.state != GroupState.EMPTY:
+            return ErrorCode.unknown_member_id
+        if g.state == GroupState.COMPLETING_REBALANCE:
+            return ErrorCode.rebalance_in_progress
+        m = g.members.get(member_id)
+        if m is not None:
+            self._schedule_heartbeat(g, m)
+        return None
 
     def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None,
                       member_id: str | None = None, member_epoch: int = -1

@@ -19,7 +19,7 @@ from pykbroker.config import BrokerConfig
 from pykbroker.coordinator import internal_topic
 from pykbroker.coordinator.group.manager import GroupConfig, GroupManager
 from pykbroker.coordinator.internal_topic import PartitionLoader, now_ms
-from pykbroker.metadata.store import MetadataStore, TopicRecord
+from pykbroker.metadata.store import GROUP_RESOURCE, MetadataStore, TopicRecord
 from pykbroker.server.replica_manager import ReplicaManager
 from pykbroker.server.topics import TopicManager
 
@@ -51,6 +51,8 @@ def group_config_from(config: BrokerConfig) -> GroupConfig:
 
 
 class GroupCoordinator(PartitionLoader):
+    load_topic = OFFSETS_TOPIC
+
     def __init__(self, config: BrokerConfig, store: MetadataStore, replicas: ReplicaManager,
                  topics: TopicManager) -> None:
         self.config = config
@@ -74,6 +76,7 @@ class GroupCoordinator(PartitionLoader):
             self.manager.consumer = ConsumerGroups(self.manager)
             self.manager.consumer.topic_ids = self._topic_id
             self.manager.consumer.topic_names = self._topic_names
+            self.manager.consumer.group_configs = lambda gid: self.store.configs_of(GROUP_RESOURCE, gid)
         self.txn_offsets: TxnOffsets | None = None
         self._txn_open: dict[int, dict[int, list[tuple[bytes | None, bytes | None]]]] = {}
         self.manager.pending_txn_offsets = self._pending_txn_offsets
@@ -165,7 +168,7 @@ class GroupCoordinator(PartitionLoader):
             self.txn_offsets.restore(partition, open_txns)
         self.manager.finish_loading(partition)
         if records:
-            log.info("loaded %s-%d: %d records in %.3fs", OFFSETS_TOPIC, partition, len(records),
+            log.debug("loaded %s-%d: %d records in %.3fs", OFFSETS_TOPIC, partition, len(records),
                      time.monotonic() - started)
 
     # --- tasks ----------------------------------------------------------------------------

@@ -37,6 +37,14 @@ def _compat(code: ErrorCode, version: int, fenced_since: int) -> ErrorCode:
     return code
 
 
+def abortable_compat(code: ErrorCode, version: int, abortable_since: int) -> ErrorCode:
+    """TRANSACTION_ABORTABLE (KIP-890, Kafka 3.8) goes only to versions that know it; older ones get
+    INVALID_TXN_STATE, the code Kafka 3.6-3.7 answered in its place."""
+    if code == ErrorCode.transaction_abortable and version < abortable_since:
+        return ErrorCode.invalid_txn_state
+    return code
+
+
 # --- InitProducerId -----------------------------------------------------------------------------
 
 async def handle_init_producer_id(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
@@ -55,32 +63,70 @@ async def handle_init_producer_id(svc: Services, ctx: RequestContext, req: Any) 
 
 # --- AddPartitionsToTxn / AddOffsetsToTxn -------------------------------------------------------------
 
-async def handle_add_partitions_to_txn(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
-    tc = _tc(svc)
-    txn_id = req.v3_and_below_transactional_id
-    topics = [(t.name, [int(p) for p in t.partitions]) for t in req.v3_and_below_topics]
+def _txn_partitions(svc: Services, topics: list[tuple[str, list[int]]], from_client: bool
+                    ) -> tuple[list[tuple[str, int]], dict[tuple[str, int], ErrorCode]]:
+    """Split a transaction's partitions into those that exist and the per-partition errors of the rest.
+
+    Versions 0-3 come from producers, which may not write to internal topics (Kafka's write check
+    leaves them out: TOPIC_AUTHORIZATION_FAILED); versions 4+ come from partition leaders, which
+    also verify ``__consumer_offsets`` partitions.
+    """
     bad: dict[tuple[str, int], ErrorCode] = {}
     wanted: list[tuple[str, int]] = []
     for name, parts in topics:
         rec = svc.store.topic(name)
         for p in parts:
-            if rec is None or p not in rec.partitions or name in INTERNAL:
+            if from_client and name in INTERNAL:
+                bad[(name, p)] = ErrorCode.topic_authorization_failed
+            elif rec is None or p not in rec.partitions:
                 bad[(name, p)] = ErrorCode.unknown_topic_or_partition
             else:
                 wanted.append((name, p))
-    if bad:
-        codes = {tp: bad.get(tp, ErrorCode.operation_not_attempted) for name, ps in topics for tp in
-                 [(name, p) for p in ps]}
+    return wanted, bad
+
+
+def _topic_results(topics: list[tuple[str, list[int]]], codes: dict[tuple[str, int], ErrorCode]
+                   ) -> list[dict[str, Any]]:
+    return [{"name": name, "results_by_partition": [
+        {"partition_index": p, "partition_error_code": codes[(name, p)]} for p in ps]} for name, ps in topics]
+
+
+async def _add_or_verify(tc: TransactionCoordinator, svc: Services, version: int, txn_id: str, producer_id: int,
+                         epoch: int, topics: list[tuple[str, list[int]]], verify_only: bool
+                         ) -> dict[tuple[str, int], ErrorCode]:
+    """One transaction of an AddPartitionsToTxn request: every partition's error code."""
+    wanted, bad = _txn_partitions(svc, topics, from_client=version < 4)
+    everything = [(name, p) for name, ps in topics for p in ps]
+    if bad:  # one failed partition fails the transaction; the others were not attempted
+        return {tp: bad.get(tp, ErrorCode.operation_not_attempted) for tp in everything}
+    if verify_only:
+        codes = tc.sm.verify_partitions(txn_id, producer_id, epoch, wanted)
     else:
-        code = tc.sm.add_partitions(txn_id, int(req.v3_and_below_producer_id),
-                                    int(req.v3_and_below_producer_epoch), wanted)
+        code = tc.sm.add_partitions(txn_id, producer_id, epoch, wanted)
         if code == ErrorCode.none:
             await tc.flush(txn_id)
-        code = _compat(code, ctx.version, 2)
-        codes = {(name, p): code for name, ps in topics for p in ps}
-    results = [{"name": name, "results_by_partition": [
-        {"partition_index": p, "partition_error_code": codes[(name, p)]} for p in ps]} for name, ps in topics]
-    return {"throttle_time": 0, "results_by_topic_v3_and_below": results}
+        codes = dict.fromkeys(everything, code)
+    return {tp: abortable_compat(_compat(c, version, 2), version, 5) for tp, c in codes.items()}
+
+
+async def handle_add_partitions_to_txn(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    """Versions 0-3: one producer adding partitions.  Versions 4+ (KIP-890): a batch of transactions, as
+    partition leaders send it, each adding partitions or, with ``verify_only``, checking that they were
+    added.  Kafka requires CLUSTER_ACTION for 4+; with no authorizer every principal has it."""
+    tc = _tc(svc)
+    if ctx.version < 4:
+        topics = [(t.name, [int(p) for p in t.partitions]) for t in req.v3_and_below_topics]
+        codes = await _add_or_verify(tc, svc, ctx.version, req.v3_and_below_transactional_id,
+                                     int(req.v3_and_below_producer_id), int(req.v3_and_below_producer_epoch),
+                                     topics, verify_only=False)
+        return {"throttle_time": 0, "results_by_topic_v3_and_below": _topic_results(topics, codes)}
+    results = []
+    for t in req.transactions:
+        topics = [(x.name, [int(p) for p in x.partitions]) for x in t.topics]
+        codes = await _add_or_verify(tc, svc, ctx.version, t.transactional_id, int(t.producer_id),
+                                     int(t.producer_epoch), topics, verify_only=bool(t.verify_only))
+        results.append({"transactional_id": t.transactional_id, "topic_results": _topic_results(topics, codes)})
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "results_by_transaction": results}
 
 
 async def handle_add_offsets_to_txn(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
@@ -133,7 +179,14 @@ async def handle_txn_offset_commit(svc: Services, ctx: RequestContext, req: Any)
     # The producer must be the transactional id's current one, with the offsets partition in its transaction.
     err, md = tc.sm._check_producer(req.transactional_id, int(req.producer_id), int(req.producer_epoch))
     groups = getattr(svc, "groups", None)
-    if md is not None and err == ErrorCode.none and groups is not None and md.state != TxnState.ONGOING:
+    if md is not None and err == ErrorCode.none and groups is not None \
+            and svc.config["transaction.partition.verification.enable"] \
+            and ("__consumer_offsets", groups.partition_for(req.group_id)) not in md.partitions:
+        # KIP-890: the offsets partition must have been added (AddOffsetsToTxn) before the group
+        # coordinator writes the transaction's offsets, as Kafka verifies it since 3.6; a completed
+        # transaction has no partitions left, so a late commit is refused the same way.
+        err = abortable_compat(ErrorCode.transaction_abortable, v, 4)
+    elif md is not None and err == ErrorCode.none and groups is not None and md.state != TxnState.ONGOING:
         err = ErrorCode.invalid_txn_state
     if err in (ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress):
         err = ErrorCode.none  # TxnOffsetCommit goes to the group coordinator; only fencing matters here

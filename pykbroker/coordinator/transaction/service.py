@@ -64,6 +64,8 @@ class ProducerIdManager:
 
 
 class TransactionCoordinator(PartitionLoader):
+    load_topic = TXN_TOPIC
+
     def __init__(self, config: BrokerConfig, store: MetadataStore, replicas: ReplicaManager,
                  topics: TopicManager) -> None:
         self.config = config
@@ -196,7 +198,7 @@ class TransactionCoordinator(PartitionLoader):
         n = self.sm.load(partition, records)
         jobs = self.sm.finish_loading(partition)
         if records:
-            log.info("loaded %s-%d: %d transactional ids (%d prepared) in %.3fs", TXN_TOPIC, partition, n,
+            log.debug("loaded %s-%d: %d transactional ids (%d prepared) in %.3fs", TXN_TOPIC, partition, n,
                      len(jobs), time.monotonic() - started)
         for job in jobs:
             log.info("completing %s of transaction %s found prepared at load",

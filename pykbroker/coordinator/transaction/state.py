@@ -329,6 +329,26 @@ class TransactionStateMachine:
         self._store(md.transition(TxnState.ONGOING, now, partitions=md.partitions | wanted, start_ms=start))
         return ErrorCode.none
 
+    def verify_partitions(self, transactional_id: str, producer_id: int, epoch: int,
+                          partitions: Iterable[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+        """KIP-890 part 1: is each partition already in the producer's transaction?  Changes nothing.
+
+        As Kafka's coordinator answers AddPartitionsToTxn with ``verify_only``: an unknown id, another
+        producer, a fenced epoch or a transaction being completed fail every partition; otherwise a
+        partition not in the transaction gets TRANSACTION_ABORTABLE (the caller translates it for
+        versions that do not know that code).  The pending state is not checked: a marker that lands
+        between verification and append is caught by the partition's producer state.
+        """
+        parts = list(partitions)
+        if not transactional_id:
+            return dict.fromkeys(parts, ErrorCode.invalid_request)
+        err, md = self._check_producer(transactional_id, producer_id, epoch)
+        if md is not None and md.state in PREPARED:
+            err, md = ErrorCode.concurrent_transactions, None
+        if md is None:
+            return dict.fromkeys(parts, err)
+        return {tp: ErrorCode.none if tp in md.partitions else ErrorCode.transaction_abortable for tp in parts}
+
     # --- EndTxn --------------------------------------------------------------------------------
 
     def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool

@@ -14,8 +14,10 @@ from typing import Any
 import anyio
 from kio.schema.errors import ErrorCode
 
+from pykbroker.protocol.message_format import down_convert, first_message_size
+from pykbroker.protocol.records import InvalidRecords
 from pykbroker.server.context import RequestContext, Services
-from pykbroker.storage.log import OffsetOutOfRange
+from pykbroker.storage.log import KafkaStorageError, OffsetOutOfRange
 
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
@@ -37,7 +39,8 @@ class _Plan:
 
 def _read_all(svc: Services, ctx: RequestContext, req: Any, by_id: bool) -> _Plan:
     plan = _Plan()
-    remaining = max(int(req.max_bytes), 0) if ctx.version >= 3 else 1 << 31
+    # fetch.max.bytes caps what a client may ask for (v3+), as in Kafka.
+    remaining = min(max(int(req.max_bytes), 0), svc.config["fetch.max.bytes"]) if ctx.version >= 3 else 1 << 31
     read_committed = int(getattr(req, "isolation_level", 0)) == READ_COMMITTED
     first_with_data = True
     for t in req.topics:
@@ -67,7 +70,14 @@ def _read_all(svc: Services, ctx: RequestContext, req: Any, by_id: bool) -> _Pla
             }
             parts.append(entry)
             if rec is None or p is None:
-                entry["error_code"] = unknown if rec is None else ErrorCode.unknown_topic_or_partition
+                if rec is not None and name is not None and svc.replicas.is_offline(name, idx):
+                    entry["error_code"] = ErrorCode.kafka_storage_error
+                else:
+                    entry["error_code"] = unknown if rec is None else ErrorCode.unknown_topic_or_partition
+                plan.errors = True
+                continue
+            if p.log.offline:  # its log dir failed (KIP-112)
+                entry["error_code"] = ErrorCode.kafka_storage_error
                 plan.errors = True
                 continue
             if p.leader_id != svc.broker_id:
@@ -90,15 +100,20 @@ def _read_all(svc: Services, ctx: RequestContext, req: Any, by_id: bool) -> _Pla
             try:
                 result = lg.read(int(fp.fetch_offset), max(limit, 0), max_offset=max_offset,
                                  min_one_message=first_with_data)
+                data = result.records
+                if data and read_committed:  # aborted transactions in the returned range
+                    entry["aborted_transactions"] = [
+                        {"producer_id": pid, "first_offset": first}
+                        for pid, first in lg.collect_aborted_transactions(result.first_offset, result.next_offset)]
             except OffsetOutOfRange:
                 entry["error_code"] = ErrorCode.offset_out_of_range
                 plan.errors = True
                 continue
-            data = result.records
-            if data and read_committed:  # aborted transactions in the returned range
-                entry["aborted_transactions"] = [
-                    {"producer_id": pid, "first_offset": first}
-                    for pid, first in lg.collect_aborted_transactions(result.first_offset, result.next_offset)]
+            except KafkaStorageError:
+                entry["error_code"] = ErrorCode.kafka_storage_error
+                entry["aborted_transactions"] = () if read_committed else None
+                plan.errors = True
+                continue
             if data:
                 entry["records"] = bytes(data)
                 plan.bytes += len(data)
@@ -153,4 +168,46 @@ async def handle_fetch(svc: Services, ctx: RequestContext, req: Any) -> dict[str
             finally:
                 svc.replicas.fetch_waiters.unregister(tps, event)
             plan = _read_all(svc, ctx, req, by_id)
+    if v <= 3:  # clients from before Kafka 0.11 read message format v0/v1; never on the modern path
+        _down_convert(svc, req, plan.topics, 0 if v <= 1 else 1)
     return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": plan.topics}
+
+
+def _down_convert(svc: Services, req: Any, topics: list[dict[str, Any]], magic: int) -> None:
+    """Rewrite each partition's batches as ``magic`` messages, as Kafka does for Fetch v0-3.
+
+    With ``message.downconversion.enable`` false (topic, else the broker's
+    ``log.message.downconversion.enable``) the partition gets UNSUPPORTED_VERSION instead,
+    and a topic stored as zstd UNSUPPORTED_COMPRESSION_TYPE (old formats cannot carry it).
+    """
+    asked = {(t.topic, int(fp.partition)): fp for t in req.topics for fp in t.partitions}
+    broker_enabled = bool(svc.config["log.message.downconversion.enable"])
+    for topic in topics:
+        rec = svc.store.topic(topic["topic"]) if topic["topic"] is not None else None
+        enabled = broker_enabled
+        zstd = False
+        if rec is not None:
+            override = rec.configs.get("message.downconversion.enable")
+            if override is not None:
+                enabled = str(override).strip().lower() == "true"
+            zstd = rec.configs.get("compression.type", svc.config["compression.type"]) == "zstd"
+        for entry in topic["partitions"]:
+            if entry["error_code"] != ErrorCode.none:
+                continue
+            error = None if enabled else ErrorCode.unsupported_version
+            if error is None and zstd:
+                error = ErrorCode.unsupported_compression_type
+            if error is None and entry["records"]:
+                fp = asked[(topic["topic"], entry["partition_index"])]
+                try:
+                    converted = down_convert(entry["records"], magic, int(fp.fetch_offset))
+                except InvalidRecords as e:
+                    error = ErrorCode(e.error_code)
+                else:
+                    # The partition's limit holds for the converted bytes too; a cut message at the end is
+                    # allowed (old clients drop it), but never fewer bytes than the first whole message.
+                    limit = max(int(fp.partition_max_bytes), first_message_size(converted))
+                    entry["records"] = converted[:limit]
+            if error is not None:
+                entry.update(error_code=error, high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
+                             records=b"")

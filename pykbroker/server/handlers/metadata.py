@@ -8,20 +8,28 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from pykbroker.metadata.store import TopicRecord, topic_name_problem
+from pykbroker.server.authorizer import AUTHORIZED_OPERATIONS_OMITTED, ResourceType, maybe_authorized_operations
 from pykbroker.server.context import RequestContext, Services
 from pykbroker.server.topics import TopicError
 
-AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 ZERO_UUID = uuid.UUID(int=0)
 
 
-def topic_metadata(svc: Services, rec: TopicRecord) -> dict[str, Any]:
+def topic_metadata(svc: Services, rec: TopicRecord, *, include_authorized_operations: bool = False) -> dict[str, Any]:
     partitions = []
     for index, a in sorted(rec.partitions.items()):
         p = svc.replicas.partition(rec.name, index)
         leader = a.leader
         error = ErrorCode.none
-        if leader == svc.broker_id and p is None:
+        offline: tuple[int, ...] = ()
+        if leader == svc.broker_id and svc.replicas.is_offline(rec.name, index):
+            # Our replica's log dir failed.  Kafka (3.9, KRaft) then has no leader for a
+            # partition whose only replica it was: leader -1, LEADER_NOT_AVAILABLE, the ISR
+            # kept, and this broker listed in offline_replicas.
+            leader = -1
+            error = ErrorCode.leader_not_available
+            offline = (svc.broker_id,)
+        elif leader == svc.broker_id and p is None:
             error = ErrorCode.leader_not_available
         partitions.append({
             "error_code": error,
@@ -30,7 +38,7 @@ def topic_metadata(svc: Services, rec: TopicRecord) -> dict[str, Any]:
             "leader_epoch": a.leader_epoch,
             "replica_nodes": tuple(a.replicas),
             "isr_nodes": tuple(a.isr),
-            "offline_replicas": (),
+            "offline_replicas": offline,
         })
     return {
         "error_code": ErrorCode.none,
@@ -38,7 +46,8 @@ def topic_metadata(svc: Services, rec: TopicRecord) -> dict[str, Any]:
         "topic_id": rec.topic_id,
         "is_internal": rec.internal,
         "partitions": partitions,
-        "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        "topic_authorized_operations": maybe_authorized_operations(
+            include_authorized_operations, ResourceType.TOPIC, rec.name),
     }
 
 
@@ -53,8 +62,19 @@ async def handle_metadata(svc: Services, ctx: RequestContext, req: Any) -> dict[
     # Before v4 clients could not say whether they wanted auto-creation; Kafka then allows it.
     allow_auto = True if v < 4 else bool(req.allow_auto_topic_creation)
     topics: list[dict[str, Any]] = []
+    # v8+ may ask for the operations this principal is allowed (cluster-wide: v8-10 only).
+    topic_ops = v >= 8 and bool(req.include_topic_authorized_operations)
+    cluster_ops = 8 <= v <= 10 and bool(req.include_cluster_authorized_operations)
+    if not all_topics and v < 12 and any(t.name is None for t in requested):
+        # v10-11 carry topic ids but cannot answer by id: Kafka fails such a request with
+        # INVALID_REQUEST for every topic, a null name sent back as "" (the response is not nullable).
+        return {"throttle_time": 0, "brokers": [], "cluster_id": None, "controller_id": -1,
+                "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+                "topics": [_error_topic(t.name or "", ErrorCode.invalid_request, t.topic_id or ZERO_UUID)
+                           for t in requested]}
     if all_topics:
-        topics = [topic_metadata(svc, rec) for rec in svc.store.topics().values()]
+        topics = [topic_metadata(svc, rec, include_authorized_operations=topic_ops)
+                  for rec in svc.store.topics().values()]
     else:
         seen: set[str] = set()
         for t in requested:
@@ -65,7 +85,7 @@ async def handle_metadata(svc: Services, ctx: RequestContext, req: Any) -> dict[
                 if rec is None:
                     topics.append(_error_topic(None, ErrorCode.unknown_topic_id, topic_id or ZERO_UUID))
                 else:
-                    topics.append(topic_metadata(svc, rec))
+                    topics.append(topic_metadata(svc, rec, include_authorized_operations=topic_ops))
                 continue
             if name in seen:
                 continue
@@ -84,7 +104,7 @@ async def handle_metadata(svc: Services, ctx: RequestContext, req: Any) -> dict[
                 if rec is None:
                     topics.append(_error_topic(name, ErrorCode.unknown_topic_or_partition))
                     continue
-            topics.append(topic_metadata(svc, rec))
+            topics.append(topic_metadata(svc, rec, include_authorized_operations=topic_ops))
     brokers = []
     for broker_id, endpoints in sorted(svc.store.live_brokers().items()):
         for name, host, port in endpoints:
@@ -96,5 +116,6 @@ async def handle_metadata(svc: Services, ctx: RequestContext, req: Any) -> dict[
         "cluster_id": svc.store.cluster_id,
         "controller_id": svc.store.controller_id(),
         "topics": topics,
-        "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        "cluster_authorized_operations": maybe_authorized_operations(cluster_ops, ResourceType.CLUSTER,
+                                                                     "kafka-cluster"),
     }

@@ -1,4 +1,10 @@
-"""ListOffsets (earliest, latest, by timestamp, max timestamp) and DeleteRecords."""
+"""ListOffsets (earliest, latest, by timestamp, max timestamp, local and tiered specs) and DeleteRecords.
+
+pykbroker has no tiered storage (KIP-405), so the whole log is local: EARLIEST_LOCAL (-4, v8+) is the
+log start offset, and LATEST_TIERED (-5, KIP-1005, v9+) is answered as Kafka answers it for a topic
+with nothing in remote storage: offset -1, timestamp -1, leader epoch -1, no error.  v10 (KIP-1075)
+adds ``timeout_ms`` for lookups that must read remote storage; none here do, so it bounds nothing.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +13,9 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from pykbroker.server.context import RequestContext, Services
+from pykbroker.server.handlers.legacy_offsets import handle_list_offsets_v0
 from pykbroker.server.replica_manager import Partition
-from pykbroker.storage.log import OffsetOutOfRange
+from pykbroker.storage.log import KafkaStorageError, OffsetOutOfRange
 
 LATEST = -1
 EARLIEST = -2
@@ -16,40 +23,43 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
 READ_COMMITTED = 1
+# The first version that may ask for each special timestamp, as Kafka 3.9 checks it; any other negative
+# timestamp is UNSUPPORTED_VERSION at every version.
+_MIN_VERSION = {LATEST: 1, EARLIEST: 1, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9}
 
 
-def _lookup(p: Partition, timestamp: int, read_committed: bool) -> tuple[int, int]:
-    """(timestamp, offset) per ListOffsets semantics; (-1, -1) when nothing matches."""
+def _lookup(p: Partition, timestamp: int, read_committed: bool) -> tuple[int, int, int]:
+    """(timestamp, offset, leader epoch) per ListOffsets semantics; (-1, -1, -1) when nothing matches."""
     lg = p.log
     if timestamp == LATEST:
-        return -1, p.last_stable_offset if read_committed else p.high_watermark
+        return -1, p.last_stable_offset if read_committed else p.high_watermark, p.leader_epoch
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
-        return -1, lg.log_start_offset
+        # The epoch that wrote the first offset, as Kafka's epoch cache answers (-1 on an empty log).
+        start = lg.log_start_offset
+        epoch = lg.leader_epoch_cache.epoch_for_offset(start)
+        return -1, start, -1 if epoch is None else epoch
     if timestamp == LATEST_TIERED:
-        return -1, -1
-    if timestamp == MAX_TIMESTAMP:
-        found = lg.max_timestamp_and_offset()
-        if found is None:
-            return -1, -1
-        ts, off = found
-        return ts, off
-    hit = lg.offset_for_timestamp(timestamp)
+        return -1, -1, -1
+    # The log answers (offset, timestamp) for both.
+    hit = lg.max_timestamp_and_offset() if timestamp == MAX_TIMESTAMP else lg.offset_for_timestamp(timestamp)
     if hit is None:
-        return -1, -1
+        return -1, -1, -1
     off, ts = hit
     limit = p.last_stable_offset if read_committed else p.high_watermark
     if off >= limit:
-        return -1, -1
-    return ts, off
+        return -1, -1, -1
+    return ts, off, p.leader_epoch
 
 
 async def handle_list_offsets(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    if ctx.version == 0:  # segment offsets, not (timestamp, offset): clients from before Kafka 0.10.1
+        return await handle_list_offsets_v0(svc, ctx, req)
     read_committed = int(getattr(req, "isolation_level", 0)) == READ_COMMITTED
     topics = []
     seen: set[tuple[str, int]] = set()
-    for t in req.topics:
+    for t in req.topics or ():  # null never gets past the bounds pre-pass; be safe anyway
         parts = []
-        for rp in t.partitions:
+        for rp in t.partitions or ():
             idx = int(rp.partition_index)
             entry: dict[str, Any] = {"partition_index": idx, "error_code": ErrorCode.none, "timestamp": -1,
                                      "offset": -1, "leader_epoch": -1}
@@ -59,8 +69,9 @@ async def handle_list_offsets(svc: Services, ctx: RequestContext, req: Any) -> d
                 continue
             seen.add((t.name, idx))
             p = svc.replicas.partition(t.name, idx)
-            if p is None:
-                entry["error_code"] = ErrorCode.unknown_topic_or_partition
+            if p is None or p.log.offline:
+                entry["error_code"] = ErrorCode.kafka_storage_error if svc.replicas.is_offline(t.name, idx) \
+                    else ErrorCode.unknown_topic_or_partition
                 continue
             epoch = int(getattr(rp, "current_leader_epoch", -1))
             if epoch != -1 and epoch != p.leader_epoch:
@@ -69,14 +80,18 @@ async def handle_list_offsets(svc: Services, ctx: RequestContext, req: Any) -> d
                 )
                 continue
             ts = int(rp.timestamp)
-            if (ts == MAX_TIMESTAMP and ctx.version < 7) or ts < LATEST_TIERED:
-                entry["error_code"] = ErrorCode.unsupported_version if ts == MAX_TIMESTAMP \
-                    else ErrorCode.invalid_request
+            if ts < 0 and ctx.version < _MIN_VERSION.get(ts, 1 << 15):
+                # A spec the request's version does not know, or no spec at all: refused per partition.
+                entry["error_code"] = ErrorCode.unsupported_version
                 continue
-            ts_out, offset = _lookup(p, ts, read_committed)
+            try:
+                ts_out, offset, leader_epoch = _lookup(p, ts, read_committed)
+            except KafkaStorageError:
+                entry["error_code"] = ErrorCode.kafka_storage_error
+                continue
             entry["timestamp"] = ts_out
             entry["offset"] = offset
-            entry["leader_epoch"] = p.leader_epoch if offset >= 0 else -1
+            entry["leader_epoch"] = leader_epoch if offset >= 0 else -1
         topics.append({"name": t.name, "partitions": parts})
     return {"throttle_time": 0, "topics": topics}
 
@@ -91,8 +106,10 @@ async def handle_delete_records(svc: Services, ctx: RequestContext, req: Any) ->
             entry: dict[str, Any] = {"partition_index": idx, "low_watermark": -1, "error_code": ErrorCode.none}
             parts.append(entry)
             p = svc.replicas.partition(t.name, idx)
-            if p is None or rec is None:
-                entry["error_code"] = ErrorCode.unknown_topic_or_partition
+            if p is None or rec is None or p.log.offline:
+                entry["error_code"] = ErrorCode.kafka_storage_error \
+                    if rec is not None and svc.replicas.is_offline(t.name, idx) \
+                    else ErrorCode.unknown_topic_or_partition
                 continue
             if "delete" not in p.log.config.cleanup_policy.split(","):
                 entry["error_code"] = ErrorCode.policy_violation
@@ -107,5 +124,7 @@ async def handle_delete_records(svc: Services, ctx: RequestContext, req: Any) ->
                 entry["low_watermark"] = p.log.delete_records_before(offset, high_watermark=p.high_watermark)
             except OffsetOutOfRange:
                 entry["error_code"] = ErrorCode.offset_out_of_range
+            except KafkaStorageError:
+                entry["error_code"] = ErrorCode.kafka_storage_error
         topics.append({"name": t.name, "partitions": parts})
     return {"throttle_time": 0, "topics": topics}

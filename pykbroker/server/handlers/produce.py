@@ -1,7 +1,8 @@
-"""Produce: validate batch headers, append, acknowledge per acks.
+"""Produce: validate batches and their records, append, acknowledge per acks.
 
-Record batches stay opaque: only their 61-byte headers are read, offsets are
-written into the header in place, and the bytes go to the log as they came.
+Every record is checked as Kafka's LogValidator does (a C walk over the records);
+offsets are then written into the batch header in place and the bytes go to the
+log as they came, unless the topic's compression.type asks for another codec.
 """
 
 from __future__ import annotations
@@ -12,9 +13,13 @@ from typing import Any
 import anyio
 from kio.schema.errors import ErrorCode
 
-from pykbroker.protocol.records import InvalidRecords, validate_for_append
+from pykbroker.coordinator.transaction.verification import verify_transactional_batch
+from pykbroker.protocol.message_format import is_message_set, up_convert
+from pykbroker.protocol.record_validator import validate_records
+from pykbroker.protocol.records import InvalidRecords, parse_batch_header, validate_for_append
 from pykbroker.server.context import CloseConnection, RequestContext, Services, now_ms
 from pykbroker.server.replica_manager import Partition
+from pykbroker.storage.log import KafkaStorageError
 from pykbroker.storage.producer_state import ProducerStateError
 
 log = logging.getLogger("pykbroker.produce")
@@ -32,17 +37,45 @@ def _partition_error(index: int, code: ErrorCode, message: str | None = None) ->
     }
 
 
-def _append(svc: Services, p: Partition, records: bytes, acks: int, now: int) -> dict[str, Any]:
+def _invalid_records(index: int, e: InvalidRecords) -> dict[str, Any]:
+    """The partition response for refused records: Kafka's per-record errors, if any (Produce v8+)."""
+    out = _partition_error(index, ErrorCode(e.error_code), str(e))
+    if e.record_errors:
+        out["record_errors"] = [{"batch_index": i, "batch_index_error_message": m} for i, m in e.record_errors]
+    return out
+
+
+def _append(svc: Services, p: Partition, records: bytes, acks: int, now: int,
+            transactional_id: str | None = None, version: int = 0) -> dict[str, Any]:
     lg = p.log
     cfg = lg.config
-    log_append = cfg.message_timestamp_type == "LogAppendTime"
+    log_append = cfg.log_append_time
+    # Header checks (magic, sizes, CRC, counts), then every record as Kafka's LogValidator does it.
     batches = validate_for_append(
         records,
         max_batch_bytes=cfg.max_message_bytes,
         now_ms=now,
         timestamp_type=1 if log_append else 0,
+        check_timestamps=False,
     )
+    # KIP-890: a batch that would open a transaction here must be in it at the coordinator.
+    verify_transactional_batch(svc, p, batches[0], transactional_id, version)
     buf = bytearray(records)
+    rebuilt = validate_records(
+        buf,
+        batches[0],
+        topic_partition=f"{p.topic}-{p.index}",
+        now_ms=now,
+        log_append_time=log_append,
+        before_max_ms=cfg.timestamp_before_max_ms,
+        after_max_ms=cfg.timestamp_after_max_ms,
+        compacted=cfg.compact_enabled,
+        compression_type=cfg.compression_type,
+        max_message_bytes=cfg.max_message_bytes,
+    )
+    if rebuilt is not None:  # recompressed to the topic's codec, or offsets renumbered
+        buf = rebuilt
+        batches = [parse_batch_header(buf, 0)]
     # A retried idempotent batch (result.duplicate) appends nothing and reports its original offsets.
     result = lg.append(buf, batches, log_append_time_ms=now if log_append else None)
     if not result.duplicate:
@@ -58,12 +91,20 @@ def _append(svc: Services, p: Partition, records: bytes, acks: int, now: int) ->
     }
 
 
+def _fail_unflushed(responses: list[dict[str, Any]], p: Partition, message: str) -> None:
+    for r in responses:
+        if r["name"] == p.topic:
+            for i, part in enumerate(r["partition_responses"]):
+                if part["index"] == p.index and part["error_code"] == ErrorCode.none:
+                    r["partition_responses"][i] = _partition_error(p.index, ErrorCode.kafka_storage_error, message)
+
+
 async def handle_produce(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any] | None:
     acks = int(req.acks)
     now = now_ms()
     responses: list[dict[str, Any]] = []
     appended: list[Partition] = []
-    for topic in req.topic_data:
+    for topic in req.topic_data or ():  # null is refused by the bounds pre-pass; never iterate None
         name = topic.name
         rec = svc.store.topic(name)
         parts = []
@@ -96,23 +137,33 @@ async def handle_produce(svc: Services, ctx: RequestContext, req: Any) -> dict[s
                 parts.append(_partition_error(idx, ErrorCode.invalid_request, "Produce request has no records"))
                 continue
             try:
-                parts.append(_append(svc, p, records, acks, now))
+                if ctx.version < 3 and is_message_set(records):  # a client from before Kafka 0.11
+                    records = up_convert(records, topic_partition=f"{name}-{idx}",
+                                         compression_type=p.log.config.compression_type,
+                                         max_message_bytes=p.log.config.max_message_bytes)
+                parts.append(_append(svc, p, records, acks, now, getattr(req, "transactional_id", None),
+                                     ctx.version))
                 appended.append(p)
             except InvalidRecords as e:
                 log.warning("produce rejected topic=%s partition=%d client=%s error=%s reason=%r",
                             name, idx, ctx.header.client_id, ErrorCode(e.error_code).name, str(e))
-                parts.append(_partition_error(idx, ErrorCode(e.error_code), str(e)))
+                parts.append(_invalid_records(idx, e))
             except ProducerStateError as e:  # fenced epochs, sequence gaps, txn state
                 log.info("produce rejected topic=%s partition=%d client=%s error=%s reason=%r",
                          name, idx, ctx.header.client_id, ErrorCode(e.error_code).name, str(e))
                 parts.append(_partition_error(idx, ErrorCode(e.error_code), str(e)))
+            except KafkaStorageError as e:  # the log dir failed (KIP-112); nothing was appended
+                parts.append(_partition_error(idx, ErrorCode.kafka_storage_error, str(e)))
         responses.append({"name": name, "partition_responses": parts})
 
     if appended and acks != 0 and svc.config["log.flush.on.ack"]:
         # fsync off the event loop; the acknowledgement waits for it.
         for p in appended:
             # flush_to shares one fsync among producers whose appends it covers (group commit).
-            await anyio.to_thread.run_sync(p.log.flush_to, p.log.log_end_offset)
+            try:
+                await anyio.to_thread.run_sync(p.log.flush_to, p.log.log_end_offset)
+            except KafkaStorageError as e:  # not durable, so not acknowledged
+                _fail_unflushed(responses, p, str(e))
     if appended and svc.drop_produce_responses > 0:
         svc.drop_produce_responses -= 1
         raise CloseConnection("fault injection: dropping the connection after the append")

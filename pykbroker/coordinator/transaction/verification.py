@@ -1,0 +1,82 @@
+"""KIP-890 part 1: the partition leader checks that a transaction's first batch belongs to it.
+
+Before a transactional batch opens a transaction on a partition (its producer has none ongoing
+there), Kafka's leader asks the transaction coordinator (AddPartitionsToTxn v4+ with
+``verify_only``) whether the partition was added to the producer's transaction, and refuses the
+batch otherwise.  That closes the hole where a late retry of an aborted transaction's batch, or a
+producer that skipped AddPartitionsToTxn, leaves an open transaction no marker will ever end,
+pinning the last stable offset (``hanging transaction``).
+
+On one broker the coordinator is local, so the question is a method call; it is asked and the
+batch appended with no await in between, so no marker can slip in (Kafka needs a verification
+guard in the producer state for that).  ``transaction.partition.verification.enable`` (default
+true, dynamic) turns it off.  Transactional records in a Produce request without a transactional id
+are refused either way (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), as Kafka's authorization refuses them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kio.schema.errors import ErrorCode
+
+from pykbroker.protocol.records import BatchHeader
+from pykbroker.storage.producer_state import ProducerStateError
+
+if TYPE_CHECKING:
+    from pykbroker.server.context import Services
+    from pykbroker.server.replica_manager import Partition
+
+_ATTR_TRANSACTIONAL = 0x10
+PRODUCE_ABORTABLE_SINCE = 11  # Produce v11 knows TRANSACTION_ABORTABLE
+
+# Coordinator-side conditions a producer from before KIP-890 would not retry correctly on Produce:
+# Kafka answers NOT_ENOUGH_REPLICAS, which every producer retries without a metadata refresh.
+_RETRIABLE = frozenset({ErrorCode.concurrent_transactions, ErrorCode.network_exception,
+                        ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available,
+                        ErrorCode.not_coordinator})
+
+
+def produce_error(code: ErrorCode, produce_version: int) -> tuple[ErrorCode, str]:
+    """The Produce error (and message) Kafka's leader answers for a failed verification."""
+    if code == ErrorCode.producer_fenced:
+        return ErrorCode.invalid_producer_epoch, "Producer's epoch is stale (transaction verification)"
+    if code == ErrorCode.transaction_abortable:
+        if produce_version >= PRODUCE_ABORTABLE_SINCE:
+            return code, "Partition was not added to the transaction"
+        code = ErrorCode.invalid_txn_state
+    if code == ErrorCode.invalid_txn_state:
+        return code, "Partition was not added to the transaction"
+    if code in _RETRIABLE:
+        return (ErrorCode.not_enough_replicas, "Unable to verify the partition has been added to the transaction. "
+                f"Underlying error: {code.name.upper()}")
+    return code, f"Transaction verification failed: {code.name.upper()}"
+
+
+def verify_transactional_batch(svc: Services, p: Partition, header: BatchHeader, transactional_id: str | None,
+                               produce_version: int) -> None:
+    """Raise :class:`ProducerStateError` if ``header`` would open a transaction the coordinator does
+    not know of on this partition; return quietly when no verification is needed or it passed."""
+    if not header.attributes & _ATTR_TRANSACTIONAL:
+        return
+    if transactional_id is None:
+        # Kafka authorizes transactional writes by the request's transactional id; without one there
+        # is nothing to authorize (or verify) them against, with or without verification.
+        raise ProducerStateError(int(ErrorCode.transactional_id_authorization_failed),
+                                 "Transactional records need the request's transactional id")
+    if header.producer_id < 0:
+        return
+    if not svc.config["transaction.partition.verification.enable"]:
+        return
+    entry = p.log.producer_state.last_entry(header.producer_id)
+    if entry is not None and entry.current_txn_first_offset is not None and entry.epoch == header.producer_epoch:
+        return  # a transaction of this producer is already open here: verified when it began
+    tc = getattr(svc, "txn_coordinator", None)
+    if tc is None:
+        code = ErrorCode.coordinator_not_available
+    else:
+        tp = (p.topic, p.index)
+        code = tc.sm.verify_partitions(transactional_id, header.producer_id, header.producer_epoch, [tp])[tp]
+    if code != ErrorCode.none:
+        err, message = produce_error(code, produce_version)
+        raise ProducerStateError(int(err), message)

@@ -1,0 +1,262 @@
+"""Connection limits as Kafka applies them (KIP-402, KIP-612), without sockets.
+
+- ``max.connections`` (broker-wide) and ``listener.name.X.max.connections``: when either is
+  reached the listener stops accepting until a connection closes; further clients wait in the
+  kernel's accept backlog.  The inter-broker listener (``inter.broker.listener.name``, by
+  default the one named PLAINTEXT) is exempt from the broker-wide limit when there is more
+  than one listener; a connection accepted there while the broker is at its limit makes the
+  least recently used connection of another listener close.
+- ``max.connections.per.ip`` and ``max.connections.per.ip.overrides``: a connection above its
+  address's limit is accepted and closed at once.
+- ``max.connection.creation.rate`` (broker-wide, and per listener): the accepted connection
+  waits, and with it the listener, long enough to bring the observed rate back to the limit.
+  The rate is measured as Kafka measures a quota: over sampled one-second windows (eleven of
+  them), so a burst of up to ten seconds' worth passes before throttling starts, and one
+  delay is at most one window (one second).
+
+Clocks are passed in (seconds, monotonic), so tests drive this with plain numbers.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import socket
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pykbroker.config import BrokerConfig
+
+INT_MAX = 2147483647
+QUOTA_WINDOW_S = 1.0  # Kafka's quota.window.size.seconds
+QUOTA_SAMPLES = 11  # Kafka's quota.window.num
+
+
+class WindowedRate:
+    """Events per second over sampled windows, with the delay that brings it back to a quota."""
+
+    __slots__ = ("_samples", "quota", "samples", "window_s")
+
+    def __init__(self, quota: float, window_s: float = QUOTA_WINDOW_S, samples: int = QUOTA_SAMPLES) -> None:
+        self.quota = quota
+        self.window_s = window_s
+        self.samples = samples
+        self._samples: deque[list[float]] = deque()  # [window start, count]
+
+    @property
+    def unlimited(self) -> bool:
+        return self.quota >= INT_MAX
+
+    def _purge(self, now: float) -> None:
+        horizon = now - self.samples * self.window_s
+        while self._samples and self._samples[0][0] + self.window_s <= horizon:
+            self._samples.popleft()
+
+    def rate(self, now: float) -> float:
+        self._purge(now)
+        if not self._samples:
+            return 0.0
+        total = sum(c for _, c in self._samples)
+        elapsed = now - self._samples[0][0]
+        # Like Kafka, count at least (samples - 1) whole windows, so a fresh sensor is not a spike.
+        elapsed = max(elapsed, (self.samples - 1) * self.window_s)
+        return total / elapsed
+
+    def record(self, now: float, count: float = 1.0) -> float:
+        """Count one event; the seconds to wait for the rate to be back within the quota (0 if it is)."""
+        if self.unlimited:
+            return 0.0
+        self._purge(now)
+        if not self._samples or now >= self._samples[-1][0] + self.window_s:
+            self._samples.append([now, 0.0])
+        self._samples[-1][1] += count
+        if self.quota <= 0:
+            return self.window_s
+        rate = self.rate(now)
+        if rate <= self.quota:
+            return 0.0
+        elapsed = max(now - self._samples[0][0], (self.samples - 1) * self.window_s)
+        return min((rate - self.quota) / self.quota * elapsed, self.window_s)
+
+
+@dataclass
+class ListenerLimits:
+    max_connections: int = INT_MAX
+    max_creation_rate: int = INT_MAX
+
+
+@dataclass
+class _ListenerState:
+    limits: ListenerLimits
+    rate: WindowedRate
+    count: int = 0
+
+
+@dataclass
+class ConnectionQuotas:
+    """Connection counts per listener and per address, and the limits that apply to them."""
+
+    listeners: Iterable[str]
+    max_connections: int = INT_MAX
+    max_creation_rate: int = INT_MAX
+    max_per_ip: int = INT_MAX
+    per_ip_overrides: Mapping[str, int] = field(default_factory=dict)
+    listener_limits: Mapping[str, ListenerLimits] = field(default_factory=dict)
+    inter_broker_listener: str = "PLAINTEXT"
+
+    def __post_init__(self) -> None:
+        names = list(self.listeners)
+        self._listeners = {
+            n: _ListenerState(lim, WindowedRate(lim.max_creation_rate))
+            for n in names
+            for lim in [self.listener_limits.get(n, ListenerLimits())]
+        }
+        self._broker_rate = WindowedRate(self.max_creation_rate)
+        self._per_ip: dict[str, int] = {}
+        self.total = 0
+
+    def _state(self, listener: str) -> _ListenerState:
+        st = self._listeners.get(listener)
+        if st is None:
+            st = self._listeners[listener] = _ListenerState(ListenerLimits(), WindowedRate(INT_MAX))
+        return st
+
+    def protected(self, listener: str) -> bool:
+        """The inter-broker listener, exempt from the broker-wide limits when there are several."""
+        return listener == self.inter_broker_listener and len(self._listeners) > 1
+
+    def slot_available(self, listener: str) -> bool:
+        st = self._state(listener)
+        if st.count >= st.limits.max_connections:
+            return False
+        return self.protected(listener) or self.total < self.max_connections
+
+    def listener_max_connections(self, listener: str) -> int:
+        return self._state(listener).limits.max_connections
+
+    def listener_count(self, listener: str) -> int:
+        return self._state(listener).count
+
+    def ip_count(self, ip: str) -> int:
+        return self._per_ip.get(ip, 0)
+
+    def ip_limit(self, ip: str) -> int:
+        return self.per_ip_overrides.get(ip, self.max_per_ip)
+
+    def record_creation(self, listener: str, now: float) -> float:
+        """Count a new connection against the creation rates; seconds it must wait before being served."""
+        st = self._state(listener)
+        delay = 0.0 if self.protected(listener) else self._broker_rate.record(now)
+        return max(delay, st.rate.record(now))
+
+    def try_add(self, listener: str, ip: str) -> bool:
+        """Count an accepted connection; False (and nothing counted) if its address is at its limit."""
+        if self._per_ip.get(ip, 0) >= self.ip_limit(ip):
+            return False
+        self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
+        self._state(listener).count += 1
+        self.total += 1
+        return True
+
+    def remove(self, listener: str, ip: str) -> None:
+        n = self._per_ip.get(ip, 0)
+        if n <= 0:
+            raise ValueError(f"no connection counted for {ip}")
+        if n == 1:
+            del self._per_ip[ip]
+        else:
+            self._per_ip[ip] = n - 1
+        self._state(listener).count -= 1
+        self.total -= 1
+
+    def over_broker_limit(self) -> bool:
+        """More connections than max.connections (possible only through the inter-broker listener)."""
+        return self.total > self.max_connections
+
+
+def parse_ip_overrides(raw: str) -> dict[str, int]:
+    """``host1:10,1.2.3.4:20`` into {host: count}; the last colon separates (so IPv6 works)."""
+    out: dict[str, int] = {}
+    for item in raw.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        host, sep, count = item.rpartition(":")
+        host = host.strip().strip("[]")
+        if not sep or not host:
+            raise ValueError(f"{item!r} is not of the form host:count")
+        try:
+            n = int(count.strip())
+        except ValueError:
+            raise ValueError(f"{item!r} is not of the form host:count") from None
+        if n < 0:
+            raise ValueError(f"{item!r}: the count must not be negative")
+        out[host] = n
+    return out
+
+
+def normalise_ip(ip: str) -> str:
+    """The address as counted: IPv4-mapped IPv6 addresses count as their IPv4 address, as in Kafka."""
+    if ip.startswith("::ffff:") and "." in ip:
+        return ip[len("::ffff:"):]
+    return ip
+
+
+class RateLimitedLog:
+    """At most one line per ``interval_s`` for a recurring event, saying how often it happened meanwhile."""
+
+    __slots__ = ("_interval_s", "_last", "_logger", "_suppressed")
+
+    def __init__(self, logger: logging.Logger, interval_s: float = 10.0) -> None:
+        self._logger = logger
+        self._interval_s = interval_s
+        self._last = -math.inf
+        self._suppressed = 0
+
+    def log(self, now: float, level: int, msg: str, *args: object) -> bool:
+        if now - self._last < self._interval_s:
+            self._suppressed += 1
+            return False
+        if self._suppressed:
+            msg += " (%d more since the last such line)"
+            args = (*args, self._suppressed)
+        self._last = now
+        self._suppressed = 0
+        self._logger.log(level, msg, *args)
+        return True
+
+
+def resolve_ip_overrides(overrides: Mapping[str, int]) -> dict[str, int]:
+    """Host names in ``max.connections.per.ip.overrides`` to addresses, once at start (as Kafka does)."""
+    out: dict[str, int] = {}
+    for host, count in overrides.items():
+        try:
+            infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+        except OSError as e:
+            raise ValueError(f"max.connections.per.ip.overrides: cannot resolve {host!r}: {e}") from None
+        for info in infos:
+            out.setdefault(normalise_ip(str(info[4][0])), count)
+    return out
+
+
+def quotas_from_config(config: BrokerConfig) -> ConnectionQuotas:
+    names = [lst.name for lst in config.listeners]
+    limits = {}
+    for name in names:
+        max_conn = config.listener_value(name, "max.connections")
+        rate = config.listener_value(name, "max.connection.creation.rate")
+        limits[name] = ListenerLimits(INT_MAX if max_conn is None else int(max_conn),
+                                      INT_MAX if rate is None else int(rate))
+    return ConnectionQuotas(
+        listeners=names,
+        max_connections=config["max.connections"],
+        max_creation_rate=config["max.connection.creation.rate"],
+        max_per_ip=config["max.connections.per.ip"],
+        per_ip_overrides=resolve_ip_overrides(parse_ip_overrides(config["max.connections.per.ip.overrides"])),
+        listener_limits=limits,
+        # Kafka's default inter-broker listener is the one named after security.inter.broker.protocol.
+        inter_broker_listener=config["inter.broker.listener.name"].strip().upper() or "PLAINTEXT",
+    )

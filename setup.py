@@ -1,0 +1,18 @@
+"""Build hook for the optional C extension; everything else is in pyproject.toml.
+
+``pykbroker._native.recordwalk`` walks record batches at native speed on the produce path.
+It is optional: without a C compiler the install still succeeds and the broker uses the
+identical pure-Python walk (and logs a warning at start).
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "pykbroker._native.recordwalk",
+            sources=["pykbroker/_native/recordwalk.c"],
+            optional=True,
+        )
+    ]
+)

@@ -1,0 +1,161 @@
+"""Settings pykbroker accepts but cannot honour fail at start; the README lists each of them (issue 11)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from pykbroker.config import (
+    BROKER_CONFIG_DEFS,
+    LONG_MAX,
+    TOPIC_CONFIG_DEFS,
+    BrokerConfig,
+    ConfigError,
+    load_config,
+    validate_topic_configs,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+HINT = "(see README 'Settings not implemented')"
+
+
+def test_zookeeper_connect_fails_with_the_reason() -> None:
+    with pytest.raises(ConfigError) as e:
+        BrokerConfig({"zookeeper.connect": "127.0.0.1:2181"})
+    assert str(e.value) == (
+        "zookeeper.connect is not supported yet: pykbroker runs with embedded metadata only " + HINT
+    )
+    BrokerConfig({"zookeeper.connect": ""})  # empty means what pykbroker does: embedded metadata
+
+
+@pytest.mark.parametrize(
+    ("settings", "protocol"),
+    [
+        ({"listeners": "SSL://127.0.0.1:9093"}, "SSL"),
+        ({"listeners": "SASL_PLAINTEXT://127.0.0.1:9093"}, "SASL_PLAINTEXT"),
+        ({"listeners": "CLIENT://127.0.0.1:9093", "listener.security.protocol.map": "CLIENT:SASL_SSL"}, "SASL_SSL"),
+    ],
+)
+def test_secured_listeners_fail(settings: dict[str, str], protocol: str) -> None:
+    with pytest.raises(ConfigError, match=rf"uses security protocol {protocol}, which is not supported yet") as e:
+        BrokerConfig(settings)
+    assert str(e.value).endswith(HINT)
+
+
+def test_listener_names_resolve_through_the_protocol_map() -> None:
+    ok = BrokerConfig({
+        "listeners": "EXTERNAL://127.0.0.1:9092,INTERNAL://127.0.0.1:29092",
+        "listener.security.protocol.map": "EXTERNAL:PLAINTEXT,INTERNAL:PLAINTEXT",
+        "inter.broker.listener.name": "INTERNAL",
+    })
+    assert [lst.name for lst in ok.listeners] == ["EXTERNAL", "INTERNAL"]
+    with pytest.raises(ConfigError, match="listener EXTERNAL has no entry in 'listener.security.protocol.map'"):
+        BrokerConfig({"listeners": "EXTERNAL://127.0.0.1:9092"})
+    with pytest.raises(ConfigError, match="listener.security.protocol.map"):
+        BrokerConfig({"listener.security.protocol.map": "PLAINTEXT:TLS"})
+    with pytest.raises(ConfigError, match="inter.broker.listener.name' names REPLICATION"):
+        BrokerConfig({"inter.broker.listener.name": "REPLICATION"})
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "reason"),
+    [
+        ("default.replication.factor", "3", "gives every topic exactly one replica"),
+    ],
+)
+def test_values_that_would_change_behaviour_fail(key: str, value: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        BrokerConfig({key: value})
+    assert str(e.value).startswith(f"{key} is not supported yet: ")
+    assert reason in str(e.value)
+    assert str(e.value).endswith(HINT)
+
+
+def test_the_same_keys_at_their_defaults_are_accepted() -> None:
+    c = BrokerConfig({
+        "default.replication.factor": "1",
+        "compression.type": "producer",
+        "log.message.timestamp.after.max.ms": str(LONG_MAX),
+    })
+    assert c["default.replication.factor"] == 1
+    assert c.no_effect_keys() == []
+
+
+@pytest.mark.parametrize("key", ["ssl.keystore.location", "sasl.enabled.mechanisms", "process.roles",
+                                 "controller.quorum.voters", "zookeeper.set.acl"])
+def test_kafka_keys_of_missing_features_are_named_as_such(key: str) -> None:
+    with pytest.raises(ConfigError, match=rf"unknown configuration '{re.escape(key)}': a Kafka setting pykbroker "
+                                          r"does not implement .*see README 'Settings not implemented'"):
+        BrokerConfig({key: "x"})
+    with pytest.raises(ConfigError, match=r"^unknown configuration 'no\.such\.key'$"):
+        BrokerConfig({"no.such.key": "x"})
+
+
+def test_no_effect_keys_are_accepted_and_reported() -> None:
+    c = BrokerConfig({"num.network.threads": "16", "controlled.shutdown.enable": "false", "num.partitions": "3"})
+    assert c.no_effect_keys() == ["controlled.shutdown.enable", "num.network.threads"]
+    with pytest.raises(ConfigError, match="num.io.threads"):
+        BrokerConfig({"num.io.threads": "0"})
+
+
+def test_recompression_and_timestamp_limits_are_implemented_so_accepted() -> None:
+    # The produce path recompresses to the topic's codec and checks timestamps per record.
+    assert BrokerConfig({"compression.type": "zstd"})["compression.type"] == "zstd"
+    assert BrokerConfig({"log.message.timestamp.after.max.ms": "3600000"})["log.message.timestamp.after.max.ms"] \
+        == 3600000
+    assert validate_topic_configs({"compression.type": "zstd", "message.timestamp.after.max.ms": "1000"}) == {
+        "compression.type": "zstd", "message.timestamp.after.max.ms": "1000"}
+    assert validate_topic_configs({"compression.type": "producer", "cleanup.policy": "compact"}) == {
+        "compression.type": "producer", "cleanup.policy": "compact"}
+
+
+def _readme_section(title: str) -> str:
+    text = (ROOT / "README.md").read_text()
+    start = text.index(f"# {title}\n")
+    end = text.find("\n#", start + 1)
+    return text[start:end if end != -1 else None]
+
+
+def test_readme_lists_every_setting_that_is_not_fully_implemented() -> None:
+    section = _readme_section("Settings not implemented")
+    first_cells = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
+    listed = {key for cell in first_cells for key in re.findall(r"`([a-z0-9_.]+)`", cell)}
+    expected = {k for k, d in BROKER_CONFIG_DEFS.items() if d.no_effect or d.unsupported is not None}
+    expected |= {k for k, d in TOPIC_CONFIG_DEFS.items() if d.unsupported is not None}
+    assert expected - listed == set(), "README 'Settings not implemented' misses these keys"
+    assert "listener.security.protocol.map" in listed
+
+
+def test_shipped_server_properties_loads_and_means_what_it_says(tmp_path: Path) -> None:
+    path = ROOT / "config" / "server.properties"
+    c = load_config(path, environ={})
+    assert [(lst.name, lst.host, lst.port) for lst in c.listeners] == [("PLAINTEXT", "127.0.0.1", 9092)]
+    assert c.log_dirs == [Path("data")]
+    assert c["offsets.topic.replication.factor"] == 1
+    assert c["group.initial.rebalance.delay.ms"] == 0
+    assert c.no_effect_keys() == []  # the file sets nothing that is ignored
+    # every key the file mentions, set or commented out, is one the broker knows and can honour
+    mentioned = re.findall(r"^#?([a-z][a-z0-9.]+)=(.*)$", path.read_text(), re.M)
+    assert len(mentioned) >= 10
+    for key, value in mentioned:
+        assert key in BROKER_CONFIG_DEFS, key
+        BrokerConfig({key: value})
+    # the environment and --override still win over the file
+    c = load_config(path, [f"log.dirs={tmp_path}"], environ={"PYKBROKER_NUM_PARTITIONS": "4"})
+    assert c.log_dirs == [tmp_path]
+    assert c["num.partitions"] == 4
+
+
+def test_compose_file_sets_only_settings_the_broker_honours() -> None:
+    """docker/compose.yaml once set PYKBROKER_ZOOKEEPER_CONNECT and promised a cluster; its broker
+    environment must now load with nothing refused and nothing ignored."""
+    text = (ROOT / "docker" / "compose.yaml").read_text()
+    env = {k: re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", v)
+           for k, v in re.findall(r'^\s+(PYKBROKER_[A-Z_]+):\s*"([^"]*)"', text, re.M)}
+    assert "PYKBROKER_LISTENERS" in env
+    c = load_config(ROOT / "docker" / "server.properties", environ=env)
+    assert c.no_effect_keys() == []
+    assert [lst.name for lst in c.listeners] == ["EXTERNAL", "INTERNAL"]
+    assert "zookeeper" not in "".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))

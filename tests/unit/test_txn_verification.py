@@ -1,0 +1,242 @@
+"""KIP-890 and the last versions of issue 12, through the dispatcher of an in-process broker.
+
+AddPartitionsToTxn v4-5 (batched, ``verify_only``), InitProducerId v5, AddOffsetsToTxn v4, the
+partition leader's transaction verification on Produce, ListOffsets v9-10 and ApiVersions v4.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from kio.schema.errors import ErrorCode
+
+from pykbroker.config import BrokerConfig
+from pykbroker.protocol.records import build_batch
+from pykbroker.server.broker import Broker
+from pykbroker.server.dispatcher import supported_features
+from tests.unit.test_dispatcher import call
+
+TS = 1_700_000_000_000
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Broker]:
+    b = Broker(BrokerConfig({"log.dirs": str(tmp_path), "listeners": "PLAINTEXT://127.0.0.1:0",
+                             "transaction.state.log.num.partitions": "1", "offsets.topic.num.partitions": "1"}))
+    b.startup()
+    anyio.run(b.txn._load, 0)
+    anyio.run(b.groups._load, 0)
+    call(b, 19, 7, {"topics": [{"name": "t", "num_partitions": 3, "replication_factor": 1,
+                                "assignments": [], "configs": []}], "timeout": 1000})
+    try:
+        yield b
+    finally:
+        b.log_manager.shutdown()
+
+
+def init(b: Broker, tid: str, version: int = 5) -> tuple[int, int]:
+    r = call(b, 22, version, {"transactional_id": tid, "transaction_timeout": datetime.timedelta(seconds=30),
+                              "producer_id": -1, "producer_epoch": -1})
+    assert r.error_code == ErrorCode.none
+    return int(r.producer_id), int(r.producer_epoch)
+
+
+def add_v3(b: Broker, tid: str, pid: int, epoch: int, topics: dict[str, list[int]]) -> dict[tuple[str, int], int]:
+    r = call(b, 24, 3, {"v3_and_below_transactional_id": tid, "v3_and_below_producer_id": pid,
+                        "v3_and_below_producer_epoch": epoch,
+                        "v3_and_below_topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]})
+    return {(t.name, int(p.partition_index)): int(p.partition_error_code) for t in r.results_by_topic_v3_and_below
+            for p in t.results_by_partition}
+
+
+def add_batched(b: Broker, version: int, txns: list[dict[str, Any]]) -> dict[str, dict[tuple[str, int], int]]:
+    r = call(b, 24, version, {"transactions": txns})
+    assert r.error_code == ErrorCode.none
+    return {x.transactional_id: {(t.name, int(p.partition_index)): int(p.partition_error_code)
+                                 for t in x.topic_results for p in t.results_by_partition}
+            for x in r.results_by_transaction}
+
+
+def txn(tid: str, pid: int, epoch: int, verify: bool, topics: dict[str, list[int]]) -> dict[str, Any]:
+    return {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch, "verify_only": verify,
+            "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
+
+
+def produce(b: Broker, version: int, tid: str | None, partition: int, pid: int, epoch: int, seq: int = 0) -> Any:
+    batch = build_batch([(None, b"v%d" % seq, [])], timestamp_ms=TS, producer_id=pid, producer_epoch=epoch,
+                        base_sequence=seq, is_transactional=True)
+    r = call(b, 0, version, {"acks": -1, "timeout": 1000, "transactional_id": tid, "topic_data": [
+        {"name": "t", "partition_data": [{"index": partition, "records": batch}]}]})
+    return r.responses[0].partition_responses[0]
+
+
+def test_add_partitions_v4_v5_batched_add_and_verify(broker: Broker) -> None:
+    pa, ea = init(broker, "a")
+    pb, eb = init(broker, "b")
+    # One request, two transactions: "a" adds t-0 and t-1; "b" only asks whether t-0 is in its transaction.
+    got = add_batched(broker, 5, [txn("a", pa, ea, False, {"t": [0, 1]}), txn("b", pb, eb, True, {"t": [0]})])
+    assert got == {"a": {("t", 0): ErrorCode.none, ("t", 1): ErrorCode.none},
+                   "b": {("t", 0): ErrorCode.transaction_abortable}}
+    # verify_only changed nothing for "b"; "a" now verifies per partition.
+    assert broker.txn.sm.txns["b"].partitions == frozenset()
+    got = add_batched(broker, 5, [txn("a", pa, ea, True, {"t": [0, 2]})])
+    assert got == {"a": {("t", 0): ErrorCode.none, ("t", 2): ErrorCode.transaction_abortable}}
+    # v4 predates TRANSACTION_ABORTABLE: INVALID_TXN_STATE, as Kafka 3.6-3.7 answered.
+    got = add_batched(broker, 4, [txn("a", pa, ea, True, {"t": [0, 2]})])
+    assert got == {"a": {("t", 0): ErrorCode.none, ("t", 2): ErrorCode.invalid_txn_state}}
+    # Producer checks fail every partition of that transaction only.
+    got = add_batched(broker, 5, [txn("a", pa, ea + 1, True, {"t": [0]}), txn("zz", 123, 0, True, {"t": [0]}),
+                                  txn("b", pb, eb, True, {"t": [1], "nope": [0]})])
+    assert got == {"a": {("t", 0): ErrorCode.producer_fenced},
+                   "zz": {("t", 0): ErrorCode.invalid_producer_id_mapping},
+                   "b": {("t", 1): ErrorCode.operation_not_attempted,
+                         ("nope", 0): ErrorCode.unknown_topic_or_partition}}
+    # Brokers verify __consumer_offsets too (v4+); producers may not add internal topics (v0-3).
+    offsets_tp = ("__consumer_offsets", 0)
+    got = add_batched(broker, 5, [txn("a", pa, ea, True, {"__consumer_offsets": [0]})])
+    assert got == {"a": {offsets_tp: ErrorCode.transaction_abortable}}
+    assert add_v3(broker, "a", pa, ea, {"__consumer_offsets": [0], "t": [0]}) == {
+        offsets_tp: ErrorCode.topic_authorization_failed, ("t", 0): ErrorCode.operation_not_attempted}
+    r = call(broker, 25, 4, {"transactional_id": "a", "producer_id": pa, "producer_epoch": ea, "group_id": "g"})
+    assert r.error_code == ErrorCode.none
+    got = add_batched(broker, 5, [txn("a", pa, ea, True, {"__consumer_offsets": [0]})])
+    assert got == {"a": {offsets_tp: ErrorCode.none}}
+    # A transaction being completed answers CONCURRENT_TRANSACTIONS to verification.
+    broker.txn.sm.txns["a"].state = broker.txn.sm.txns["a"].state.PREPARE_COMMIT
+    got = add_batched(broker, 5, [txn("a", pa, ea, True, {"t": [0]})])
+    assert got == {"a": {("t", 0): ErrorCode.concurrent_transactions}}
+
+
+def test_add_partitions_v4_empty_batch(broker: Broker) -> None:
+    r = call(broker, 24, 4, {"transactions": []})
+    assert r.error_code == ErrorCode.none and r.results_by_transaction == ()
+
+
+@pytest.mark.parametrize(("version", "expected"), [(9, ErrorCode.invalid_txn_state),
+                                                   (11, ErrorCode.transaction_abortable),
+                                                   (3, ErrorCode.invalid_txn_state)])
+def test_produce_refuses_a_batch_outside_the_transaction(broker: Broker, version: int, expected: ErrorCode) -> None:
+    pid, epoch = init(broker, "p")
+    p0 = broker.replicas.partition("t", 0)
+    assert p0 is not None
+    part = produce(broker, version, "p", 0, pid, epoch)
+    assert part.error_code == expected
+    # Nothing appended and no transaction opened: the last stable offset is not pinned.
+    assert p0.high_watermark == 0 and p0.log.producer_state.last_entry(pid) is None
+    assert add_v3(broker, "p", pid, epoch, {"t": [0]}) == {("t", 0): ErrorCode.none}
+    assert produce(broker, version, "p", 0, pid, epoch).error_code == ErrorCode.none
+    assert p0.high_watermark == 1 and p0.last_stable_offset == 0
+    # A stale epoch is refused as the producer expects (INVALID_PRODUCER_EPOCH), on another partition.
+    assert produce(broker, version, "p", 1, pid, epoch - 1 if epoch else epoch + 1).error_code \
+        == ErrorCode.invalid_producer_epoch
+
+
+def test_a_late_batch_after_commit_cannot_hang_a_transaction(broker: Broker) -> None:
+    pid, epoch = init(broker, "late")
+    assert add_v3(broker, "late", pid, epoch, {"t": [2]}) == {("t", 2): ErrorCode.none}
+    assert produce(broker, 11, "late", 2, pid, epoch, seq=0).error_code == ErrorCode.none
+    # Further batches of the open transaction need no coordinator round trip and pass.
+    assert produce(broker, 11, "late", 2, pid, epoch, seq=1).error_code == ErrorCode.none
+    r = call(broker, 26, 4, {"transactional_id": "late", "producer_id": pid, "producer_epoch": epoch,
+                             "committed": True})
+    assert r.error_code == ErrorCode.none
+    p2 = broker.replicas.partition("t", 2)
+    assert p2 is not None and p2.last_stable_offset == p2.high_watermark == 3
+    # A delayed retry of the committed transaction's producer: refused, the partition stays stable.
+    assert produce(broker, 11, "late", 2, pid, epoch, seq=2).error_code == ErrorCode.transaction_abortable
+    assert p2.last_stable_offset == p2.high_watermark == 3
+
+
+def test_verification_can_be_turned_off_and_needs_a_transactional_id(broker: Broker) -> None:
+    pid, epoch = init(broker, "off")
+    # Coordinator not loaded for the id: retriable for every producer (NOT_ENOUGH_REPLICAS), not fatal.
+    broker.txn.sm.partitions[0].loading = True
+    part = produce(broker, 9, "off", 0, pid, epoch)
+    assert part.error_code == ErrorCode.not_enough_replicas and "COORDINATOR_LOAD_IN_PROGRESS" in part.error_message
+    broker.txn.sm.partitions[0].loading = False
+    broker.config.set("transaction.partition.verification.enable", "false")
+    # Transactional records without the request's transactional id are refused as Kafka's
+    # authorization of the id refuses them, verification or not.
+    assert produce(broker, 9, None, 0, pid, epoch).error_code == ErrorCode.transactional_id_authorization_failed
+    assert produce(broker, 9, "off", 0, pid, epoch).error_code == ErrorCode.none
+
+
+def test_init_producer_id_v5_and_add_offsets_v4(broker: Broker) -> None:
+    pid, epoch = init(broker, "v5", version=5)
+    again = call(broker, 22, 5, {"transactional_id": "v5", "transaction_timeout": datetime.timedelta(seconds=30),
+                                 "producer_id": pid, "producer_epoch": epoch})
+    assert (again.error_code, again.producer_id, again.producer_epoch) == (ErrorCode.none, pid, epoch + 1)
+    stale = call(broker, 25, 4, {"transactional_id": "v5", "producer_id": pid, "producer_epoch": epoch,
+                                 "group_id": "g"})
+    assert stale.error_code == ErrorCode.producer_fenced
+
+
+def test_list_offsets_v9_v10_tiered_and_local_specs(broker: Broker) -> None:
+    for i in range(3):
+        call(broker, 0, 9, {"acks": -1, "timeout": 1000, "transactional_id": None, "topic_data": [
+            {"name": "t", "partition_data": [{"index": 0, "records": build_batch([(None, b"x", [])],
+                                                                                timestamp_ms=TS + i)}]}]})
+    p0 = broker.replicas.partition("t", 0)
+    assert p0 is not None
+    p0.log.delete_records_before(1, high_watermark=p0.high_watermark)
+
+    def lo(version: int, ts: int, partition: int = 0) -> tuple[int, int, int, int]:
+        body: dict[str, Any] = {"replica_id": -1, "isolation_level": 0, "timeout": datetime.timedelta(seconds=1),
+                                "topics": [{"name": "t", "partitions": [{"partition_index": partition,
+                                                                         "current_leader_epoch": -1,
+                                                                         "timestamp": ts}]}]}
+        p = call(broker, 2, version, body).topics[0].partitions[0]
+        return int(p.error_code), int(p.timestamp), int(p.offset), int(p.leader_epoch)
+
+    for v in (8, 9, 10):
+        if v >= 9:
+            assert lo(v, -5) == (0, -1, -1, -1), "nothing is tiered: no offset, no epoch"
+        assert lo(v, -4) == (0, -1, 1, 0) == lo(v, -2), "the local log is the whole log"
+        assert lo(v, -1) == (0, -1, 3, 0)
+        assert lo(v, TS + 1) == (0, TS + 1, 1, 0)
+        # The epoch cache is given the leader's epoch at election, as Kafka's makeLeader does.
+        assert lo(v, -2, partition=1) == (0, -1, 0, 0)
+    # Each special timestamp needs the version that introduced it; an unknown one is never supported.
+    unsupported = (ErrorCode.unsupported_version, -1, -1, -1)
+    assert lo(8, -5) == unsupported and lo(7, -4) == unsupported and lo(6, -3) == unsupported
+    assert lo(10, -6) == unsupported and lo(10, -100) == unsupported
+    assert lo(7, -3) == (0, TS + 2, 3 - 1, 0)
+
+
+def test_api_versions_v4_and_feature_filter(broker: Broker) -> None:
+    v3 = call(broker, 18, 3, {"client_software_name": "unit", "client_software_version": "1"})
+    v4 = call(broker, 18, 4, {"client_software_name": "unit", "client_software_version": "1"})
+    def table(r: Any) -> list[tuple[int, int, int]]:
+        return [(int(k.api_key), int(k.min_version), int(k.max_version)) for k in r.api_keys]
+    assert v4.error_code == ErrorCode.none and table(v4) == table(v3)
+    assert v4.supported_features == () and v4.finalized_features_epoch == -1 and v4.finalized_features == ()
+    keys = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in v4.api_keys}
+    assert {k: keys[k] for k in (2, 18, 22, 24, 25)} == {2: (0, 10), 18: (0, 4), 22: (0, 5), 24: (0, 5), 25: (0, 4)}
+    feats = (("kraft.version", 0, 1), ("metadata.version", 1, 21))
+    assert [f["name"] for f in supported_features(3, feats)] == ["metadata.version"]
+    assert [f["name"] for f in supported_features(4, feats)] == ["kraft.version", "metadata.version"]
+
+
+def test_txn_offset_commit_needs_the_offsets_partition_in_the_transaction(broker: Broker) -> None:
+    pid, epoch = init(broker, "oc")
+    assert add_v3(broker, "oc", pid, epoch, {"t": [0]}) == {("t", 0): ErrorCode.none}
+
+    def commit(version: int) -> int:
+        r = call(broker, 28, version, {"transactional_id": "oc", "group_id": "g", "producer_id": pid,
+                                       "producer_epoch": epoch, "generation_id": -1, "member_id": "",
+                                       "group_instance_id": None,
+                                       "topics": [{"name": "t", "partitions": [{
+                                           "partition_index": 0, "committed_offset": 5, "committed_leader_epoch": -1,
+                                           "committed_metadata": ""}]}]})
+        return int(r.topics[0].partitions[0].error_code)
+
+    # Without AddOffsetsToTxn: refused, with TRANSACTION_ABORTABLE only for v4.
+    assert (commit(3), commit(4)) == (ErrorCode.invalid_txn_state, ErrorCode.transaction_abortable)
+    r = call(broker, 25, 4, {"transactional_id": "oc", "producer_id": pid, "producer_epoch": epoch, "group_id": "g"})
+    assert r.error_code == ErrorCode.none
+    assert commit(4) == ErrorCode.none
