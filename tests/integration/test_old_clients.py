@@ -9,11 +9,8 @@ compat suite's recording proxy, so each test also checks that the old versions w
 
 from __future__ import annotations
 
-import json
 import shutil
-import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,7 +31,8 @@ from tests.integration.conftest import (
     unique_topic,
     wait_until,
 )
-from tests.support.broker import BrokerProcess, free_port
+from tests.support.broker import BrokerProcess
+from tests.support.recording_proxy import Proxied, proxied_broker
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = int(time.time() * 1000)
@@ -43,44 +41,11 @@ OLD = {(0, 8, 2): (0, 0), (0, 9): (1, 1), (0, 10, 0): (2, 2), (0, 10, 1): (2, 3)
 UNSUPPORTED_VERSION = 35
 
 
-class Proxied:
-    """A broker advertising a recording proxy's port, so every client connection is recorded."""
-
-    def __init__(self, broker: BrokerProcess, proxy: subprocess.Popen[bytes], port: int, record: Path) -> None:
-        self.broker = broker
-        self.proxy = proxy
-        self.bootstrap = f"127.0.0.1:{port}"
-        self.record = record
-
-    def versions(self, client_id: str) -> set[tuple[int, int]]:
-        lines = self.record.read_text().splitlines() if self.record.exists() else []
-        return {(d["api_key"], d["api_version"]) for d in map(json.loads, lines) if d["client_id"] == client_id}
-
-
 @pytest.fixture(scope="module")
 def old(module_broker_factory: BrokerFactory) -> Iterator[Proxied]:
-    proxy_port, broker_port = free_port(), free_port()
-    b = BrokerProcess(module_broker_factory.base / "old-clients", {
-        "listeners": f"PLAINTEXT://127.0.0.1:{broker_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy_port}",
-    }, port=broker_port)
-    module_broker_factory.brokers.append(b)
-    b.start()
-    record = module_broker_factory.base / "requests.jsonl"
-    proxy = subprocess.Popen([sys.executable, "-m", "compat.proxy", "--listen", f"127.0.0.1:{proxy_port}",
-                              "--upstream", f"127.0.0.1:{broker_port}", "--record", str(record)], cwd=ROOT)
-    try:
-        def listening() -> bool:
-            try:
-                socket.create_connection(("127.0.0.1", proxy_port), timeout=1).close()
-                return True
-            except OSError:
-                return False
-        wait_until(listening, timeout=15, what="the recording proxy")
-        yield Proxied(b, proxy, proxy_port, record)
-    finally:
-        proxy.terminate()
-        proxy.wait(10)
+    with proxied_broker(module_broker_factory.base, "old-clients", {}, module_broker_factory.brokers.append,
+                        wait_until) as p:
+        yield p
 
 
 def _old_consume(p: Proxied, topic: str, api: tuple[int, ...], expected: int, client_id: str,

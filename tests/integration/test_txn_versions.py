@@ -14,10 +14,6 @@ Measured with the recording proxy (compat/proxy.py):
 
 from __future__ import annotations
 
-import json
-import socket
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,52 +34,19 @@ from tests.integration.conftest import (
     unique_topic,
     wait_until,
 )
-from tests.support.broker import BrokerProcess, free_port
+from tests.support.recording_proxy import Proxied, proxied_broker
 
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.timeout(300)
 
 
-class Proxied:
-    """A broker advertising a recording proxy's port, so every client request is recorded."""
-
-    def __init__(self, broker: BrokerProcess, port: int, record: Path) -> None:
-        self.broker = broker
-        self.bootstrap = f"127.0.0.1:{port}"
-        self.record = record
-
-    def versions(self, client_prefix: str) -> set[tuple[int, int]]:
-        lines = self.record.read_text().splitlines() if self.record.exists() else []
-        return {(d["api_key"], d["api_version"]) for d in map(json.loads, lines)
-                if str(d["client_id"]).startswith(client_prefix)}
-
-
 @pytest.fixture(scope="module")
 def proxied(module_broker_factory: BrokerFactory) -> Iterator[Proxied]:
-    proxy_port, broker_port = free_port(), free_port()
-    b = BrokerProcess(module_broker_factory.base / "txn-versions", {
-        "listeners": f"PLAINTEXT://127.0.0.1:{broker_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy_port}",
-        "transaction.state.log.num.partitions": "3", "offsets.topic.num.partitions": "3",
-    }, port=broker_port)
-    module_broker_factory.brokers.append(b)
-    b.start()
-    record = module_broker_factory.base / "txn-versions-requests.jsonl"
-    proxy = subprocess.Popen([sys.executable, "-m", "compat.proxy", "--listen", f"127.0.0.1:{proxy_port}",
-                              "--upstream", f"127.0.0.1:{broker_port}", "--record", str(record)], cwd=ROOT)
-    try:
-        def listening() -> bool:
-            try:
-                socket.create_connection(("127.0.0.1", proxy_port), timeout=1).close()
-                return True
-            except OSError:
-                return False
-        wait_until(listening, timeout=15, what="the recording proxy")
-        yield Proxied(b, proxy_port, record)
-    finally:
-        proxy.terminate()
-        proxy.wait(10)
+    small = {"transaction.state.log.num.partitions": "3", "offsets.topic.num.partitions": "3"}
+    with proxied_broker(module_broker_factory.base, "txn-versions", small, module_broker_factory.brokers.append,
+                        wait_until) as p:
+        yield p
 
 
 CLIENTS: dict[str, tuple[type[Client], str, set[tuple[int, int]]]] = {
@@ -111,7 +74,7 @@ def test_transactions_with_offsets_through_each_client(proxied: Proxied, name: s
         assert client.committed_offsets(group, topic, [0]) == {0: 10}, "only the committed offset counts"
     finally:
         client.close()
-    sent = proxied.versions(prefix)
+    sent = proxied.versions(prefix, prefix=True)
     assert expected <= sent, f"{name} sent {sorted(sent)}"
 
 
@@ -136,10 +99,10 @@ def test_list_offsets_v9_v10_through_kafka_python_and_java(proxied: Proxied) -> 
         admin.close()
     assert got == {OffsetSpec.EARLIEST: 1, OffsetSpec.EARLIEST_LOCAL: 1, OffsetSpec.LATEST_TIERED: -1,
                    OffsetSpec.LATEST: 3}
-    assert (2, 10) in proxied.versions("txv-kafka-python-admin")
+    assert (2, 10) in proxied.versions("txv-kafka-python-admin", prefix=True)
     java = JavaClient(proxied.bootstrap)
     try:
         assert (java.list_offset(topic, 0, "earliest"), java.list_offset(topic, 0, "latest")) == (1, 3)
     finally:
         java.close()
-    assert (2, 9) in proxied.versions("compat-java-admin")
+    assert (2, 9) in proxied.versions("compat-java-admin", prefix=True)
