@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from pykbroker.protocol.records import build_batch, iter_batches, validate_for_append
 from pykbroker.server.replica_manager import ReplicaManager
@@ -297,3 +299,40 @@ def test_replica_manager_marks_offline_partitions_and_wakes_fetches(tmp_path: Pa
     assert failed.offline and replicas.is_offline(*failed.tp)
     other = next(p for p in parts if p is not None and p is not failed)
     assert not other.offline and not replicas.is_offline(*other.tp)
+
+
+def test_produce_to_a_partition_whose_dir_failed_before_start_is_a_storage_error(tmp_path: Path) -> None:
+    """Kafka answers KAFKA_STORAGE_ERROR for a partition hosted in an offline dir, not NOT_LEADER_OR_FOLLOWER."""
+    from pykbroker.config import BrokerConfig
+    from pykbroker.server.broker import Broker
+    from tests.unit.test_dispatcher import call
+
+    d1, d2 = tmp_path / "d1", tmp_path / "d2"
+    settings = {"log.dirs": f"{d1},{d2}", "listeners": "PLAINTEXT://127.0.0.1:0",
+                "offsets.topic.num.partitions": "1", "transaction.state.log.num.partitions": "1"}
+
+    def produce(b: Broker, index: int) -> ErrorCode:
+        batch = build_batch([(None, b"v", [])], timestamp_ms=T0)
+        r = call(b, 0, 9, {"acks": 1, "timeout": 1000, "topic_data": [
+            {"name": "t", "partition_data": [{"index": index, "records": batch}]}]})
+        return ErrorCode(r.responses[0].partition_responses[0].error_code)
+
+    b = Broker(BrokerConfig(settings))
+    b.startup()
+    created = call(b, 19, 7, {"topics": [{"name": "t", "num_partitions": 2, "replication_factor": 1,
+                                          "assignments": [], "configs": []}], "timeout": 1000})
+    assert created.topics[0].error_code == ErrorCode.none
+    in_d2 = [i for i in range(2) if (d2 / f"t-{i}").is_dir()]
+    assert len(in_d2) == 1
+    b.log_manager.shutdown()
+    b.store.close()
+    shutil.rmtree(d2)
+    d2.write_text("no longer a directory")  # d2 cannot load at the next start
+    b = Broker(BrokerConfig(settings))
+    b.startup()
+    try:
+        assert produce(b, in_d2[0]) == ErrorCode.kafka_storage_error
+        assert produce(b, 1 - in_d2[0]) == ErrorCode.none
+    finally:
+        b.log_manager.shutdown()
+        b.store.close()

@@ -121,6 +121,9 @@ async def handle_produce(svc: Services, ctx: RequestContext, req: Any) -> dict[s
                                               f"Cannot append to internal topic {name}"))
                 continue
             p = svc.replicas.partition(name, idx)
+            if p is None and svc.replicas.is_offline(name, idx):  # its log dir failed, maybe before start
+                parts.append(_partition_error(idx, ErrorCode.kafka_storage_error))
+                continue
             if p is None or p.leader_id != svc.broker_id:
                 parts.append(_partition_error(idx, ErrorCode.not_leader_or_follower))
                 continue
