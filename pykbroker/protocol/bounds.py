@@ -259,25 +259,56 @@ def _fixed_walker(width: int, what: str) -> Walker:
     return walk
 
 
+# Unknown tagged fields the walk in progress met: (section start, section end, the section without them).
+# Kafka skips tags it does not know (a newer client may send them); kio raises on them, so
+# check_request hands the decoder a frame with those entries cut out.
+_edits: list[tuple[int, int, bytes]] = []
+_known_depth = 0  # > 0 while walking a known tagged field's value (whose size an edit would change)
+
+
+def _encode_uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
 def _tagged_fields(known: dict[int, Walker], what: str) -> Walker:
     """A tagged-fields section; a known tag's value must fill exactly its declared size."""
 
     def walk(buf: bytes, pos: int, end: int) -> int:
+        global _known_depth
+        start = pos
         n, pos = _uvarint(buf, pos, end, what)
         if n == 0:
             return pos
         if n * 2 > end - pos:
             raise BoundsError(f"{what}: {n} tagged fields exceed the {end - pos} bytes remaining")
+        kept: list[tuple[int, int]] = []
         for _ in range(n):
+            entry = pos
             tag, pos = _uvarint(buf, pos, end, what)
             size, pos = _uvarint(buf, pos, end, what)
             stop = pos + size
             if stop > end:
                 raise BoundsError(f"{what}: tagged field {tag} of {size} bytes exceeds the {end - pos} remaining")
             value = known.get(tag)
-            if value is not None and value(buf, pos, stop) != stop:
-                raise BoundsError(f"{what}: tagged field {tag} does not fill its {size} bytes")
+            if value is not None:
+                _known_depth += 1
+                try:
+                    filled = value(buf, pos, stop) == stop
+                finally:
+                    _known_depth -= 1
+                if not filled:
+                    raise BoundsError(f"{what}: tagged field {tag} does not fill its {size} bytes")
+                kept.append((entry, stop))
             pos = stop
+        if len(kept) < n:
+            if _known_depth:
+                raise BoundsError(f"{what}: an unknown tagged field inside a known tagged field")
+            _edits.append((start, pos, _encode_uvarint(len(kept)) + b"".join(buf[a:b] for a, b in kept)))
         return pos
 
     return walk
@@ -351,10 +382,26 @@ def request_walker(api_key: int, version: int) -> Walker:
     return walker
 
 
-def check_request(api_key: int, version: int, frame: bytes, offset: int) -> None:
+def check_request(api_key: int, version: int, frame: bytes, offset: int) -> bytes:
     """Raise :class:`BoundsError` unless the body at ``offset`` fits in ``frame`` as the schema says.
 
-    Bytes after the body are allowed, as in :func:`codec.decode_request`.
+    Returns the frame to decode: ``frame`` itself, or a copy without the tagged fields the schema
+    does not know (Kafka ignores them; kio would refuse them).  Bytes after the body are allowed,
+    as in :func:`codec.decode_request`.
     """
+    global _known_depth
     walker = _WALKERS.get((api_key, version)) or request_walker(api_key, version)
+    _edits.clear()
+    _known_depth = 0
     walker(frame, offset, len(frame))
+    if not _edits:
+        return frame
+    out = bytearray()
+    prev = 0
+    for start, stop, section in sorted(_edits):
+        out += frame[prev:start]
+        out += section
+        prev = stop
+    out += frame[prev:]
+    _edits.clear()
+    return bytes(out)

@@ -198,7 +198,7 @@ class Dispatcher:
             raise CloseConnection(f"malformed request header: {e}") from None
         try:
             # Every length is checked against the frame before kio allocates anything for it.
-            check_request(header.api_key, header.api_version, frame, header.body_offset)
+            frame = check_request(header.api_key, header.api_version, frame, header.body_offset)
         except BoundsError as e:
             raise CloseConnection(
                 f"rejected {codec.API_NAMES[header.api_key]} v{header.api_version} request before decoding: {e}"

@@ -21,7 +21,7 @@ from collections import Counter
 from typing import Any, cast
 
 from pykbroker.protocol import codec
-from pykbroker.protocol.bounds import request_walker
+from pykbroker.protocol.bounds import check_request, request_walker
 from pykbroker.server.context import CloseConnection, Services
 from pykbroker.server.dispatcher import Dispatcher
 from tests.support.hostile import ISSUE_FRAME, mutated_frames
@@ -41,10 +41,15 @@ def run(frames: int, seed: int) -> dict[str, Any]:
             if not isinstance(parsed, bytes):
                 # The pre-pass and kio must agree on where the body ends, or kio could read a
                 # length the pre-pass never checked.
+                # Both read the frame as decoded: without the tagged fields the schema does not know.
                 header = parsed[0]
-                walked = request_walker(header.api_key, header.api_version)(frame, header.body_offset, len(frame))
+                decoded = check_request(header.api_key, header.api_version, frame, header.body_offset)
+                if decoded is not frame:
+                    outcome["decoded without unknown tagged fields"] += 1
+                walked = request_walker(header.api_key, header.api_version)(decoded, header.body_offset,
+                                                                            len(decoded))
                 cls = codec.request_class(header.api_key, header.api_version)
-                _value, size = codec._reader(cls)(frame, header.body_offset)
+                _value, size = codec._reader(cls)(decoded, header.body_offset)
                 if walked != header.body_offset + size:
                     failures.append(f"api {api_key} v{version}: pre-pass ends at {walked}, kio at "
                                     f"{header.body_offset + size}: frame={frame.hex()}")

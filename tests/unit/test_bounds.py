@@ -299,3 +299,31 @@ def test_a_response_that_cannot_be_encoded_closes_only_the_connection(
     frame = request_frame(16, 3, codec.encode_entity(codec.build(codec.request_class(16, 3), {})))
     with pytest.raises(CloseConnection, match="internal error while encoding the response"):
         anyio.run(broker.dispatcher.handle, frame)
+
+
+def _metadata_v12_frame(body: bytes) -> bytes:
+    """Request header v2 (api 3, version 12, correlation 7, client id "t", no tags) and ``body``."""
+    return struct.pack(">hhih", 3, 12, 7, 1) + b"t" + b"\x00" + body
+
+
+def test_unknown_tagged_fields_are_skipped_as_kafka_does() -> None:
+    # Metadata v12: topics [ {topic_id, name "a", tags: unknown 42} ], auto-create, no ops, tags: unknown 99.
+    topic = uuid.UUID(int=5).bytes + b"\x02a" + b"\x01" + b"\x2a\x03xyz"
+    body = b"\x02" + topic + b"\x01\x00" + b"\x01" + b"\x63\x02\xaa\xbb"
+    frame = _metadata_v12_frame(body)
+    with pytest.raises(KeyError, match="Unknown tagged field"):  # what kio alone does with it
+        codec.decode_request(3, 12, frame, body_offset(frame))
+    cleaned = bounds.check_request(3, 12, frame, body_offset(frame))
+    assert cleaned == _metadata_v12_frame(b"\x02" + uuid.UUID(int=5).bytes + b"\x02a\x00" + b"\x01\x00\x00")
+    parsed = parser.parse(frame)
+    assert not isinstance(parsed, bytes)
+    request = parsed[1]
+    assert [t.name for t in request.topics] == ["a"] and request.allow_auto_topic_creation
+    plain = _metadata_v12_frame(b"\x01\x01\x00\x00")  # nothing to strip: the very same object back
+    assert bounds.check_request(3, 12, plain, body_offset(plain)) is plain
+
+
+def test_a_truncated_unknown_tagged_field_is_still_refused() -> None:
+    frame = _metadata_v12_frame(b"\x01\x01\x00" + b"\x01" + b"\x63\x05\xaa")
+    with pytest.raises(bounds.BoundsError, match="tagged field 99 of 5 bytes exceeds"):
+        bounds.check_request(3, 12, frame, body_offset(frame))
