@@ -728,15 +728,20 @@ KAFKA_TOPIC_CONFIGS_NOT_IMPLEMENTED: dict[str, str] = {
 }
 
 
+def _refuse_nulls(configs: Mapping[str, str | None], kind: str) -> None:
+    """Kafka's message for null values in a topic's or group's configs."""
+    nulls = [k for k, v in configs.items() if v is None]
+    if nulls:
+        raise ConfigError(f"Null value not supported for {kind} configs: {','.join(nulls)}")
+
+
 def validate_topic_configs(configs: Mapping[str, str | None], broker: BrokerConfig | None = None) -> dict[str, str]:
     """Check topic configs as CreateTopics/AlterConfigs would; returns the normalised strings.
 
     With ``broker``, the combination with the broker's defaults is checked too (Kafka's
     LogConfig.validateValues: min.compaction.lag.ms must not exceed max.compaction.lag.ms).
     """
-    nulls = [k for k, v in configs.items() if v is None]
-    if nulls:
-        raise ConfigError(f"Null value not supported for topic configs: {','.join(nulls)}")
+    _refuse_nulls(configs, "topic")
     out: dict[str, str] = {}
     for key, value in configs.items():
         d = TOPIC_CONFIG_DEFS.get(key)
@@ -910,9 +915,7 @@ def effective_group_config(broker: BrokerConfig, overrides: Mapping[str, str]) -
 
 def validate_group_configs(broker: BrokerConfig, configs: Mapping[str, str | None]) -> dict[str, str]:
     """Kafka's GroupConfig.validate; ConfigError (INVALID_CONFIG) with Kafka's messages."""
-    nulls = [k for k, v in configs.items() if v is None]
-    if nulls:
-        raise ConfigError(f"Null value not supported for group configs: {','.join(nulls)}")
+    _refuse_nulls(configs, "group")
     out: dict[str, str] = {}
     for key, value in configs.items():
         d = GROUP_CONFIG_DEFS.get(key)

@@ -9,7 +9,6 @@ compat suite's recording proxy, so each test also checks that the old versions w
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -232,7 +231,6 @@ def test_downconversion_can_be_disabled_per_broker(broker_factory: BrokerFactory
     wait_until(lambda: set(_fetch_errors(b, off).values()) == {0}, timeout=10, what="down-conversion enabled")
 
 
-@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
 def test_kcat_with_the_0_9_protocol(old: Proxied) -> None:
     topic = unique_topic("kcat")
     create_topic(old.broker, topic)

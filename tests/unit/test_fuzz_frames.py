@@ -15,19 +15,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 ADDRESS_SPACE = 2 << 30
 FRAMES = int(os.environ.get("PYKB_FUZZ_FRAMES", "200000"))
 SEED = int(os.environ.get("PYKB_FUZZ_SEED", "20261123"))
-
-pytestmark = pytest.mark.skipif(shutil.which("prlimit") is None, reason="prlimit (util-linux) is not installed")
 
 
 def _limited(code_or_module: list[str], timeout: float) -> subprocess.CompletedProcess[str]:

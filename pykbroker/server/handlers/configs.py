@@ -292,13 +292,11 @@ def _check_resource(svc: Services, rtype: int, name: str) -> None:
     elif rtype == RESOURCE_GROUP:
         if not name:
             raise ResourceError(ErrorCode.invalid_request, "Default group resources are not allowed.")
-    elif rtype == RESOURCE_CLIENT_METRICS:
-        pass  # an empty subscription name is refused by the config validation, as in Kafka
     elif rtype == RESOURCE_BROKER_LOGGER:
         raise ResourceError(ErrorCode.invalid_request,
                             "BROKER_LOGGER resources are not supported yet: pykbroker's log levels are set at "
                             "start (see README 'Settings not implemented')")
-    else:
+    elif rtype != RESOURCE_CLIENT_METRICS:  # a subscription's name is checked with its configs, as in Kafka
         raise ResourceError(ErrorCode.invalid_request, f"Unknown resource type {rtype}")
 
 
