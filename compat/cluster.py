@@ -1,4 +1,5 @@
-"""The cluster under test: an existing one (--bootstrap) or a pykbroker subprocess behind a recording proxy."""
+"""The cluster under test: an existing one (--bootstrap), or pykbroker started by the suite behind recording
+proxies: one broker, or a ZooKeeper and N brokers (--pykbroker-cluster N)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,12 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from compat import wire
+
+if TYPE_CHECKING:
+    from tests.support.zookeeper import ZooKeeperEnsemble
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -26,6 +31,22 @@ SINGLE_NODE_OVERRIDES = {
     "transaction.state.log.min.isr": "1",
     "group.initial.rebalance.delay.ms": "0",
 }
+
+# The listener other brokers use in a cluster the suite starts: it is not behind the proxy, so the
+# proxy records only what clients send (replica fetches go straight from broker to broker).
+REPLICATION_LISTENER = "REPLICATION"
+
+
+def cluster_overrides(size: int) -> dict[str, str]:
+    """What a Kafka cluster of ``size`` brokers has: Kafka's defaults for the internal topics (three
+    replicas, two in sync for a transaction), capped by the number of brokers, and no delay before the
+    first rebalance (as in SINGLE_NODE_OVERRIDES, so both runs wait alike)."""
+    return {
+        "offsets.topic.replication.factor": str(min(3, size)),
+        "transaction.state.log.replication.factor": str(min(3, size)),
+        "transaction.state.log.min.isr": str(min(2, size)),
+        "group.initial.rebalance.delay.ms": "0",
+    }
 
 
 def free_port() -> int:
@@ -40,13 +61,13 @@ class ClusterInfo:
     label: str
     api_versions: dict[int, tuple[int, int]]
     managed: bool
-    record_file: str | None = None
-    extra: dict[str, str] = field(default_factory=dict)
+    record_files: list[str] = field(default_factory=list)
+    brokers: int = 1
 
     def to_json(self) -> str:
         return json.dumps({
             "bootstrap": self.bootstrap, "label": self.label, "managed": self.managed,
-            "record_file": self.record_file,
+            "record_files": self.record_files, "brokers": self.brokers,
             "api_versions": {str(k): list(v) for k, v in self.api_versions.items()},
         })
 
@@ -54,7 +75,26 @@ class ClusterInfo:
     def from_json(cls, s: str) -> ClusterInfo:
         d = json.loads(s)
         return cls(d["bootstrap"], d["label"], {int(k): (v[0], v[1]) for k, v in d["api_versions"].items()},
-                   d["managed"], d.get("record_file"))
+                   d["managed"], list(d.get("record_files", [])), int(d.get("brokers", 1)))
+
+
+def recorded_requests(files: list[str]) -> list[dict[str, Any]]:
+    """The distinct (client id, API key, version) the proxies recorded, in the order first seen."""
+    seen: set[tuple[str, int, int]] = set()
+    out = []
+    for f in files:
+        p = Path(f)
+        if not p.exists():
+            continue
+        for line in p.read_text().splitlines():
+            if not line.strip():
+                continue
+            req = json.loads(line)
+            key = (req["client_id"], req["api_key"], req["api_version"])
+            if key not in seen:
+                seen.add(key)
+                out.append(req)
+    return out
 
 
 def _wait_api_versions(bootstrap: str, proc: subprocess.Popen[bytes] | None, timeout: float,
@@ -92,26 +132,39 @@ def pykbroker_version() -> str:
     return label
 
 
-class ManagedPykbroker:
-    """pykbroker on a private port, advertised as the recording proxy's port."""
+def cluster_label(version: str, size: int) -> str:
+    """The results' name for a suite-started cluster, e.g. "pykbroker 0.1.0 (git abc1234), 3 brokers + ZooKeeper"."""
+    return f"{version}, {size} broker{'s' if size != 1 else ''} + ZooKeeper"
 
-    def __init__(self, workdir: Path | None = None, overrides: dict[str, str] | None = None,
-                 trace_file: Path | None = None) -> None:
-        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="compat-pykbroker-"))
+
+class ProxiedBroker:
+    """One pykbroker subprocess whose client listener is advertised as the port of its own recording proxy."""
+
+    def __init__(self, workdir: Path, overrides: dict[str, str], trace_file: Path | None = None,
+                 replication_port: int | None = None) -> None:
+        self.workdir = workdir
         self.broker_port = free_port()
         self.proxy_port = free_port()
+        listeners = f"PLAINTEXT://127.0.0.1:{self.broker_port}"
+        advertised = f"PLAINTEXT://127.0.0.1:{self.proxy_port}"
+        extra: dict[str, str] = {}
+        if replication_port is not None:
+            repl = f"{REPLICATION_LISTENER}://127.0.0.1:{replication_port}"
+            listeners, advertised = f"{listeners},{repl}", f"{advertised},{repl}"
+            extra = {"listener.security.protocol.map": f"PLAINTEXT:PLAINTEXT,{REPLICATION_LISTENER}:PLAINTEXT",
+                     "inter.broker.listener.name": REPLICATION_LISTENER}
         self.overrides = {
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.broker_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.proxy_port}",
+            "listeners": listeners,
+            "advertised.listeners": advertised,
+            **extra,
             # Two log dirs, as a JBOD broker has: moving a replica between them (AlterReplicaLogDirs)
             # is then possible; with one, that scenario reports "not possible on this cluster".
-            "log.dirs": f"{self.workdir / 'data'},{self.workdir / 'data2'}",
-            **SINGLE_NODE_OVERRIDES,
-            **(overrides or {}),
+            "log.dirs": f"{workdir / 'data'},{workdir / 'data2'}",
+            **overrides,
         }
-        self.record_file = self.workdir / "requests.jsonl"
+        self.record_file = workdir / "requests.jsonl"
         self.trace_file = trace_file
-        self.log_file = self.workdir / "broker.log"
+        self.log_file = workdir / "broker.log"
         self.broker: subprocess.Popen[bytes] | None = None
         self.proxy: subprocess.Popen[bytes] | None = None
 
@@ -119,7 +172,8 @@ class ManagedPykbroker:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.proxy_port}"
 
-    def start(self, timeout: float = 60.0) -> ClusterInfo:
+    def launch(self) -> None:
+        """Start the broker and its proxy without waiting (brokers of a cluster start side by side)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYKBROKER_")}
         args = [sys.executable, "-m", "pykbroker", "serve"]
@@ -134,30 +188,162 @@ class ManagedPykbroker:
                  "--upstream", f"127.0.0.1:{self.broker_port}", "--record", str(self.record_file),
                  *(["--trace", str(self.trace_file)] if self.trace_file else [])],
                 stdout=logf, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
-        try:
-            _wait_api_versions(f"127.0.0.1:{self.broker_port}", self.broker, timeout, self.log_file)
-            versions = _wait_api_versions(self.bootstrap, self.proxy, 20.0, self.workdir / "proxy.log")
-        except BaseException:
-            self.stop()
-            raise
-        return ClusterInfo(self.bootstrap, pykbroker_version(), versions, managed=True,
-                           record_file=str(self.record_file))
 
-    def stop(self) -> None:
+    def wait_serving(self, timeout: float) -> dict[int, tuple[int, int]]:
+        """The broker's ApiVersions, directly and then through the proxy."""
+        _wait_api_versions(f"127.0.0.1:{self.broker_port}", self.broker, timeout, self.log_file)
+        return _wait_api_versions(self.bootstrap, self.proxy, 20.0, self.workdir / "proxy.log")
+
+    def terminate(self) -> None:
         for p in (self.proxy, self.broker):
             if p is not None and p.poll() is None:
                 p.send_signal(signal.SIGTERM)
+
+    def wait_stopped(self, timeout: float) -> None:
+        """Wait for both processes; SIGKILL what is still running after ``timeout``."""
+        deadline = time.monotonic() + timeout
         for p in (self.proxy, self.broker):
-            if p is not None:
-                try:
-                    p.wait(20)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait(10)
+            if p is None:
+                continue
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(10)
 
     def cleanup(self) -> None:
         for d in ("data", "data2"):
             shutil.rmtree(self.workdir / d, ignore_errors=True)
+
+
+class ManagedPykbroker:
+    """One pykbroker on a private port, advertised as the recording proxy's port."""
+
+    def __init__(self, workdir: Path | None = None, overrides: dict[str, str] | None = None,
+                 trace_file: Path | None = None) -> None:
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="compat-pykbroker-"))
+        self.node = ProxiedBroker(self.workdir, {**SINGLE_NODE_OVERRIDES, **(overrides or {})}, trace_file)
+        self.overrides = self.node.overrides
+        self.record_file = self.node.record_file
+        self.log_file = self.node.log_file
+
+    @property
+    def bootstrap(self) -> str:
+        return self.node.bootstrap
+
+    @property
+    def log_files(self) -> list[Path]:
+        return [self.log_file]
+
+    def start(self, timeout: float = 60.0) -> ClusterInfo:
+        self.node.launch()
+        try:
+            versions = self.node.wait_serving(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return ClusterInfo(self.bootstrap, pykbroker_version(), versions, managed=True,
+                           record_files=[str(self.record_file)])
+
+    def stop(self) -> None:
+        self.node.terminate()
+        self.node.wait_stopped(20.0)
+
+    def cleanup(self) -> None:
+        self.node.cleanup()
+
+
+class ManagedPykbrokerCluster:
+    """A standalone ZooKeeper and ``size`` pykbroker brokers (ids 1..size) coordinated through it.
+
+    Each broker has two listeners: PLAINTEXT for clients, advertised as the port of the broker's own
+    recording proxy (so every client connection, to any broker, is recorded), and REPLICATION, the
+    inter-broker listener, reached directly. Clients get ONE broker's address as the bootstrap, as a
+    user gives ``--bootstrap``, and find the others through Metadata.
+    """
+
+    def __init__(self, size: int = 3, workdir: Path | None = None, overrides: dict[str, str] | None = None,
+                 trace_file: Path | None = None) -> None:
+        if size < 1:
+            raise ValueError(f"a cluster needs at least one broker, not {size}")
+        self.size = size
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="compat-pykbroker-cluster-"))
+        self.overrides = overrides or {}
+        self.trace_file = trace_file
+        self.zookeeper: ZooKeeperEnsemble | None = None
+        self.nodes: dict[int, ProxiedBroker] = {}
+
+    @property
+    def bootstrap(self) -> str:
+        return self.nodes[1].bootstrap
+
+    @property
+    def log_files(self) -> list[Path]:
+        return [n.log_file for n in self.nodes.values()]
+
+    def _trace(self, broker_id: int) -> Path | None:
+        t = self.trace_file
+        return t.with_name(f"{t.stem}-broker{broker_id}{t.suffix}") if t else None
+
+    def start(self, timeout: float = 120.0) -> ClusterInfo:
+        # Imported here: the ZooKeeper runner lives with the project's own cluster tests, and only this
+        # mode needs it (the rest of compat runs against any cluster without the project's tests).
+        from tests.support.zookeeper import ZooKeeperEnsemble, zookeeper_available
+
+        if not zookeeper_available():
+            raise RuntimeError("--pykbroker-cluster needs ZooKeeper (Debian package zookeeper): "
+                               "run scripts/install.sh --test")
+        zk = self.zookeeper = ZooKeeperEnsemble(self.workdir / "zookeeper", 1)
+        try:
+            zk.start()
+            self.nodes = self.make_nodes(zk.connect)
+            for node in self.nodes.values():
+                node.launch()
+            deadline = time.monotonic() + timeout
+            versions = {i: n.wait_serving(max(1.0, deadline - time.monotonic())) for i, n in self.nodes.items()}
+            self._wait_registered(deadline)
+        except BaseException:
+            self.stop()
+            raise
+        return ClusterInfo(self.bootstrap, cluster_label(pykbroker_version(), self.size), versions[1], managed=True,
+                           record_files=[str(n.record_file) for n in self.nodes.values()], brokers=self.size)
+
+    def make_nodes(self, zookeeper_connect: str) -> dict[int, ProxiedBroker]:
+        """The brokers' processes-to-be: ids 1..size, the same ZooKeeper and cluster settings."""
+        base = {"zookeeper.connect": zookeeper_connect, **cluster_overrides(self.size), **self.overrides}
+        return {i: ProxiedBroker(self.workdir / f"broker{i}", {"broker.id": str(i), **base}, self._trace(i),
+                                 replication_port=free_port())
+                for i in range(1, self.size + 1)}
+
+    def _wait_registered(self, deadline: float) -> None:
+        """Until every broker's Metadata lists all the brokers and names one of them as the controller."""
+        want = sorted(self.nodes)
+        last: object = None
+        for _ in range(10_000):
+            try:
+                views = [wire.cluster_brokers(n.bootstrap, timeout=5.0) for n in self.nodes.values()]
+                last = views
+                if all(ids == want and controller in want for ids, controller in views):
+                    return
+            except (OSError, ConnectionError, RuntimeError) as e:
+                last = e
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        raise TimeoutError(f"brokers {want} not all registered with a controller: last Metadata views {last}")
+
+    def stop(self) -> None:
+        for node in self.nodes.values():
+            node.terminate()
+        for node in self.nodes.values():
+            node.wait_stopped(30.0)
+        if self.zookeeper is not None:
+            self.zookeeper.kill()
+
+    def cleanup(self) -> None:
+        for node in self.nodes.values():
+            node.cleanup()
+        shutil.rmtree(self.workdir / "zookeeper", ignore_errors=True)
 
 
 def external(bootstrap: str, label: str | None) -> ClusterInfo:

@@ -1,6 +1,7 @@
 """The compatibility suite's harness: the cluster under test, the clients, outcomes and the results file.
 
     pytest compat                          # starts pykbroker (behind a recording proxy) itself
+    pytest compat --pykbroker-cluster 3    # starts ZooKeeper and 3 pykbroker brokers (a proxy each)
     pytest compat --bootstrap HOST:PORT    # runs against an existing cluster, e.g. Apache Kafka
 """
 
@@ -20,7 +21,7 @@ import pytest
 from compat import env
 from compat.clients import CLIENT_NAMES, client_versions, make_client
 from compat.clients.base import CAP_TEXT, Client, ClientError, NotSupportedByClient
-from compat.cluster import ClusterInfo, ManagedPykbroker, external
+from compat.cluster import ClusterInfo, ManagedPykbroker, ManagedPykbrokerCluster, external, recorded_requests
 from compat.scenario import NS_BROKER, NS_CLIENT, NS_CLUSTER, broker_gaps, needed_versions
 
 _CONFIG: dict[str, pytest.Config] = {}
@@ -41,6 +42,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--wire-trace", default=None, metavar="FILE",
                 help="with the pykbroker the suite starts: write every request and response frame on every "
                      "connection (time, client id, API key/version, correlation id) to FILE as JSON lines")
+    g.addoption("--pykbroker-cluster", type=int, default=0, metavar="N",
+                help="start a ZooKeeper and N pykbroker brokers (ids 1..N, each behind its own recording "
+                     "proxy, internal topics with min(3, N) replicas) and test through the first broker's "
+                     "address, instead of one broker")
     g.addoption("--pykbroker-override", action="append", default=[], metavar="KEY=VALUE",
                 help="a setting for the pykbroker the suite starts (repeatable), e.g. "
                      "group.coordinator.rebalance.protocols=classic to see the suite against a broker without KIP-848")
@@ -86,6 +91,11 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if "kcat" in selected:
         env.kcat()
     bootstrap = config.getoption("--bootstrap")
+    size = config.getoption("--pykbroker-cluster")
+    if bootstrap and size:
+        raise pytest.UsageError("--bootstrap tests an existing cluster, --pykbroker-cluster starts one: not both")
+    if size < 0:
+        raise pytest.UsageError(f"--pykbroker-cluster wants a number of brokers, got {size}")
     if bootstrap:
         state["cluster"] = external(bootstrap, config.getoption("--broker-label"))
     else:
@@ -96,7 +106,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
                 raise pytest.UsageError(f"--pykbroker-override wants KEY=VALUE, got {kv!r}")
             overrides[key.strip()] = value.strip()
         trace = config.getoption("--wire-trace")
-        managed = ManagedPykbroker(overrides=overrides, trace_file=Path(trace).resolve() if trace else None)
+        trace_file = Path(trace).resolve() if trace else None
+        managed: ManagedPykbroker | ManagedPykbrokerCluster = (
+            ManagedPykbrokerCluster(size, overrides=overrides, trace_file=trace_file) if size
+            else ManagedPykbroker(overrides=overrides, trace_file=trace_file))
         state["managed"] = managed
         info = managed.start()
         if config.getoption("--broker-label"):
@@ -325,7 +338,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = config._compat  # type: ignore[attr-defined]
     if _is_worker(config):
         return
-    managed: ManagedPykbroker | None = state.get("managed")
+    managed: ManagedPykbroker | ManagedPykbrokerCluster | None = state.get("managed")
     if managed is not None:
         managed.stop()
     info: ClusterInfo | None = state.get("cluster")
@@ -333,14 +346,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if managed is not None:
             managed.cleanup()
         return
-    requests = []
-    if info.record_file and Path(info.record_file).exists():
-        for line in Path(info.record_file).read_text().splitlines():
-            if line.strip():
-                requests.append(json.loads(line))
+    requests = recorded_requests(info.record_files)
     finished = time.time()
     doc = {
-        "broker": {"label": info.label, "bootstrap": info.bootstrap, "managed": info.managed,
+        "broker": {"label": info.label, "bootstrap": info.bootstrap, "managed": info.managed, "brokers": info.brokers,
+                   "zookeeper": isinstance(managed, ManagedPykbrokerCluster),
                    "api_versions": {str(k): list(v) for k, v in sorted(info.api_versions.items())}},
         "started": datetime.fromtimestamp(state["started"], UTC).isoformat(timespec="seconds"),
         "finished": datetime.fromtimestamp(finished, UTC).isoformat(timespec="seconds"),
@@ -351,7 +361,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "requests": requests,
     }
     out = config.getoption("--results")
-    path = Path(out) if out else RESULTS_DIR / f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
+    suffix = f"-cluster{managed.size}" if isinstance(managed, ManagedPykbrokerCluster) else ""
+    path = Path(out) if out else RESULTS_DIR / f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}{suffix}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=1) + "\n")
     counts: dict[str, int] = {}
@@ -366,6 +377,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                 tr.write_line(f"compat: RERUN {r['nodeid']} ({r['outcome']} in the end) failed first in "
                               f"{attempt['phase']}: {first}")
         if managed is not None:
-            tr.write_line(f"compat: pykbroker's log is {managed.log_file}")
+            tr.write_line(f"compat: pykbroker's log{'s are' if len(managed.log_files) > 1 else ' is'} "
+                          + ", ".join(str(p) for p in managed.log_files))
     if managed is not None:
         managed.cleanup()

@@ -3,10 +3,12 @@
     python -m compat.report                      # the newest compat/results/*.json
     python -m compat.report compat/results/X.json [--out docs/compatibility.md]
     python -m compat.report PYKBROKER.json KAFKA.json   # one column per broker label in "Across brokers"
+    python -m compat.report SINGLE.json CLUSTER3.json    # one pykbroker, then 3 brokers (--pykbroker-cluster 3)
 
 With several results files the first is the table in full (the broker under test); each file, the
-first included, also gets a column, named by its broker label (`--broker-label`), in the totals per
-client and in the list of scenarios whose outcome differs between the brokers.
+first included, also gets a column, named by its broker label (`--broker-label`, or the label the
+suite gives the pykbroker it starts), in the totals per client and in the list of scenarios whose
+outcome differs between the brokers; the page names the results file behind each column.
 
 The coverage file lists which (API key, version) pairs the run's clients actually sent, as recorded
 by the suite's proxy; tests/test_protocol_coverage.py reads it.
@@ -88,7 +90,7 @@ def tested_commit(doc: dict[str, Any]) -> str | None:
     return m.group(1) if m else None
 
 
-def render(doc: dict[str, Any], source: str) -> str:
+def render(doc: dict[str, Any], source: str, compared_with: list[str] | None = None) -> str:
     results = doc["results"]
     single = [r for r in results if "producer" not in r and r["client"] != "mixed"]
     cross = [r for r in results if "producer" in r]
@@ -121,25 +123,26 @@ def render(doc: dict[str, Any], source: str) -> str:
         f"- **Date:** {doc['finished'][:10]} (run {doc['started']} – {doc['finished']}, "
         f"{doc['duration']:.0f} s with {doc.get('workers', 1)} pytest-xdist worker(s))",
         "- **Clients:** " + "; ".join(f"{k} {v}" for k, v in doc.get("clients", {}).items()),
+        *([f"- **Compared with:** {'; '.join(compared_with)} (see [Across brokers](#across-brokers))"]
+          if compared_with else []),
         "",
         "Legend: ✅ pass · ❌ fail · n/s not supported by the broker (its ApiVersions lacks an API the scenario "
         "needs) · — the client library cannot do this · n/p not possible on this cluster (e.g. one log dir).",
         "",
         "## Totals",
         "",
-        "| client | pass | fail | not supported (broker) | not possible with the client |",
-        "|---|---:|---:|---:|---:|",
     ]
-    for c in clients:
-        rs = [r for r in single if r["client"] == c]
-        lines.append(f"| {c} | {_count(rs, 'pass')} | {_count(rs, 'fail')} | {_ns(rs, 'broker')} | "
-                     f"{_ns(rs, 'client')} |")
-    if cross:
-        lines.append(f"| cross-client pairs | {_count(cross, 'pass')} | {_count(cross, 'fail')} | "
-                     f"{_ns(cross, 'broker')} | {_ns(cross, 'client')} |")
-    if mixed:
-        lines.append(f"| mixed-client group | {_count(mixed, 'pass')} | {_count(mixed, 'fail')} | "
-                     f"{_ns(mixed, 'broker')} | {_ns(mixed, 'client')} |")
+    # "Not possible on this cluster" gets a column only when some scenario had that outcome.
+    np_col = _ns(results, "cluster") > 0
+    lines += ["| client | pass | fail | not supported (broker) | not possible with the client |"
+              + (" not possible on this cluster |" if np_col else ""),
+              "|---|---:|---:|---:|---:|" + ("---:|" if np_col else "")]
+    rows = [(c, [r for r in single if r["client"] == c]) for c in clients]
+    rows += [("cross-client pairs", cross)] if cross else []
+    rows += [("mixed-client group", mixed)] if mixed else []
+    for name, rs in rows:
+        lines.append(f"| {name} | {_count(rs, 'pass')} | {_count(rs, 'fail')} | {_ns(rs, 'broker')} | "
+                     f"{_ns(rs, 'client')} |" + (f" {_ns(rs, 'cluster')} |" if np_col else ""))
     lines += ["", "## Scenarios", "", "| family | scenario | " + " | ".join(clients) + " |",
               "|---|---|" + "|".join(":---:" for _ in clients) + "|"]
     for fam in sorted(families):
@@ -218,19 +221,35 @@ def broker_labels(docs: list[dict[str, Any]]) -> list[str]:
 def _totals_cell(rs: list[dict[str, Any]]) -> str:
     if not rs:
         return ""
+    np = _ns(rs, "cluster")
     return (f"{_count(rs, 'pass')} ✅ · {_count(rs, 'fail')} ❌ · {_ns(rs, 'broker')} n/s · "
-            f"{_ns(rs, 'client')} —")
+            f"{_ns(rs, 'client')} —" + (f" · {np} n/p" if np else ""))
 
 
-def render_brokers(docs: list[dict[str, Any]]) -> list[str]:
-    """The "Across brokers" section: a column per broker label."""
+def _broker_setup(d: dict[str, Any]) -> str:
+    b = d["broker"]
+    if not b.get("managed"):
+        return f"an existing cluster at {b.get('bootstrap', '?')}"
+    n = int(b.get("brokers", 1))
+    if b.get("zookeeper"):
+        return (f"started by the suite: ZooKeeper and {n} broker{'s' if n != 1 else ''}, clients bootstrap "
+                "from one of them")
+    return "started by the suite: one broker"
+
+
+def render_brokers(docs: list[dict[str, Any]], sources: list[str] | None = None) -> list[str]:
+    """The "Across brokers" section: a column per broker label, and which results file each comes from."""
     labels = broker_labels(docs)
+    sources = sources or ["" for _ in docs]
     lines = ["", "## Across brokers", "",
-             "The same suite against each broker (one results file each, `--broker-label` names the column). "
-             "Cells: pass ✅ · fail ❌ · not supported by the broker n/s · not possible with the client —.", "",
-             "| broker | run | clients |", "|---|---|---|"]
-    for d, label in zip(docs, labels, strict=True):
-        lines.append(f"| {label} | {d['started']} – {d['finished']} | "
+             "The same suite against each broker (one results file each; the column is named by the run's broker "
+             "label). The first column is the run shown in full above. "
+             "Cells: pass ✅ · fail ❌ · not supported by the broker n/s · not possible with the client — · "
+             "not possible on this cluster n/p.", "",
+             "| broker | results file | setup | run | clients |", "|---|---|---|---|---|"]
+    for d, label, src in zip(docs, labels, sources, strict=True):
+        lines.append(f"| {label} | {f'`{src}`' if src else '—'} | {_broker_setup(d)} | "
+                     f"{d['started']} – {d['finished']} | "
                      + "; ".join(f"{k} {v}" for k, v in d.get("clients", {}).items()) + " |")
     groups: list[tuple[str, Any]] = [(c, lambda r, c=c: r["client"] == c and "producer" not in r)
                                      for c in CLIENT_NAMES]
@@ -308,9 +327,9 @@ def main(argv: list[str] | None = None) -> int:
     docs = [json.loads(p.read_text()) for p in paths]
     doc, path = docs[0], paths[0]
     source = ", ".join(_source(p) for p in paths)
-    text = render(doc, source)
+    text = render(doc, source, broker_labels(docs)[1:])
     if len(docs) > 1:
-        text = text.rstrip("\n") + "\n" + "\n".join(render_brokers(docs)) + "\n"
+        text = text.rstrip("\n") + "\n" + "\n".join(render_brokers(docs, [_source(p) for p in paths])) + "\n"
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(text)
     print(f"wrote {a.out}")

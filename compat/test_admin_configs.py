@@ -170,6 +170,13 @@ def _restore_broker(client: Client, names: list[str]) -> None:
             pass
 
 
+def _every_broker(helper: Client, first: str) -> list[str]:
+    """``first`` and the cluster's other brokers. Kafka describes a topic's configs with the settings of
+    the broker that answers, which in a cluster can be any broker the client picks: a per-broker value
+    meant to show in a topic's description is set on all of them (on one node, just ``first``)."""
+    return [first, *sorted({str(b) for b in helper.metadata()["brokers"]} - {first})]
+
+
 def _static(client: Client, broker: str) -> ConfigValue:
     """The broker setting once no dynamic value is left (an interrupted run may have left one)."""
     got: dict[str, ConfigValue] = {}
@@ -192,12 +199,14 @@ def test_broker_dynamic(client: Client, helper: Client, cluster: ClusterInfo, ne
     """A per-broker dynamic setting: set, seen by the broker's topics, refused when read-only or invalid, removed."""
     topic = new_topic(partitions=1)
     broker = str(helper.partition_leaders(topic)[0])
+    brokers = _every_broker(helper, broker)
     with _broker_config_lock(cluster):
-        _restore_broker(client, [broker])
+        _restore_broker(client, brokers)
         start = _static(client, broker)
         value = "86400123"
         try:
-            client.alter_configs("broker", broker, [("set", BROKER_KEY, value)])
+            for b in brokers:
+                client.alter_configs("broker", b, [("set", BROKER_KEY, value)])
             got = _settled(client, "broker", broker, {BROKER_KEY: (value, "DYNAMIC_BROKER_CONFIG")},
                            synonyms=base.CONFIG_SYNONYMS in client.caps)[BROKER_KEY]
             if base.CONFIG_SYNONYMS in client.caps:
@@ -210,7 +219,7 @@ def test_broker_dynamic(client: Client, helper: Client, cluster: ClusterInfo, ne
             expect_error("INVALID_REQUEST", client.alter_configs, "broker", broker, [("set", "log.dirs", "/nowhere")])
             expect_error("INVALID_REQUEST", client.alter_configs, "broker", broker, [("set", BROKER_KEY, "soon")])
         finally:
-            _restore_broker(client, [broker])
+            _restore_broker(client, brokers)
         _settled(client, "broker", broker, {BROKER_KEY: (start.value, start.source)})
         _settled(client, "topic", topic, {TOPIC_SYNONYM: (start.value, start.source)})
 
@@ -222,8 +231,9 @@ def test_broker_default(client: Client, helper: Client, cluster: ClusterInfo, ne
     """The cluster-wide default (broker resource ""), under a per-broker value that overrides it."""
     topic = new_topic(partitions=1)
     broker = str(helper.partition_leaders(topic)[0])
+    brokers = _every_broker(helper, broker)
     with _broker_config_lock(cluster):
-        _restore_broker(client, [broker, ""])
+        _restore_broker(client, [*brokers, ""])
         start = _static(client, broker)
         per_broker, default = "86400123", "86400456"
         try:
@@ -232,7 +242,8 @@ def test_broker_default(client: Client, helper: Client, cluster: ClusterInfo, ne
             _settled(client, "broker", broker, {BROKER_KEY: (default, "DYNAMIC_DEFAULT_BROKER_CONFIG")})
             _settled(client, "topic", topic, {TOPIC_SYNONYM: (default, "DYNAMIC_DEFAULT_BROKER_CONFIG")})
 
-            client.alter_configs("broker", broker, [("set", BROKER_KEY, per_broker)])
+            for b in brokers:
+                client.alter_configs("broker", b, [("set", BROKER_KEY, per_broker)])
             got = _settled(client, "broker", broker, {BROKER_KEY: (per_broker, "DYNAMIC_BROKER_CONFIG")},
                            synonyms=base.CONFIG_SYNONYMS in client.caps)[BROKER_KEY]
             if base.CONFIG_SYNONYMS in client.caps:
@@ -243,11 +254,12 @@ def test_broker_default(client: Client, helper: Client, cluster: ClusterInfo, ne
             _settled(client, "topic", topic, {TOPIC_SYNONYM: (per_broker, "DYNAMIC_BROKER_CONFIG")})
 
             # Removing the per-broker value uncovers the cluster default.
-            client.alter_configs("broker", broker, [("delete", BROKER_KEY, None)])
+            for b in brokers:
+                client.alter_configs("broker", b, [("delete", BROKER_KEY, None)])
             _settled(client, "broker", broker, {BROKER_KEY: (default, "DYNAMIC_DEFAULT_BROKER_CONFIG")})
             _settled(client, "topic", topic, {TOPIC_SYNONYM: (default, "DYNAMIC_DEFAULT_BROKER_CONFIG")})
         finally:
-            _restore_broker(client, [broker, ""])
+            _restore_broker(client, [*brokers, ""])
         _settled(client, "broker", broker, {BROKER_KEY: (start.value, start.source)})
         _settled(client, "topic", topic, {TOPIC_SYNONYM: (start.value, start.source)})
 

@@ -111,3 +111,19 @@ def consumer_group_heartbeat_error(bootstrap: str, timeout: float = 10.0) -> int
     resp = _request(bootstrap, 68, 0, body, flexible=True, timeout=timeout)
     _throttle, error = struct.unpack_from(">ih", resp, 0)
     return int(error)
+
+
+def cluster_brokers(bootstrap: str, timeout: float = 10.0) -> tuple[list[int], int]:
+    """The broker ids and the controller id a broker's Metadata (v1, no topics) gives."""
+    resp = _request(bootstrap, 3, 1, struct.pack(">i", 0), flexible=False, timeout=timeout)
+    (n,), pos = struct.unpack_from(">i", resp, 0), 4
+    ids = []
+    for _ in range(n):
+        (node_id,) = struct.unpack_from(">i", resp, pos)
+        (host_len,) = struct.unpack_from(">h", resp, pos + 4)
+        pos += 6 + max(host_len, 0) + 4  # node id, host, port
+        (rack_len,) = struct.unpack_from(">h", resp, pos)
+        pos += 2 + max(rack_len, 0)
+        ids.append(node_id)
+    (controller,) = struct.unpack_from(">i", resp, pos)
+    return sorted(ids), int(controller)

@@ -29,12 +29,12 @@ def _serve(args: argparse.Namespace) -> int:
     if config.no_effect_keys():
         log.info("accepted with no effect on this broker: %s (see README 'Settings not implemented')",
                  ", ".join(config.no_effect_keys()))
-    from pykbroker.server.broker import Broker
+    from pykbroker.server.broker import Broker, StartupError
 
     try:
         broker = Broker(config)
         anyio.run(broker.run)
-    except OSError as e:
+    except (OSError, StartupError) as e:
         log.error("cannot start: %s", e)
         return 1
     except BaseExceptionGroup as eg:  # anyio's task group wraps a failing listener's OSError

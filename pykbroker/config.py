@@ -111,8 +111,6 @@ def _valid_policy(v: Any) -> str | None:
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 NOT_IMPLEMENTED_HINT = "see README 'Settings not implemented'"
-_SINGLE_BROKER = "a single broker with embedded metadata"
-_NO_REPLICAS = f"{_SINGLE_BROKER} has no followers and no leader elections"
 
 
 def parse_protocol_map(raw: str) -> dict[str, str]:
@@ -134,12 +132,53 @@ def _valid_protocol_map(v: Any) -> str | None:
     return None
 
 
-def _not_empty(reason: str) -> Callable[[Any], str | None]:
-    return lambda v: reason if v else None
+ZK_DEFAULT_PORT = 2181
 
 
-def _only(allowed: Any, reason: str) -> Callable[[Any], str | None]:
-    return lambda v: None if v == allowed else reason
+def parse_zk_connect(raw: str) -> tuple[list[tuple[str, int]], str]:
+    """``host[:port][,host[:port]...][/chroot]`` -> servers and chroot ("" for none), as ZooKeeper's parser.
+
+    Raises ValueError naming what is wrong.
+    """
+    text = raw.strip()
+    slash = text.find("/")
+    hosts_part, chroot = (text, "") if slash == -1 else (text[:slash], text[slash:])
+    if chroot == "/":
+        chroot = ""
+    if chroot:
+        if chroot.endswith("/") or "//" in chroot:
+            raise ValueError(f"zookeeper.connect {raw!r}: the chroot {chroot!r} has an empty path element")
+        if any(part in (".", "..") for part in chroot.split("/")[1:]):
+            raise ValueError(f"zookeeper.connect {raw!r}: the chroot {chroot!r} has a relative path element")
+    servers: list[tuple[str, int]] = []
+    for item in hosts_part.split(","):
+        item = item.strip()
+        if not item:
+            raise ValueError(f"zookeeper.connect {raw!r} is not of the form host:port[,host:port...][/chroot]")
+        if item.startswith("["):  # [ipv6]:port
+            host, _, rest = item[1:].partition("]")
+            port_text = rest[1:] if rest.startswith(":") else ""
+        else:
+            host, _, port_text = item.partition(":")
+        if not host:
+            raise ValueError(f"zookeeper.connect {raw!r}: {item!r} names no host")
+        if port_text and not port_text.isdigit():
+            raise ValueError(f"zookeeper.connect {raw!r}: {item!r} has an invalid port")
+        port = int(port_text) if port_text else ZK_DEFAULT_PORT
+        if not 0 < port <= 65535:
+            raise ValueError(f"zookeeper.connect {raw!r}: {item!r} has an invalid port")
+        servers.append((host, port))
+    return servers, chroot
+
+
+def _valid_zk_connect(v: Any) -> str | None:
+    if not v or not str(v).strip():
+        return None  # empty: embedded metadata
+    try:
+        parse_zk_connect(str(v))
+    except ValueError as e:
+        return str(e)
+    return None
 
 
 def _valid_listeners(v: Any) -> str | None:
@@ -181,19 +220,20 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
            "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
            "Security protocol of each listener name; only PLAINTEXT listeners can be served.",
            _valid_protocol_map),
-        _D("inter.broker.listener.name", "string", "", "Must name a listener; unused by a single broker.",
-           no_effect=f"{_SINGLE_BROKER} has no inter-broker traffic (the name is still checked)"),
+        _D("inter.broker.listener.name", "string", "", "The listener other brokers (followers) connect to; "
+           "defaults to the first listener."),
         _D("log.dirs", "list", [], "Directories holding partition logs."),
         _D("log.dir", "string", "/tmp/kafka-logs", "Used when log.dirs is unset."),
-        _D("zookeeper.connect", "string", "", "Must be empty: pykbroker runs with embedded metadata only.",
-           unsupported=_not_empty("pykbroker runs with embedded metadata only")),
-        _D("zookeeper.session.timeout.ms", "int", 18000,
-           no_effect="there is no ZooKeeper session (zookeeper.connect must be empty)"),
-        _D("zookeeper.connection.timeout.ms", "int", 18000,
-           no_effect="there is no ZooKeeper connection (zookeeper.connect must be empty)"),
+        _D("zookeeper.connect", "string", "", "host:port[,host:port...][/chroot] of the ZooKeeper ensemble "
+           "that coordinates a cluster; empty runs one broker with embedded metadata.", _valid_zk_connect),
+        _D("zookeeper.session.timeout.ms", "int", 18000, "ZooKeeper session timeout.", at_least(1)),
+        _D("zookeeper.connection.timeout.ms", "int", None, "How long to wait for the ZooKeeper connection at "
+           "start; unset means zookeeper.session.timeout.ms.", at_least(1)),
+        _D("zookeeper.max.in.flight.requests", "int", 10, validator=at_least(1),
+           no_effect="kazoo pipelines every request on one connection"),
+        _D("broker.rack", "string", None, "Rack of this broker: replica assignment spreads replicas over racks."),
         _D("num.partitions", "int", 1, "Default partition count for new topics.", at_least(1)),
-        _D("default.replication.factor", "int", 1, "Default replication factor; only 1 can be met.", at_least(1),
-           unsupported=_only(1, f"above 1: {_SINGLE_BROKER} gives every topic exactly one replica")),
+        _D("default.replication.factor", "int", 1, "Default replication factor of new topics.", at_least(1)),
         _D("auto.create.topics.enable", "bool", True),
         _D("delete.topic.enable", "bool", True),
         _D("log.segment.bytes", "int", 1073741824, validator=at_least(14), dynamic=True),
@@ -260,18 +300,20 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
            no_effect="requests are handled on the event loop; fsyncs and compaction use worker threads"),
         _D("num.recovery.threads.per.data.dir", "int", dynamic=True, default=2, validator=at_least(1),
            no_effect="logs are loaded and recovered one after another"),
-        _D("num.replica.fetchers", "int", 1, no_effect=_NO_REPLICAS, dynamic=True),
+        _D("num.replica.fetchers", "int", 1, validator=at_least(1), dynamic=True),
         _D("min.insync.replicas", "int", 1, validator=at_least(1), dynamic=True),
-        _D("unclean.leader.election.enable", "bool", False, dynamic=True, no_effect=_NO_REPLICAS),
+        _D("unclean.leader.election.enable", "bool", False, dynamic=True),
         _D("compression.type", "string", "producer",
            validator=one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), dynamic=True),
         _D("offsets.topic.num.partitions", "int", 50, validator=at_least(1)),
-        _D("offsets.topic.replication.factor", "int", 3, "Capped at the number of live brokers (1).",
+        _D("offsets.topic.replication.factor", "int", 3, "With embedded metadata capped at 1; in a cluster, "
+           "creation waits until this many brokers are live, as in Kafka.",
            at_least(1)),
         _D("offsets.retention.minutes", "int", 10080, validator=at_least(1)),
         _D("offsets.topic.segment.bytes", "int", 104857600, validator=at_least(1)),
         _D("transaction.state.log.num.partitions", "int", 50, validator=at_least(1)),
-        _D("transaction.state.log.replication.factor", "int", 3, "Capped at the number of live brokers (1).",
+        _D("transaction.state.log.replication.factor", "int", 3, "With embedded metadata capped at 1; in a cluster, "
+           "creation waits until this many brokers are live, as in Kafka.",
            at_least(1)),
         _D("transaction.state.log.min.isr", "int", 2, "Capped at the replication factor actually used.",
            at_least(1)),
@@ -289,8 +331,8 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         _D("offset.metadata.max.bytes", "int", 4096, validator=at_least(0)),
         _D("offsets.load.buffer.size", "int", 5242880, validator=at_least(1),
            no_effect="offsets partitions are read in fixed 4 MiB chunks"),
-        _D("offsets.commit.timeout.ms", "int", 5000, validator=at_least(1),
-           no_effect="an offset commit is a local append that waits for no follower"),
+        _D("offsets.commit.timeout.ms", "int", 5000, "In a cluster, how long a group coordinator's write waits "
+           "for the ISR to have it before answering.", at_least(1)),
         _D("group.coordinator.rebalance.protocols", "list", ["classic", "consumer"]),
         _D("group.consumer.session.timeout.ms", "int", 45000, validator=at_least(1)),
         _D("group.consumer.min.session.timeout.ms", "int", 45000, validator=at_least(1)),
@@ -310,11 +352,27 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         _D("telemetry.max.bytes", "int", 1048576, "The largest metrics payload a client may push "
            "(PushTelemetry); larger ones get TELEMETRY_TOO_LARGE.", at_least(1)),
         # --- end client telemetry ---
-        _D("replica.lag.time.max.ms", "long", 30000, no_effect=_NO_REPLICAS),
-        _D("request.timeout.ms", "int", 30000,
-           no_effect=f"{_SINGLE_BROKER} sends no requests to other brokers or controllers"),
-        _D("controlled.shutdown.enable", "bool", True,
-           no_effect=f"{_SINGLE_BROKER} has no leadership to move; SIGTERM always shuts down cleanly"),
+        # --- cluster and replication (ZooKeeper mode) ---
+        _D("replica.lag.time.max.ms", "long", 30000, "A follower that has not caught up for this long leaves "
+           "the ISR.", at_least(1)),
+        _D("replica.fetch.max.bytes", "int", 1048576, validator=at_least(0)),
+        _D("replica.fetch.response.max.bytes", "int", 10485760, validator=at_least(0)),
+        _D("replica.fetch.min.bytes", "int", 1, validator=at_least(1)),
+        _D("replica.fetch.wait.max.ms", "int", 500, validator=at_least(0)),
+        _D("replica.fetch.backoff.ms", "int", 1000, validator=at_least(0)),
+        _D("replica.socket.timeout.ms", "int", 30000, validator=at_least(1)),
+        _D("replica.socket.receive.buffer.bytes", "int", 65536),
+        _D("replica.high.watermark.checkpoint.interval.ms", "long", 5000, validator=at_least(1)),
+        _D("request.timeout.ms", "int", 30000, "Timeout of requests to other brokers.", at_least(1)),
+        _D("controlled.shutdown.enable", "bool", True, "On SIGTERM, move this broker's leaderships to other "
+           "replicas before stopping."),
+        _D("controlled.shutdown.max.retries", "int", 3, validator=at_least(0)),
+        _D("controlled.shutdown.retry.backoff.ms", "long", 5000, validator=at_least(0)),
+        _D("auto.leader.rebalance.enable", "bool", True, "The controller moves leadership back to the preferred "
+           "replica when a broker's imbalance exceeds leader.imbalance.per.broker.percentage."),
+        _D("leader.imbalance.check.interval.seconds", "long", 300, validator=at_least(1)),
+        _D("leader.imbalance.per.broker.percentage", "int", 10, validator=at_least(0)),
+        # --- end cluster and replication ---
         _D("log.flush.on.ack", "bool", False,
            "pykbroker: fsync the log before acknowledging acks=1/all, so that a lone broker loses nothing "
            "acknowledged on power loss. Kafka itself relies on replication instead."),
@@ -386,9 +444,10 @@ _UNIMPLEMENTED_PREFIXES = {
     "sasl.": "SASL authentication is not implemented",
     "authorizer.": "ACLs are not implemented",
     "super.users": "ACLs are not implemented",
-    "process.roles": "KRaft is not implemented: pykbroker runs with embedded metadata only",
-    "controller.": "KRaft is not implemented: pykbroker runs with embedded metadata only",
-    "zookeeper.": "pykbroker runs with embedded metadata only",
+    "process.roles": "KRaft is not implemented: pykbroker uses ZooKeeper or embedded metadata",
+    "controller.": "KRaft is not implemented: pykbroker uses ZooKeeper or embedded metadata",
+    "zookeeper.ssl": "TLS to ZooKeeper is not implemented",
+    "zookeeper.set.acl": "ZooKeeper ACLs are not implemented",
 }
 
 
@@ -552,6 +611,12 @@ class BrokerConfig:
         inter = self["inter.broker.listener.name"].strip().upper()
         if inter and inter not in names:
             raise ConfigError(f"configuration 'inter.broker.listener.name' names {inter}, which is not in 'listeners'")
+        if self["zookeeper.connect"].strip() and self.broker_id < 0:
+            raise ConfigError("configuration 'broker.id' must be set (0 or more) when 'zookeeper.connect' is set: "
+                              "broker id generation is not implemented")
+        if self["zookeeper.connect"].strip() and any(a.port == 0 for a in self.advertised_listeners):
+            raise ConfigError("configuration 'listeners' has port 0 (an ephemeral port), which cannot be registered "
+                              "in ZooKeeper for other brokers and clients: give each listener its port")
         for listener, key in self._listener_values:
             if listener not in names:
                 raise ConfigError(f"configuration 'listener.name.{listener.lower()}.{key}' names a listener "

@@ -76,7 +76,8 @@ command -v gcc >/dev/null || apt_install gcc libc6-dev
 
 if [ $WANT_TEST -eq 1 ]; then
     # kcat comes from Debian; Java for the Java client; Node for kafkajs.
-    apt_install kcat ca-certificates
+    # ZooKeeper (Debian's 3.8 package) for the cluster tests, which start their own servers.
+    apt_install kcat ca-certificates zookeeper
     command -v javac >/dev/null || apt_install openjdk-17-jdk-headless
     command -v node >/dev/null || apt_install nodejs npm
     pip_install -e '.[test,spark]'

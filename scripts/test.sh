@@ -13,3 +13,5 @@ echo "== pytest"
 echo "== compat (the same scenarios with six client implementations, against a pykbroker subprocess)"
 bash compat/setup.sh
 .venv/bin/pytest -p no:cacheprovider -n "${PYTEST_WORKERS:-2}" -q compat
+echo "== compat again, against a 3-broker pykbroker cluster (ZooKeeper + 3 brokers, bootstrap = one broker)"
+.venv/bin/pytest -p no:cacheprovider -n "${PYTEST_WORKERS:-2}" -q compat --pykbroker-cluster 3

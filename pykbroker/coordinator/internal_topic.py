@@ -1,8 +1,9 @@
 """What the group and transaction coordinators share about their internal topics.
 
 ``__consumer_offsets`` and ``__transaction_state`` are handled alike: a key (group id or
-transactional id) hashes to a partition as in Kafka, the topic is created on first use, the
-partitions this broker leads are replayed off the event loop when it becomes their leader, and
+transactional id) hashes to a partition as in Kafka; the topic is created at start with embedded
+metadata and on first use (FindCoordinator) in a cluster; the partitions this broker leads are
+replayed off the event loop when it becomes their leader and dropped when it stops leading them;
 the coordinator appends its records there as local, non-client appends.
 """
 
@@ -13,6 +14,7 @@ import time
 from collections.abc import Callable, Iterable
 
 import anyio
+from kio.schema.errors import ErrorCode
 
 from pykbroker.metadata.store import MetadataStore
 from pykbroker.protocol.records import BatchHeader, build_batch, decode_records, iter_batches, validate_for_append
@@ -60,6 +62,37 @@ def ensure_internal_topic(store: MetadataStore, topics: TopicManager, name: str,
             raise RuntimeError(f"cannot create {name}: {e.message}") from None
 
 
+_told: set[tuple[str, int]] = set()
+
+
+async def ensure_internal_topic_async(store: MetadataStore, topics: TopicManager, name: str, num_partitions: int,
+                                      replication_factor: int, configs: Callable[[int], dict[str, str | None]]
+                                      ) -> bool:
+    """Cluster mode: create the topic on first use with the configured replication factor.
+
+    As Kafka, no capping: with fewer live brokers than that the topic is not created and the
+    caller answers COORDINATOR_NOT_AVAILABLE (False).
+    """
+    if store.topic(name) is not None:
+        return True
+    live = len(store.live_brokers())
+    if live < replication_factor:
+        if (name, live) not in _told:  # once per topic and broker count, not once per FindCoordinator
+            _told.add((name, live))
+            log.warning("cannot create %s yet: %d live broker(s), its replication factor is %d", name, live,
+                        replication_factor)
+        return False
+    spec = TopicSpec(name, num_partitions=num_partitions, replication_factor=replication_factor,
+                     configs=configs(replication_factor))
+    try:
+        await topics.create_async(spec)
+    except TopicError as e:
+        if store.topic(name) is None and e.code != ErrorCode.topic_already_exists:
+            log.warning("cannot create %s: %s", name, e.message)
+            return False
+    return True
+
+
 def coordinator_node(store: MetadataStore, topic: str, partition: int) -> int | None:
     """The broker leading this partition of the internal topic, or None if unknown."""
     rec = store.topic(topic)
@@ -91,8 +124,24 @@ async def flush_partition(replicas: ReplicaManager, topic: str, partition: int) 
         await anyio.to_thread.run_sync(p.log.flush)
 
 
+async def wait_replicated(replicas: ReplicaManager, topic: str, partition: int, timeout_s: float) -> bool:
+    """Cluster mode: until the ISR has every record appended so far (Kafka's coordinators write with
+    acks=all); False on timeout or lost leadership, and the caller answers anyway."""
+    p = replicas.partition(topic, partition)
+    if p is None or p.offline:
+        return False
+    end = p.log.log_end_offset
+    if p.high_watermark >= end:
+        return True
+    ok = await replicas.wait_for_high_watermark(p, end, timeout_s)
+    if not ok:
+        log.warning("%s-%d: records up to offset %d not replicated to the ISR %s within %.1f s", topic, partition,
+                    end, p.isr, timeout_s)
+    return ok
+
+
 def read_records(p: Partition, feed: BatchFeed | None = None) -> list[KV]:
-    """The ``(key, value)`` records of a partition up to its high watermark (blocking: run off-loop).
+    """The ``(key, value)`` records of a partition up to its log end (blocking: run off-loop).
 
     Without ``feed`` control batches are skipped; with it, every batch's records go through
     ``feed`` and what it returns is kept.
@@ -100,7 +149,9 @@ def read_records(p: Partition, feed: BatchFeed | None = None) -> list[KV]:
     lg = p.log
     out: list[KV] = []
     offset = lg.log_start_offset
-    end = p.high_watermark
+    # As Kafka's coordinators: up to the log end. A new leader's high watermark may still lag records
+    # the previous leader had acknowledged (it advances with the followers' next fetches).
+    end = lg.log_end_offset
     while offset < end:
         res = lg.read(offset, LOAD_CHUNK_BYTES, max_offset=end)
         if not res.records:

@@ -1,9 +1,14 @@
 """The metadata store seam.
 
 Everything the broker knows about topics goes through :class:`MetadataStore`.
-The embedded backend keeps it in a file in the data directory; a ZooKeeper
-backend will implement the same interface, with watches feeding
-:meth:`MetadataStore.add_listener` callbacks.
+The embedded backend keeps it in a file in the data directory; the ZooKeeper
+backend (metadata/zookeeper.py) implements the same interface, its watches
+feeding :meth:`MetadataStore.add_listener` callbacks on the broker's event loop.
+
+Threading rule: the cached views (topics(), live_brokers(), ...) are read and
+changed only on the broker's event loop thread, and listeners are called there.
+A store whose writes do network I/O says so with ``blocking = True``; callers on
+the event loop then run its writes in a worker thread (:func:`run_store`).
 """
 
 from __future__ import annotations
@@ -13,6 +18,9 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
+
+T = TypeVar("T")
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 MAX_TOPIC_NAME_LENGTH = 249
@@ -39,6 +47,13 @@ class PartitionAssignment:
     leader: int = -1
     leader_epoch: int = 0
     isr: list[int] = field(default_factory=list)
+    # ZooKeeper mode: the controller epoch that wrote the state, and the state znode's version,
+    # against which a leader's ISR change is conditional (-1: not from ZooKeeper).
+    controller_epoch: int = 0
+    zk_version: int = -1
+    # A reassignment in progress (KIP-455): replicas being added and removed.
+    adding_replicas: list[int] = field(default_factory=list)
+    removing_replicas: list[int] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -93,6 +108,15 @@ class UnknownTopic(Exception):
 
 MetadataListener = Callable[[str, "TopicRecord | None"], None]
 ConfigListener = Callable[[int, str], None]
+ClusterListener = Callable[[], None]
+
+
+class StaleState(Exception):
+    """A conditional write lost: the partition state changed since it was read."""
+
+
+class StoreUnavailable(Exception):
+    """The store cannot be reached (ZooKeeper down or session lost); retriable."""
 
 # Kafka's ConfigResource.Type ids of the entities whose dynamic configs live in the store (topic
 # configs live with their TopicRecord). ZooKeeper keeps them at /config/brokers/<id> (and
@@ -110,11 +134,51 @@ class MetadataStore(ABC):
     """Topics, partitions, configs and id allocation for the cluster."""
 
     cluster_id: str
+    # Whether writes do network I/O (ZooKeeper): callers on the event loop use run_store().
+    blocking: bool = False
 
     def __init__(self) -> None:
         self._listeners: list[MetadataListener] = []
         self._config_listeners: list[ConfigListener] = []
+        self._cluster_listeners: list[ClusterListener] = []
         self._by_id: dict[uuid.UUID, TopicRecord] = {}
+
+    def add_cluster_listener(self, listener: ClusterListener) -> None:
+        """Called (on the event loop) after the live brokers or the controller changed."""
+        self._cluster_listeners.append(listener)
+
+    def _notify_cluster(self) -> None:
+        for listener in self._cluster_listeners:
+            listener()
+
+    def set_poster(self, post: Callable[[Callable[[], None]], None]) -> None:
+        """How the store runs a callable on the broker's event loop thread (thread-safe).
+
+        The embedded store never needs it; the ZooKeeper store delivers every watch through it.
+        """
+        self._post = post
+
+    def broker_rack(self, broker_id: int) -> str | None:
+        """The rack a live broker registered with (broker.rack), if any."""
+        return None
+
+    def is_cluster(self) -> bool:
+        """Whether this store coordinates several brokers (ZooKeeper mode)."""
+        return False
+
+    def update_isr(self, topic: str, index: int, leader_epoch: int, isr: list[int], zk_version: int) -> int:
+        """The leader's ISR change, conditional on the state it last read; returns the new zk_version.
+
+        Raises StaleState when the state changed meanwhile (the leader then waits for the new state).
+        """
+        rec = self.topics().get(topic)
+        if rec is None or index not in rec.partitions:
+            raise StaleState(f"{topic}-{index}")
+        a = rec.partitions[index]
+        if a.leader_epoch != leader_epoch:
+            raise StaleState(f"{topic}-{index}")
+        a.isr = list(isr)
+        return a.zk_version
 
     def add_listener(self, listener: MetadataListener) -> None:
         """Called with (topic name, new record or None when deleted) after every change."""
@@ -213,3 +277,12 @@ class MetadataStore(ABC):
     @abstractmethod
     def allocate_producer_ids(self, count: int) -> int:
         """Reserve ``count`` producer ids unique for the life of the cluster; returns the first."""
+
+
+async def run_store(store: MetadataStore, fn: Callable[..., T], *args: object) -> T:
+    """Call a store write from the event loop: in a worker thread when it does network I/O."""
+    if not store.blocking:
+        return fn(*args)
+    import anyio.to_thread
+
+    return await anyio.to_thread.run_sync(fn, *args)

@@ -36,6 +36,9 @@ _ZERO_UUID_BYTES = bytes(16)
 _UVARINT_SMALL = [bytes([i]) for i in range(128)]
 
 
+_DIVERGING = struct.Struct(">iq")  # EpochEndOffset: epoch, end offset
+
+
 def _uvarint(n: int) -> bytes:
     if n < 128:
         return _UVARINT_SMALL[n]
@@ -149,7 +152,11 @@ def encode_fetch_response(version: int, body: Mapping[str, Any]) -> bytes | None
                 append(_uvarint(len(records) + 1) if flexible else _I32.pack(len(records)))
                 append(records)
             if flexible:
-                append(b"\x00")
+                diverging = p.get("diverging_epoch")  # tag 0 (v12+), set only on a follower's fetch
+                if diverging is None:
+                    append(b"\x00")
+                else:
+                    append(b"\x01\x00\x0d" + _DIVERGING.pack(diverging["epoch"], diverging["end_offset"]) + b"\x00")
         if flexible:
             append(b"\x00")
     if flexible:

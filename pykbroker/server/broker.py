@@ -4,15 +4,23 @@ Startup loads the metadata store and every local log (recovering those that
 were not shut down cleanly), then opens the listeners.  Shutdown stops
 reading requests, lets in-flight ones finish, flushes and closes the logs and
 writes the clean-shutdown marker so the next start skips recovery.
+
+With ``zookeeper.connect`` set the broker joins a cluster: the metadata store is
+ZooKeeper (its watches arrive on the event loop through the store's poster), the
+broker registers under /brokers/ids once its listeners are open, runs a controller
+candidate and the replica fetchers, and on SIGTERM first asks the controller to
+move its leaderships elsewhere (controlled shutdown).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -21,10 +29,11 @@ import anyio.abc
 from pykbroker import __version__
 from pykbroker.config import BrokerConfig, effective_topic_config, log_config_for
 from pykbroker.coordinator.group.service import OFFSETS_TOPIC, GroupCoordinator
+from pykbroker.coordinator.inter_broker import InterBrokerClients
 from pykbroker.coordinator.transaction.offsets import TxnOffsets
 from pykbroker.coordinator.transaction.service import TXN_TOPIC, TransactionCoordinator
-from pykbroker.metadata.embedded import EmbeddedMetadataStore
-from pykbroker.metadata.store import MetadataStore
+from pykbroker.metadata.embedded import META_PROPERTIES, EmbeddedMetadataStore, write_atomically
+from pykbroker.metadata.store import MetadataStore, StoreUnavailable, run_store
 from pykbroker.server.connection_quotas import quotas_from_config
 from pykbroker.server.context import Services
 from pykbroker.server.dispatcher import Dispatcher
@@ -55,15 +64,32 @@ def _periodic(
     return loop
 
 
+class StartupError(Exception):
+    """The broker cannot start for a reason an operator must fix; told in one line, exit status 1."""
+
+
+def _read_properties(path: Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text().splitlines()
+                if "=" in line and not line.startswith("#"))
+
+
+def _make_store(config: BrokerConfig, endpoints: list[tuple[str, str, int]]) -> MetadataStore:
+    if not config["zookeeper.connect"].strip():
+        return EmbeddedMetadataStore(config.log_dirs[0], config.broker_id, endpoints)
+    from pykbroker.metadata.zookeeper import ZkMetadataStore  # kazoo is loaded only for a cluster
+
+    return ZkMetadataStore(config, config.broker_id, endpoints, config["broker.rack"])
+
+
 class Broker:
     def __init__(self, config: BrokerConfig, store: MetadataStore | None = None) -> None:
         self.config = config
         self.broker_id = config.broker_id
         advertised = config.advertised_listeners
         self.log_manager = LogManager(config.log_dirs, log_config_for(config, {}))
-        self.store = store or EmbeddedMetadataStore(
-            config.log_dirs[0], self.broker_id, [(a.name, a.host, a.port) for a in advertised]
-        )
+        self.store = store or _make_store(config, [(a.name, a.host, a.port) for a in advertised])
+        self.cluster = self.store.is_cluster()
+        self.controller: Any = None  # the controller candidate (cluster mode), started once registered
         self.replicas = ReplicaManager(self.broker_id, self.log_manager)
         self.topics = TopicManager(config, self.store, self.replicas)
         self.services = Services(config, self.store, self.replicas, self.topics, advertised,
@@ -104,12 +130,19 @@ class Broker:
 
     def startup(self) -> None:
         started = time.monotonic()
-        self.store.start()
+        self._start_store()
+        if self.cluster:
+            self._check_meta_properties()
         self.log_manager.startup(config_for=self._log_config_for)
         metadata_dir = self.log_manager.log_dirs[0]
         if self.log_manager.failure_channel.is_offline(metadata_dir):  # see _handle_log_dir_failures
             raise OSError(f"the metadata log dir {metadata_dir} failed to load: "
                           f"{self.log_manager.failure_channel.offline_dirs()[metadata_dir]}")
+        if self.cluster:
+            self.replicas.set_cluster(self._inter_broker_endpoint, self._write_isr)
+            self.txn.remote = InterBrokerClients(self._inter_broker_endpoint, client_id=f"broker-{self.broker_id}",
+                                                 timeout_s=self.config["request.timeout.ms"] / 1000)
+            self._remove_stray_logs()
         self.topics.load_all()
         self.groups.startup()  # creates __consumer_offsets, marks its partitions loading
         self.txn.startup()  # creates __transaction_state, marks its partitions loading
@@ -120,29 +153,169 @@ class Broker:
             len(self.store.topics()), time.monotonic() - started,
         )
 
+    def _start_store(self) -> None:
+        if not self.cluster:
+            self.store.start()
+            return
+        from pykbroker.metadata.zookeeper import ZkConnectError
+
+        log.info("connecting to ZooKeeper at %s", self.config["zookeeper.connect"])
+        try:
+            self.store.start()
+        except ZkConnectError as e:
+            self.store.close()
+            raise StartupError(str(e)) from None
+        log.info("connected to ZooKeeper: cluster_id=%s live brokers=%s topics=%d", self.store.cluster_id,
+                 sorted(self.store.live_brokers()), len(self.store.topics()))
+
+    def _check_meta_properties(self) -> None:
+        """Each log dir belongs to one cluster and one broker id (Kafka's meta.properties check), so a
+        wrong zookeeper.connect cannot make this broker delete its logs as strays of an empty cluster."""
+        for log_dir in self.config.log_dirs:
+            path = log_dir / META_PROPERTIES
+            try:
+                props = _read_properties(path) if path.exists() else {}
+            except OSError as e:
+                raise StartupError(f"cannot read {path}: {e}") from None
+            stored_cluster = props.get("cluster.id", "").strip()
+            if stored_cluster and stored_cluster != self.store.cluster_id:
+                raise StartupError(
+                    f"The Cluster ID {self.store.cluster_id} doesn't match stored clusterId {stored_cluster} in "
+                    f"{path}. The broker is trying to join the wrong cluster. Configured zookeeper.connect may be "
+                    "wrong.")
+            stored_broker = props.get("broker.id", "").strip()
+            if stored_broker and stored_broker != str(self.broker_id):
+                raise StartupError(f"Configured broker.id {self.broker_id} doesn't match stored broker.id "
+                                   f"{stored_broker} in {path}. If you moved your data, make sure your configured "
+                                   "broker.id matches.")
+            if not props:
+                log_dir.mkdir(parents=True, exist_ok=True)
+                write_atomically(path, f"version=0\ncluster.id={self.store.cluster_id}\n"
+                                       f"broker.id={self.broker_id}\n".encode())
+
+    def _remove_stray_logs(self) -> None:
+        """Delete the local logs of partitions this broker no longer hosts: their topic was deleted (or
+        reassigned away) while it was down."""
+        for topic, index in self.topics.stray_logs():
+            log.info("removing the log of %s-%d: this broker is no longer one of its replicas", topic, index)
+            self.replicas.stop_replica(topic, index, delete=True)
+
+    def _inter_broker_endpoint(self, broker_id: int) -> tuple[str, int] | None:
+        """Where followers fetch from: the broker's endpoint on inter.broker.listener.name."""
+        for name, host, port in self.store.live_brokers().get(broker_id, ()):
+            if name == self._inter_broker_listener:
+                return host, port
+        return None
+
+    @property
+    def _inter_broker_listener(self) -> str:
+        name = str(self.config["inter.broker.listener.name"]).strip().upper()
+        return name or self.config.listeners[0].name
+
+    def _write_isr(self, topic: str, index: int, leader_epoch: int, isr: list[int], zk_version: int
+                   ) -> Awaitable[int]:
+        return run_store(self.store, self.store.update_isr, topic, index, leader_epoch, isr, zk_version)
+
+    async def _register(self) -> None:
+        """Join the cluster once the listeners are open: /brokers/ids/<id>, then the controller candidate.
+
+        Off the event loop: a restart right after kill -9 may wait there for the previous session's
+        registration to expire, while ZooKeeper watches keep updating the caches.
+        """
+        from pykbroker.controller.controller import ZkController
+        from pykbroker.metadata.zookeeper import DuplicateBrokerId
+
+        try:
+            await run_store(self.store, self.store.register_broker)  # type: ignore[attr-defined]
+        except DuplicateBrokerId as e:
+            raise StartupError(str(e)) from None
+        except StoreUnavailable as e:
+            raise StartupError(f"cannot register broker {self.broker_id} in ZooKeeper: {e}") from None
+        log.info("registered broker %d in ZooKeeper", self.broker_id)
+        self.controller = ZkController(self.store.zk, self.broker_id, self.config)  # type: ignore[attr-defined]
+        self.controller.start()
+
+    def _leads_with_other_live_isr(self) -> list[tuple[str, int]]:
+        """Partitions this broker leads that another live ISR member could lead (controlled shutdown)."""
+        me = self.broker_id
+        live = self.store.live_brokers()
+        return [(name, i) for name, rec in self.store.topics().items() for i, a in rec.partitions.items()
+                if a.leader == me and any(b != me and b in live for b in a.isr)]
+
+    async def _controlled_shutdown(self) -> None:
+        """Ask the controller to move this broker's leaderships away and wait, serving meanwhile, until
+        none is left that another live ISR member could take (bounded, as Kafka's retries)."""
+        bound = max(5.0, self.config["controlled.shutdown.max.retries"]
+                    * self.config["controlled.shutdown.retry.backoff.ms"] / 1000)
+        led = self._leads_with_other_live_isr()
+        log.info("controlled shutdown: asking the controller to move %d leadership(s) away", len(led))
+        try:
+            await run_store(self.store, self.store.begin_controlled_shutdown)  # type: ignore[attr-defined]
+        except StoreUnavailable as e:
+            log.warning("controlled shutdown: ZooKeeper is not reachable (%s); shutting down without it", e)
+            return
+        if await self.topics.wait_until(lambda: not self._leads_with_other_live_isr(), bound):
+            log.info("controlled shutdown: no leadership left that another replica can take")
+        else:
+            left = self._leads_with_other_live_isr()
+            log.warning("controlled shutdown: %d leadership(s) not moved within %.1f s (%s); shutting down anyway",
+                        len(left), bound, ", ".join(f"{t}-{i}" for t, i in sorted(left)[:10]))
+
+    async def _stop_controller(self) -> None:
+        if self.controller is not None:
+            log.info("stopping the controller")
+            await anyio.to_thread.run_sync(self.controller.stop)
+            self.controller = None
+
     def _log_config_for(self, topic: str) -> LogConfig:
         rec = self.store.topic(topic)
         return log_config_for(self.config, rec.configs if rec is not None else {})
 
+    async def _open_listeners(self) -> list[tuple[Any, Any]]:
+        listeners: list[tuple[Any, Any]] = []
+        for lst in self.config.listeners:
+            try:
+                listener = await anyio.create_tcp_listener(local_host=lst.host or None, local_port=lst.port,
+                                                           reuse_port=False)
+            except OSError as e:  # say which listener: the bare errno names no address
+                for _, opened in listeners:
+                    await opened.aclose()
+                # Nothing was served: close the logs cleanly, so the next start need not recover them.
+                self.log_manager.shutdown()
+                self.store.close()
+                raise OSError(e.errno, f"listener {lst.name}://{lst.host}:{lst.port}: {e.strerror}") from None
+            listeners.append((lst, listener))
+            port = listener.extra(anyio.abc.SocketAttribute.local_port)
+            self.bound_ports.append(port)
+        return listeners
+
     async def run(self, *, handle_signals: bool = True) -> None:
         raise_nofile_limit()
-        self.startup()
+        if self.cluster:  # ZooKeeper watches are delivered on this loop
+            loop = asyncio.get_running_loop()
+
+            def post(fn: Callable[[], None]) -> None:
+                loop.call_soon_threadsafe(fn)
+
+            self.store.set_poster(post)
+        try:
+            self.startup()
+        except BaseException:
+            if self.cluster:
+                self.store.close()
+            raise
+        listeners = await self._open_listeners()
+        if self.cluster:
+            try:
+                await self._register()
+            except BaseException:
+                for _, opened in listeners:
+                    await opened.aclose()
+                await self._stop_controller()
+                self.log_manager.shutdown()
+                self.store.close()
+                raise
         async with anyio.create_task_group() as tg:
-            listeners: list[tuple[Any, Any]] = []
-            for lst in self.config.listeners:
-                try:
-                    listener = await anyio.create_tcp_listener(local_host=lst.host or None, local_port=lst.port,
-                                                               reuse_port=False)
-                except OSError as e:  # say which listener: the bare errno names no address
-                    for _, opened in listeners:
-                        await opened.aclose()
-                    # Nothing was served: close the logs cleanly, so the next start need not recover them.
-                    self.log_manager.shutdown()
-                    self.store.close()
-                    raise OSError(e.errno, f"listener {lst.name}://{lst.host}:{lst.port}: {e.strerror}") from None
-                listeners.append((lst, listener))
-                port = listener.extra(anyio.abc.SocketAttribute.local_port)
-                self.bound_ports.append(port)
             serve_scope = anyio.CancelScope()
             serve_done = anyio.Event()
 
@@ -173,6 +346,8 @@ class Broker:
                                     self.log_manager.checkpoint))
             tg.start_soon(self._handle_log_dir_failures)
             tg.start_soon(self.replicas.run_log_dir_moves)  # AlterReplicaLogDirs
+            if self.cluster:
+                tg.start_soon(self.replicas.run_replication, self.config)  # fetchers, ISR shrink, HW checkpoint
             log.info(
                 "pykbroker %s started broker_id=%d cluster_id=%s log_dirs=%s listeners=%s advertised=%s",
                 __version__, self.broker_id, self.store.cluster_id, ",".join(str(d) for d in self.config.log_dirs),
@@ -182,6 +357,9 @@ class Broker:
             )
             await self._stop.wait()
             log.debug("shutting down")
+            if self.cluster and self.config["controlled.shutdown.enable"]:
+                await self._controlled_shutdown()  # still serving: clients follow the moved leaders
+            await self._stop_controller()
             serve_scope.cancel()
             # Close the listeners only once the accept loops have seen the cancellation: closing
             # first makes a pending accept() raise ClosedResourceError, failing the shutdown.
@@ -191,12 +369,14 @@ class Broker:
             self.services.shutting_down.set()
             self.groups.shutdown()  # answers delayed JoinGroup/SyncGroup requests
             self.txn.shutdown()
-            self.replicas.fetch_waiters.notify_all()
+            self.replicas.wake_all_waiters()  # fetches and acks=all produces
             self.server.begin_shutdown()
             await self.server.wait_drained(10.0)
+            if self.txn.remote is not None:
+                await self.txn.remote.close()
             tg.cancel_scope.cancel()
         self.log_manager.shutdown()
-        self.store.close()
+        self.store.close()  # cluster mode: the session ends, /brokers/ids/<id> goes away
         log.info("shutdown complete")
         if self._fatal is not None:
             log.critical("exiting with status 1: %s", self._fatal)

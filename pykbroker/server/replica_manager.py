@@ -1,11 +1,13 @@
-"""Partitions hosted by this broker: their logs, leadership and high watermarks.
+"""Partitions hosted by this broker: their logs, roles (leader or follower) and high watermarks.
 
-This is the leadership seam.  Today every partition is led by this broker and
-the ISR is just us, so the high watermark follows the log end offset.  When
-replication lands, followers will advance the high watermark through
-:meth:`Partition.maybe_advance_high_watermark` and leadership changes will
-arrive from the metadata store; the produce and fetch handlers already ask
-:meth:`ReplicaManager.partition` for a leader and respect its answer.
+With embedded metadata every partition is led here and the ISR is just us, so the high
+watermark follows the log end offset.  In a cluster (after :meth:`ReplicaManager.set_cluster`)
+the metadata store's changes make this broker leader or follower of each partition: a
+leader learns its followers' progress from their fetches, moves the HW to the smallest LEO
+over the ISR, adds followers that caught up to the ISR and drops those that lagged longer than
+replica.lag.time.max.ms (conditional ZooKeeper writes through the ISR writer); a follower
+fetches from its leader (pykbroker/replication/fetcher.py).  Client fetches wait for HW
+movement, follower fetches for appends, acks=all produces for the HW.
 
 A partition whose log dir failed is offline (Kafka's HostedPartition.Offline): it stays
 known here so that produce, fetch and ListOffsets answer KAFKA_STORAGE_ERROR for it, and
@@ -16,21 +18,40 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterable
+import time
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
 from kio.schema.errors import ErrorCode
 
+from pykbroker.metadata.store import StaleState
+from pykbroker.replication.rules import (
+    FollowerState,
+    can_join_isr,
+    leader_high_watermark,
+    out_of_sync_replicas,
+)
 from pykbroker.storage.log import KafkaStorageError, Log
 from pykbroker.storage.log_config import LogConfig
 from pykbroker.storage.log_manager import LogManager, LogMove
 
+if TYPE_CHECKING:
+    from pykbroker.config import BrokerConfig
+    from pykbroker.replication.fetcher import ReplicaFetcherManager
+
 log = logging.getLogger("pykbroker.replica")
 
 TopicPartition = tuple[str, int]
+# (topic, partition, leader_epoch, new ISR, state znode version) -> the new version; raises StaleState.
+IsrWriter = Callable[[str, int, int, list[int], int], Awaitable[int]]
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 @dataclass(eq=False)
@@ -43,10 +64,21 @@ class Partition:
     replicas: list[int] = field(default_factory=list)
     isr: list[int] = field(default_factory=list)
     high_watermark: int = 0
+    # This broker's id (is_leader compares against it); the state znode version an ISR change
+    # is conditional on; and, while leading, what each remote replica told us by fetching.
+    local_id: int = -1
+    zk_version: int = -1
+    followers: dict[int, FollowerState] = field(default_factory=dict)
+    isr_change_pending: bool = False
+    leader_epoch_start_offset: int = 0  # our LEO when we became leader in this epoch
 
     @property
     def tp(self) -> TopicPartition:
         return (self.topic, self.index)
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader_id == self.local_id
 
     @property
     def offline(self) -> bool:
@@ -62,12 +94,51 @@ class Partition:
         return min(self.high_watermark, first_unstable)
 
     def maybe_advance_high_watermark(self) -> bool:
-        """With the ISR being only this broker, every appended offset is fully replicated."""
-        new_hw = self.log.log_end_offset
-        if new_hw != self.high_watermark:
+        """HW = the smallest LEO over the ISR; with the ISR being only this broker, the LEO.
+
+        With followers in the ISR the HW only moves forward.
+        """
+        if len(self.isr) <= 1:
+            new_hw = self.log.log_end_offset
+            if new_hw != self.high_watermark:
+                self.high_watermark = new_hw
+                return True
+            return False
+        new_hw = leader_high_watermark(self.log.log_end_offset, self.isr, self.local_id, self.followers)
+        if new_hw > self.high_watermark:
             self.high_watermark = new_hw
             return True
         return False
+
+    def update_follower_fetch(self, replica_id: int, fetch_offset: int, log_start_offset: int, now_ms: int) -> None:
+        """A follower fetched from ``fetch_offset``: it has everything below it."""
+        st = self.followers.get(replica_id)
+        if st is None:
+            st = self.followers[replica_id] = FollowerState()
+        st.on_fetch(fetch_offset, log_start_offset, self.log.log_end_offset, now_ms)
+
+    def maybe_expand_isr(self, replica_id: int) -> list[int] | None:
+        """The ISR with ``replica_id`` added if it just caught up (called on its fetch), else None.
+
+        Only the fetching follower is considered: the last state of a dead one must not bring it back.
+        """
+        st = self.followers.get(replica_id)
+        if (st is None or replica_id in self.isr or replica_id not in self.replicas
+                or not can_join_isr(st, self.high_watermark, self.leader_epoch_start_offset)):
+            return None
+        return [*self.isr, replica_id]
+
+    def maybe_shrink_isr(self, now_ms: int, lag_max_ms: int) -> list[int] | None:
+        """The ISR without followers that lagged longer than ``lag_max_ms``, or None when all keep up."""
+        out = out_of_sync_replicas(self.isr, self.local_id, self.followers, now_ms, lag_max_ms)
+        if not out:
+            return None
+        return [r for r in self.isr if r not in out]
+
+    def reset_followers(self, now_ms: int) -> None:
+        """On becoming leader: followers in the ISR count as caught up now, the others never."""
+        self.followers = {rid: FollowerState(last_caught_up_ms=now_ms if rid in self.isr else 0)
+                          for rid in self.replicas if rid != self.local_id}
 
 
 class FetchWaiters:
@@ -112,11 +183,104 @@ class ReplicaManager:
         self._partitions: dict[TopicPartition, Partition] = {}
         # Partitions we lead whose log could not be opened because their log dir is offline.
         self._offline: set[TopicPartition] = set()
+        # Client fetches wait for the HW to move; follower fetches for appends; acks=all
+        # produces for the HW (or an ISR change).
         self.fetch_waiters = FetchWaiters()
+        self.replica_fetch_waiters = FetchWaiters()
+        self.produce_waiters = FetchWaiters()
         # AlterReplicaLogDirs: moves run in this task group (see run_log_dir_moves).
         self._move_group: anyio.abc.TaskGroup | None = None
         self._moves: dict[TopicPartition, LogMove] = {}
         self._next_target: dict[TopicPartition, Path] = {}  # a move asked for while another is cancelled
+        # Cluster mode (set_cluster / run_replication); None with embedded metadata.
+        self.endpoint_of: Callable[[int], tuple[str, int] | None] | None = None
+        self._isr_writer: IsrWriter | None = None
+        self._replication_group: anyio.abc.TaskGroup | None = None
+        self.fetchers: ReplicaFetcherManager | None = None
+        self.lag_time_max_ms = 30000
+
+    def set_cluster(self, endpoint_of: Callable[[int], tuple[str, int] | None], isr_writer: IsrWriter) -> None:
+        """Cluster mode: how to reach a broker's inter-broker endpoint and how to write an ISR change."""
+        self.endpoint_of = endpoint_of
+        self._isr_writer = isr_writer
+        self.log_manager.high_watermarks = self.high_watermarks
+
+    @property
+    def replicating(self) -> bool:
+        """Cluster mode: fetches with a replica id are followers' (with embedded metadata, consumers')."""
+        return self.endpoint_of is not None
+
+    def high_watermarks(self) -> dict[TopicPartition, int]:
+        """Every hosted partition's HW, for the replication-offset-checkpoint file."""
+        return {tp: p.high_watermark for tp, p in list(self._partitions.items()) if not p.log.offline}
+
+    async def run_replication(self, config: BrokerConfig) -> None:
+        """Runs for the broker's lifetime in cluster mode: follower fetchers, ISR shrink checks, HW checkpoints."""
+        from pykbroker.replication.fetcher import FetchSettings, ReplicaFetcherManager
+
+        if self.endpoint_of is None:
+            raise RuntimeError("set_cluster must be called before run_replication")
+        self.lag_time_max_ms = int(config["replica.lag.time.max.ms"])
+        settings = FetchSettings.from_config(config, self.broker_id)
+        if self.fetchers is None:
+            self.fetchers = ReplicaFetcherManager(self, settings)
+        else:
+            self.fetchers.settings = settings
+        async with anyio.create_task_group() as tg:
+            self._replication_group = tg
+            try:
+                tg.start_soon(self.fetchers.run)
+                tg.start_soon(self._run_isr_shrink, max(self.lag_time_max_ms / 2000, 0.05))
+                tg.start_soon(self._run_hw_checkpoint,
+                              int(config["replica.high.watermark.checkpoint.interval.ms"]) / 1000)
+                await anyio.sleep_forever()
+            finally:
+                self._replication_group = None
+
+    async def _run_isr_shrink(self, interval_s: float) -> None:
+        while True:
+            await anyio.sleep(interval_s)
+            self.check_isr_shrink(now_ms())
+
+    async def _run_hw_checkpoint(self, interval_s: float) -> None:
+        while True:
+            await anyio.sleep(interval_s)
+            await anyio.to_thread.run_sync(self.log_manager.checkpoint_high_watermarks)
+
+    def check_isr_shrink(self, now: int) -> None:
+        """Drop followers that lagged longer than replica.lag.time.max.ms from the ISRs we lead."""
+        for p in list(self._partitions.values()):
+            if p.is_leader and len(p.isr) > 1 and not p.isr_change_pending and not p.log.offline:
+                new_isr = p.maybe_shrink_isr(now, self.lag_time_max_ms)
+                if new_isr is not None:
+                    log.info("Shrinking ISR of %s-%d from %s to %s", p.topic, p.index, p.isr, new_isr)
+                    self._submit_isr(p, new_isr)
+
+    def _submit_isr(self, p: Partition, new_isr: list[int]) -> None:
+        group = self._replication_group
+        if group is None or self._isr_writer is None or p.isr_change_pending:
+            return
+        p.isr_change_pending = True
+        group.start_soon(self._write_isr, p, new_isr, p.leader_epoch, p.zk_version)
+
+    async def _write_isr(self, p: Partition, new_isr: list[int], epoch: int, version: int) -> None:
+        """Conditional ISR write (on the state znode version we hold), then apply it if still leading."""
+        assert self._isr_writer is not None
+        try:
+            new_version = await self._isr_writer(p.topic, p.index, epoch, new_isr, version)
+        except StaleState:
+            log.info("ISR change of %s-%d to %s lost a race; waiting for the new state", p.topic, p.index, new_isr)
+            return
+        except Exception as exc:  # ZooKeeper unavailable: the next check retries
+            log.warning("ISR change of %s-%d to %s failed: %s", p.topic, p.index, new_isr, exc)
+            return
+        finally:
+            p.isr_change_pending = False
+        if self._partitions.get(p.tp) is p and p.is_leader and p.leader_epoch == epoch and p.zk_version <= new_version:
+            p.isr = list(new_isr)
+            p.zk_version = new_version
+            self._hw_maybe_moved(p)
+            self.produce_waiters.notify(p.tp)
 
     def partition(self, topic: str, index: int) -> Partition | None:
         return self._partitions.get((topic, index))
@@ -134,7 +298,7 @@ class ReplicaManager:
         for tp in tps:
             if tp not in self._partitions:
                 self._offline.add(tp)
-            self.fetch_waiters.notify(tp)
+            self._wake(tp)
         if tps:
             log.error("%d partition(s) offline: %s", len(tps),
                       ", ".join(f"{t}-{i}" for t, i in sorted(tps)[:20]) + (" ..." if len(tps) > 20 else ""))
@@ -142,21 +306,41 @@ class ReplicaManager:
     def partitions(self) -> dict[TopicPartition, Partition]:
         return self._partitions
 
+    def _wake(self, tp: TopicPartition) -> None:
+        self.fetch_waiters.notify(tp)
+        self.replica_fetch_waiters.notify(tp)
+        self.produce_waiters.notify(tp)
+
+    def _open(self, topic: str, index: int, config: LogConfig) -> Log | None:
+        try:
+            lg = self.log_manager.get_or_create_log(topic, index, config)
+        except KafkaStorageError as exc:
+            log.error("partition %s-%d is offline: %s", topic, index, exc)
+            self._offline.add((topic, index))
+            return None
+        self._offline.discard((topic, index))
+        return lg
+
+    def _initial_high_watermark(self, p: Partition) -> int:
+        """The checkpointed HW capped at the LEO (the log start offset without one)."""
+        lg = p.log
+        hw = self.log_manager.checkpointed_high_watermark(p.topic, p.index)
+        return min(max(hw if hw is not None else 0, lg.log_start_offset), lg.log_end_offset)
+
     def make_leader(
-        self, topic: str, index: int, config: LogConfig, *, leader_epoch: int, replicas: list[int], isr: list[int]
+        self, topic: str, index: int, config: LogConfig, *, leader_epoch: int, replicas: list[int], isr: list[int],
+        zk_version: int = -1,
     ) -> Partition | None:
         """Become (or stay) leader of a partition, opening or creating its log.
 
         Returns None if its log dir is offline (the partition is then offline, see
-        :meth:`is_offline`).
+        :meth:`is_offline`).  A former follower stops fetching and keeps its HW: with
+        followers in the ISR it only advances as they fetch.
         """
         p = self._partitions.get((topic, index))
         if p is None:
-            try:
-                lg = self.log_manager.get_or_create_log(topic, index, config)
-            except KafkaStorageError as exc:
-                log.error("partition %s-%d is offline: %s", topic, index, exc)
-                self._offline.add((topic, index))
+            lg = self._open(topic, index, config)
+            if lg is None:
                 return None
             try:
                 lg.become_leader(leader_epoch)
@@ -164,21 +348,101 @@ class ReplicaManager:
                 log.error("partition %s-%d is offline: %s", topic, index, exc)
                 self._offline.add((topic, index))
                 return None
-            self._offline.discard((topic, index))
-            p = Partition(topic, index, lg, self.broker_id, leader_epoch, list(replicas), list(isr))
-            p.high_watermark = lg.log_end_offset
+            p = Partition(topic, index, lg, self.broker_id, leader_epoch, list(replicas), list(isr),
+                          local_id=self.broker_id, zk_version=zk_version)
+            if len(p.isr) <= 1:
+                p.high_watermark = lg.log_end_offset
+            else:
+                p.high_watermark = self._initial_high_watermark(p)
+            p.leader_epoch_start_offset = lg.log_end_offset
+            p.reset_followers(now_ms())
             self._partitions[(topic, index)] = p
+            return p
+        was_leader = p.is_leader
+        if not was_leader and self.fetchers is not None:
+            self.fetchers.remove(p.tp)
+        if (leader_epoch != p.leader_epoch or not was_leader) and not p.log.offline:
+            try:
+                p.log.become_leader(leader_epoch)
+            except KafkaStorageError as exc:
+                log.error("partition %s-%d is offline: %s", topic, index, exc)
+        if was_leader and leader_epoch == p.leader_epoch and 0 <= zk_version < p.zk_version:
+            # An older state than the one our own ISR write produced: nothing new.
+            p.log.update_config(config)
+            return p
+        new_role = not was_leader or leader_epoch != p.leader_epoch
+        p.leader_id = self.broker_id
+        p.leader_epoch = leader_epoch
+        p.replicas = list(replicas)
+        p.isr = list(isr)
+        p.zk_version = zk_version
+        p.log.update_config(config)
+        if new_role:
+            p.leader_epoch_start_offset = p.log.log_end_offset
+            p.reset_followers(now_ms())
+            if not was_leader:
+                log.info("Became leader of %s-%d in epoch %d at LEO %d, HW %d", topic, index, leader_epoch,
+                         p.log.log_end_offset, p.high_watermark)
+        self._hw_maybe_moved(p)
+        self._wake(p.tp)
+        return p
+
+    def make_follower(
+        self, topic: str, index: int, config: LogConfig, *, leader_id: int, leader_epoch: int, replicas: list[int],
+        isr: list[int], zk_version: int = -1,
+    ) -> Partition | None:
+        """Follow ``leader_id``: open or create the log and fetch from the leader.
+
+        A new leader or epoch restarts fetching from our LEO; the leader's diverging-epoch
+        answer tells us where to truncate.  Returns None if the log dir is offline.
+        """
+        tp = (topic, index)
+        p = self._partitions.get(tp)
+        if p is None:
+            lg = self._open(topic, index, config)
+            if lg is None:
+                return None
+            p = Partition(topic, index, lg, leader_id, leader_epoch, list(replicas), list(isr),
+                          local_id=self.broker_id, zk_version=zk_version)
+            p.high_watermark = self._initial_high_watermark(p)
+            self._partitions[tp] = p
+            changed = True
         else:
-            if leader_epoch != p.leader_epoch and not p.log.offline:
-                try:
-                    p.log.become_leader(leader_epoch)
-                except KafkaStorageError as exc:
-                    log.error("partition %s-%d is offline: %s", topic, index, exc)
+            changed = p.leader_id != leader_id or p.leader_epoch != leader_epoch
+            if p.is_leader:
+                log.info("Became follower of %s-%d (leader %d, epoch %d)", topic, index, leader_id, leader_epoch)
+            p.leader_id = leader_id
             p.leader_epoch = leader_epoch
             p.replicas = list(replicas)
             p.isr = list(isr)
-            p.log.update_config(config)
+            p.zk_version = zk_version
+            p.followers = {}
+            if not p.log.offline:
+                p.log.update_config(config)
+                p.log.leader_epoch = None  # a follower stamps nothing: batches keep the leader's epochs
+            p.high_watermark = min(p.high_watermark, p.log.log_end_offset)
+        # Requests waiting on us as leader now answer NOT_LEADER_OR_FOLLOWER.
+        self._wake(tp)
+        if self.fetchers is None:
+            from pykbroker.replication.fetcher import ReplicaFetcherManager
+
+            self.fetchers = ReplicaFetcherManager(self, None)
+        if leader_id < 0 or p.log.offline:
+            self.fetchers.remove(tp)  # no live leader yet: the next metadata change names one
+        elif changed or not self.fetchers.has(tp):
+            self.fetchers.add(p)
         return p
+
+    def stop_replica(self, topic: str, index: int, *, delete: bool) -> None:
+        """No longer a replica (reassigned away, topic deleted): stop fetching, forget it, delete the log if asked."""
+        tp = (topic, index)
+        if self.fetchers is not None:
+            self.fetchers.remove(tp)
+        self._partitions.pop(tp, None)
+        self._wake(tp)
+        if delete:
+            self._offline.discard(tp)
+            self.log_manager.delete_log(topic, index)
 
     def update_config(self, topic: str, config: LogConfig) -> None:
         for (t, _i), p in self._partitions.items():
@@ -187,9 +451,11 @@ class ReplicaManager:
 
     def remove_topic(self, topic: str) -> None:
         for tp in [tp for tp in self._partitions if tp[0] == topic]:
+            if self.fetchers is not None:
+                self.fetchers.remove(tp)
             self._partitions.pop(tp)
             self.log_manager.delete_log(*tp)
-            self.fetch_waiters.notify(tp)
+            self._wake(tp)
         for tp in [tp for tp in self._offline if tp[0] == topic]:
             self._offline.discard(tp)
             self.log_manager.delete_log(*tp)
@@ -198,6 +464,58 @@ class ReplicaManager:
     def on_appended(self, partition: Partition) -> None:
         if partition.maybe_advance_high_watermark():
             self.fetch_waiters.notify(partition.tp)
+            self.produce_waiters.notify(partition.tp)
+        self.replica_fetch_waiters.notify(partition.tp)
+
+    def wake_all_waiters(self) -> None:
+        """Shutdown: every waiting fetch and acks=all produce re-checks now (and sees shutting_down)."""
+        self.fetch_waiters.notify_all()
+        self.replica_fetch_waiters.notify_all()
+        self.produce_waiters.notify_all()
+
+    async def wait_for_high_watermark(self, p: Partition, offset: int, timeout_s: float) -> bool:
+        """Until the HW reaches ``offset`` (acks=all for coordinator writes); False on timeout or lost leadership."""
+        deadline = anyio.current_time() + timeout_s
+        for _ in range(1_000_000):  # each round is woken by an HW or role change, or times out
+            if self._partitions.get(p.tp) is not p or not p.is_leader:
+                return False
+            if p.high_watermark >= offset:
+                return True
+            remaining = deadline - anyio.current_time()
+            if remaining <= 0:
+                return False
+            event = anyio.Event()
+            self.produce_waiters.register([p.tp], event)
+            try:
+                with anyio.move_on_after(remaining):
+                    await event.wait()
+            finally:
+                self.produce_waiters.unregister([p.tp], event)
+        return False
+
+    def _hw_maybe_moved(self, p: Partition) -> None:
+        if p.maybe_advance_high_watermark():
+            self.fetch_waiters.notify(p.tp)
+            self.produce_waiters.notify(p.tp)
+
+    def on_follower_fetch(self, p: Partition, replica_id: int, fetch_offset: int, log_start_offset: int) -> None:
+        """Leader side of a follower fetch: record its progress, maybe add it to the ISR, advance the HW."""
+        if replica_id not in p.replicas:
+            return
+        p.update_follower_fetch(replica_id, fetch_offset, log_start_offset, now_ms())
+        if not p.isr_change_pending:
+            new_isr = p.maybe_expand_isr(replica_id)
+            if new_isr is not None:
+                log.info("Expanding ISR of %s-%d from %s to %s", p.topic, p.index, p.isr, new_isr)
+                self._submit_isr(p, new_isr)
+        self._hw_maybe_moved(p)
+
+    def on_follower_appended(self, p: Partition, leader_high_watermark: int) -> None:
+        """Follower side: after appending the leader's batches, HW = min(leader HW, own LEO)."""
+        new_hw = min(leader_high_watermark, p.log.log_end_offset)
+        if new_hw > p.high_watermark:
+            p.high_watermark = new_hw
+            self.fetch_waiters.notify(p.tp)
 
     # -- AlterReplicaLogDirs ---------------------------------------------------------------------
 

@@ -30,10 +30,12 @@ from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
 from pykbroker.protocol.records import (
+    CORRUPT_MESSAGE,
     RECORD_LIST_TOO_LARGE,
     BatchHeader,
     InvalidRecords,
     assign_offsets,
+    iter_batches,
 )
 from pykbroker.storage.index import CorruptIndex
 from pykbroker.storage.leader_epoch_cache import LeaderEpochCache
@@ -426,6 +428,92 @@ class Log:
                 max_timestamp=max_ts,
                 log_start_offset=self.log_start_offset,
             )
+
+    @_on_disk("appending to")
+    def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendResult | None:
+        """Append a leader's batches unchanged: its offsets, epochs and timestamps (replication).
+
+        Every whole batch's CRC is checked; a partial batch at the end (a fetch response cut at
+        its size limit) is dropped.  Batches wholly below the log end offset are skipped, so a
+        repeated response is harmless.  Producer state, transaction markers and the
+        aborted-transaction index are updated as the leader's append did; the leader epoch
+        cache learns each new epoch from the batches.  Returns None when nothing was appended.
+        """
+        buf = bytes(records)
+        headers = [h for h in iter_batches(buf, verify_crc=True)]
+        with self._lock:
+            self._check_open()
+            leo = self.log_end_offset
+            headers = [h for h in headers if h.last_offset >= leo]
+            if not headers:
+                return None
+            if headers[0].base_offset < leo:
+                raise InvalidRecords(CORRUPT_MESSAGE, f"batch at offset {headers[0].base_offset} overlaps the log "
+                                     f"end offset {leo} of {self.dir.name}")
+            prev = leo
+            for h in headers:
+                if h.base_offset < prev or h.last_offset < h.base_offset:
+                    raise InvalidRecords(CORRUPT_MESSAGE, f"offsets of {self.dir.name} are not monotonic at "
+                                         f"{h.base_offset}")
+                if h.size > self.config.segment_bytes:
+                    raise InvalidRecords(RECORD_LIST_TOO_LARGE, f"batch of {h.size} bytes is larger than the "
+                                         f"segment size {self.config.segment_bytes}")
+                prev = h.next_offset
+            first = headers[0].base_offset
+            # Chunks that fit one segment, each appended like the leader's append.
+            chunk: list[BatchHeader] = []
+            chunk_size = 0
+            for h in headers:
+                if chunk and chunk_size + h.size > self.config.segment_bytes:
+                    self._append_follower_chunk_locked(buf, chunk)
+                    chunk, chunk_size = [], 0
+                chunk.append(h)
+                chunk_size += h.size
+            self._append_follower_chunk_locked(buf, chunk)
+            last = headers[-1]
+            return AppendResult(
+                first_offset=first,
+                last_offset=last.last_offset,
+                log_append_time_ms=-1,
+                max_timestamp=max(h.max_timestamp for h in headers),
+                log_start_offset=self.log_start_offset,
+            )
+
+    def _append_follower_chunk_locked(self, buf: bytes, batches: list[BatchHeader]) -> None:
+        start = batches[0].position
+        end = batches[-1].position + batches[-1].size
+        last = batches[-1]
+        max_ts = -1
+        offset_of_max = batches[0].base_offset
+        for b in batches:
+            if b.max_timestamp > max_ts:
+                max_ts = b.max_timestamp
+                offset_of_max = b.base_offset
+        segment = self._segments[-1]
+        if segment.should_roll(messages_size=end - start, max_timestamp=max_ts, max_offset=last.last_offset,
+                               now_ms=self._now_ms()):
+            self._roll_locked()
+            segment = self._segments[-1]
+        markers = _decode_markers(bytearray(buf), batches) if any(b.is_control for b in batches) else None
+        cache = self.leader_epoch_cache
+        latest = cache.latest_epoch()
+        for b in batches:
+            epoch = b.partition_leader_epoch
+            if epoch >= 0 and (latest is None or epoch > latest):
+                cache.assign(epoch, b.base_offset)
+                latest = epoch
+        with memoryview(buf) as view:
+            segment.append(view[start:end], last_offset=last.last_offset, max_timestamp=max_ts,
+                           offset_of_max_timestamp=offset_of_max)
+        self.log_end_offset = last.next_offset
+        self._unflushed_messages += sum(b.last_offset_delta + 1 for b in batches)
+        state = self.producer_state
+        for i, b in enumerate(batches):
+            if b.producer_id >= 0:
+                completed = state.update(b, markers.get(i) if markers else None)
+                if completed is not None:
+                    _index_completed_txn(segment, state, completed)
+        state.map_end_offset = self.log_end_offset
 
     def become_leader(self, leader_epoch: int) -> None:
         """Stamp ``leader_epoch`` into appended batches from now on; it starts at the log end.

@@ -34,6 +34,7 @@ __all__ = [
     "CLEAN_SHUTDOWN_FILE",
     "LOG_START_OFFSET_CHECKPOINT_FILE",
     "RECOVERY_POINT_CHECKPOINT_FILE",
+    "REPLICATION_OFFSET_CHECKPOINT_FILE",
     "LogDirFailureChannel",
     "LogManager",
     "LogMove",
@@ -48,6 +49,8 @@ log = logging.getLogger(__name__)
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_POINT_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT_FILE = "log-start-offset-checkpoint"
+# High watermarks (Kafka's name): written only once replication runs (cluster mode), read at startup.
+REPLICATION_OFFSET_CHECKPOINT_FILE = "replication-offset-checkpoint"
 DELETE_DIR_SUFFIX = "-delete"
 FUTURE_DIR_SUFFIX = "-future"
 STRAY_DIR_SUFFIX = "-stray"
@@ -344,6 +347,10 @@ class LogManager:
         self._refuse_unknown = False
         self._moves: dict[tuple[str, int], LogMove] = {}  # AlterReplicaLogDirs in progress
         self._retired: list[Path] = []  # original dirs of completed moves, to delete
+        # High watermarks from each dir's replication-offset-checkpoint at startup, and the
+        # source of the ones to write (set by the replica manager once replication runs).
+        self._checkpointed_hws: dict[tuple[str, int], int] = {}
+        self.high_watermarks: Callable[[], Mapping[tuple[str, int], int]] | None = None
 
     # -- startup ---------------------------------------------------------------------------------
 
@@ -404,6 +411,7 @@ class LogManager:
         clean = marker.exists()
         recovery_points = self._read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT_FILE)
         start_offsets = self._read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT_FILE)
+        self._checkpointed_hws.update(self._read_checkpoint(log_dir / REPLICATION_OFFSET_CHECKPOINT_FILE))
         for entry in sorted(os.scandir(log_dir), key=lambda e: e.name):
             if not entry.is_dir():
                 continue
@@ -666,6 +674,34 @@ class LogManager:
             log.debug("Created log for partition %s-%d in %s", topic, partition, log_dir)
             return partition_log
 
+    def checkpointed_high_watermark(self, topic: str, partition: int) -> int | None:
+        """The high watermark the last replication-offset-checkpoint held for the partition."""
+        return self._checkpointed_hws.get((topic, partition))
+
+    def checkpoint_high_watermarks(self) -> bool:
+        """Write each online dir's replication-offset-checkpoint from :attr:`high_watermarks`.
+
+        Worker-thread safe.  Returns False when a dir could not be written (it goes offline).
+        """
+        source = self.high_watermarks
+        if source is None:
+            return True
+        hws = dict(source())
+        ok = True
+        with self._checkpoint_lock:
+            with self._lock:
+                dirs = dict(self._log_dir_of)
+            for log_dir in self.online_dirs():
+                if not log_dir.exists():
+                    continue
+                in_dir = {tp: hw for tp, hw in hws.items() if dirs.get(tp) == log_dir}
+                try:
+                    write_offset_checkpoint(log_dir / REPLICATION_OFFSET_CHECKPOINT_FILE, in_dir)
+                except OSError as exc:
+                    ok = False
+                    self.mark_dir_offline(log_dir, f"writing the high watermark checkpoint failed: {exc}")
+        return ok
+
     def delete_log(self, topic: str, partition: int) -> None:
         """Rename the dir to Kafka's ``<tp>.<uuid>-delete`` form, then remove it."""
         tp = (topic, partition)
@@ -821,6 +857,7 @@ class LogManager:
             with contextlib.suppress(KafkaStorageError, RuntimeError):
                 partition_log.flush()
         self.checkpoint()
+        self.checkpoint_high_watermarks()
         for tp, partition_log in logs.items():
             if partition_log.offline:
                 partition_log.release()

@@ -146,6 +146,14 @@ def logs(name: str) -> str:
     return cp.stdout + cp.stderr
 
 
+def compose_containers(project: str) -> dict[str, str]:
+    """The containers of a podman-compose project, by compose service name."""
+    out = podman("ps", "-a", "--filter", f"label=io.podman.compose.project={project}", "--format",
+                 '{{index .Labels "com.docker.compose.service"}} {{.Names}}').stdout
+    pairs = (line.split() for line in out.splitlines() if line.strip())
+    return {service: name for service, name in pairs}
+
+
 def wait_healthy(name: str, timeout: float = 60) -> float:
     """Run the image's HEALTHCHECK until it passes (podman runs it on demand here: no systemd timers).
 
@@ -217,16 +225,19 @@ class Containers:
 
 # --- Kafka from the host -----------------------------------------------------------------------------
 
-def create_topic(bootstrap: str, topic: str, partitions: int = 1, timeout: float = 30) -> None:
+def create_topic(bootstrap: str, topic: str, partitions: int = 1, timeout: float = 30,
+                 replication_factor: int = 1) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=timeout,
+    futures = admin.create_topics([NewTopic(topic, partitions, replication_factor)], operation_timeout=timeout,
                                   request_timeout=timeout)
     futures[topic].result(timeout=timeout)
 
 
-def produce(bootstrap: str, topic: str, messages: Sequence[tuple[bytes, bytes]], timeout: float = 30) -> None:
+def produce(bootstrap: str, topic: str, messages: Sequence[tuple[bytes, bytes]], timeout: float = 30,
+            partition: int | None = None) -> None:
+    """acks=all; ``partition`` pins every message to one partition (else the key decides)."""
     from confluent_kafka import Producer
 
     errors: list[str] = []
@@ -241,7 +252,10 @@ def produce(bootstrap: str, topic: str, messages: Sequence[tuple[bytes, bytes]],
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
                   "message.timeout.ms": int(timeout * 1000)})
     for key, value in messages:
-        p.produce(topic, value=value, key=key, on_delivery=on_delivery)
+        if partition is None:
+            p.produce(topic, value=value, key=key, on_delivery=on_delivery)
+        else:
+            p.produce(topic, value=value, key=key, partition=partition, on_delivery=on_delivery)
     remaining = p.flush(timeout)
     assert remaining == 0, f"{remaining} messages not delivered in {timeout}s"
     assert not errors, errors[:5]

@@ -1,14 +1,18 @@
-"""The compat suite's harness: "not supported by the broker" from API versions (not just API keys), and the
-report's column per broker."""
+"""The compat suite's harness: "not supported by the broker" from API versions (not just API keys), the
+report's column per broker, and the settings of the cluster the suite starts (--pykbroker-cluster)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from compat.clients.base import Client
 from compat.clients.confluent import ConfluentClient
+from compat.cluster import ClusterInfo, ManagedPykbrokerCluster, cluster_overrides, recorded_requests
 from compat.report import render, render_brokers
 from compat.scenario import CONSUMER_GROUP_HEARTBEAT, CONSUMER_PROTOCOL, GROUPS, broker_gaps, needed_versions
+from pykbroker.config import BrokerConfig, parse_listener
 
 # ApiVersions ranges as the brokers answer them (only the keys that matter here).
 KAFKA_3_8 = {8: (0, 9), 9: (0, 9), 10: (0, 5), 68: (0, 0)}
@@ -80,3 +84,83 @@ def test_report_keeps_the_failed_attempts_of_a_rerun() -> None:
     text = render(doc, "results.json")
     assert "## Reruns" in text
     assert "- `group.consume-commit-resume` with kafka-python (pass in the end): TimeoutError: timed out" in text
+
+
+def test_report_names_the_results_file_and_the_setup_behind_each_column() -> None:
+    same = ("group.rebalance-join-leave", "java")
+    single = _doc("pykbroker 0.1.0", "2026-11-23T10:00:00", {same: "pass"})
+    single["broker"]["managed"] = True
+    cluster = _doc("pykbroker 0.1.0, 3 brokers + ZooKeeper", "2026-11-23T10:05:00", {same: "pass"})
+    cluster["broker"].update(managed=True, brokers=3, zookeeper=True)
+    kafka = _doc("Apache Kafka 4.1.0", "2026-11-23T11:00:00", {same: "pass"})
+    text = "\n".join(render_brokers([single, cluster, kafka], ["results/a.json", "results/b-cluster3.json", "k.json"]))
+    rows = [line for line in text.splitlines() if line.startswith("| pykbroker") or line.startswith("| Apache")]
+    assert rows[0].startswith("| pykbroker 0.1.0 | `results/a.json` | started by the suite: one broker |"), rows
+    assert rows[1].startswith("| pykbroker 0.1.0, 3 brokers + ZooKeeper | `results/b-cluster3.json` | started by "
+                              "the suite: ZooKeeper and 3 brokers, clients bootstrap from one of them |"), rows
+    assert rows[2].startswith("| Apache Kafka 4.1.0 | `k.json` | an existing cluster at 127.0.0.1:9092 |"), rows
+    assert "| client | pykbroker 0.1.0 | pykbroker 0.1.0, 3 brokers + ZooKeeper | Apache Kafka 4.1.0 |" in text
+    assert "None: every scenario has the same outcome on every broker." in text
+    head = render(single, "results/a.json", ["pykbroker 0.1.0, 3 brokers + ZooKeeper", "Apache Kafka 4.1.0"])
+    assert ("- **Compared with:** pykbroker 0.1.0, 3 brokers + ZooKeeper; Apache Kafka 4.1.0 (see [Across brokers]"
+            "(#across-brokers))") in head
+    assert "Compared with" not in render(single, "results/a.json")
+
+
+def test_not_possible_on_this_cluster_is_counted_apart() -> None:
+    moved = ("logdirs.alter-replica", "java")
+    doc = _doc("Apache Kafka 3.9.0", "2026-11-23T10:00:00",
+               {moved: "not_supported:cluster", ("logdirs.describe", "java"): "pass"})
+    assert "| java | 1 ✅ · 0 ❌ · 0 n/s · 0 — · 1 n/p |" in "\n".join(render_brokers([doc]))
+    text = render(doc, "results.json")
+    assert "| client | pass | fail | not supported (broker) | not possible with the client | not possible on this " \
+           "cluster |" in text
+    assert "| java | 1 | 0 | 0 | 0 | 1 |" in text
+    # Without such an outcome the table keeps its four columns.
+    plain = render(_doc("pykbroker", "2026-11-23T10:00:00", {moved: "pass"}), "results.json")
+    assert "| java | 1 | 0 | 0 | 0 |" in plain and "not possible on this cluster |" not in plain
+
+
+def test_a_suite_started_cluster_has_the_settings_of_a_kafka_cluster_of_its_size(tmp_path: Path) -> None:
+    assert cluster_overrides(3) == {"offsets.topic.replication.factor": "3",
+                                    "transaction.state.log.replication.factor": "3",
+                                    "transaction.state.log.min.isr": "2", "group.initial.rebalance.delay.ms": "0"}
+    assert cluster_overrides(5)["offsets.topic.replication.factor"] == "3"
+    assert cluster_overrides(2)["transaction.state.log.replication.factor"] == "2"
+    assert cluster_overrides(1)["transaction.state.log.min.isr"] == "1"
+    managed = ManagedPykbrokerCluster(3, workdir=tmp_path, overrides={"num.partitions": "2"},
+                                      trace_file=tmp_path / "trace.jsonl")
+    nodes = managed.make_nodes("127.0.0.1:2181/compat")
+    assert sorted(nodes) == [1, 2, 3]
+    ports = set()
+    for broker_id, node in nodes.items():
+        o = node.overrides
+        # pykbroker accepts the settings, and they say what the harness means.
+        cfg = BrokerConfig(o)
+        assert cfg.broker_id == broker_id and cfg["zookeeper.connect"] == "127.0.0.1:2181/compat"
+        assert cfg["num.partitions"] == 2 and cfg["transaction.state.log.min.isr"] == 2
+        client = parse_listener(o["advertised.listeners"].split(",")[0])
+        repl = parse_listener(o["advertised.listeners"].split(",")[1])
+        assert (client.name, client.port) == ("PLAINTEXT", node.proxy_port)  # clients go through the proxy
+        assert o["listeners"].split(",")[0] == f"PLAINTEXT://127.0.0.1:{node.broker_port}"
+        assert repl.name == cfg["inter.broker.listener.name"] == "REPLICATION"  # brokers do not
+        assert len(cfg["log.dirs"]) == 2
+        assert node.trace_file == tmp_path / f"trace-broker{broker_id}.jsonl"
+        ports |= {node.broker_port, node.proxy_port, repl.port}
+    assert len(ports) == 9
+    assert managed.nodes == {}  # nothing started
+
+
+def test_cluster_info_travels_to_the_workers_whole() -> None:
+    info = ClusterInfo("127.0.0.1:1", "pykbroker, 3 brokers + ZooKeeper", {3: (0, 12)}, managed=True,
+                       record_files=["a.jsonl", "b.jsonl"], brokers=3)
+    assert ClusterInfo.from_json(info.to_json()) == info
+
+
+def test_the_proxies_records_are_merged_without_repeats(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    rec = [{"client_id": "compat-java", "api_key": 3, "api_version": 12},
+           {"client_id": "compat-kcat", "api_key": 0, "api_version": 9}]
+    a.write_text(json.dumps(rec[0]) + "\n")
+    b.write_text(json.dumps(rec[1]) + "\n" + json.dumps(rec[0]) + "\n\n")
+    assert recorded_requests([str(a), str(b), str(tmp_path / "never-written.jsonl")]) == rec

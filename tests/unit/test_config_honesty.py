@@ -14,6 +14,7 @@ from pykbroker.config import (
     BrokerConfig,
     ConfigError,
     load_config,
+    parse_zk_connect,
     validate_topic_configs,
 )
 
@@ -21,13 +22,23 @@ ROOT = Path(__file__).resolve().parents[2]
 HINT = "(see README 'Settings not implemented')"
 
 
-def test_zookeeper_connect_fails_with_the_reason() -> None:
-    with pytest.raises(ConfigError) as e:
-        BrokerConfig({"zookeeper.connect": "127.0.0.1:2181"})
-    assert str(e.value) == (
-        "zookeeper.connect is not supported yet: pykbroker runs with embedded metadata only " + HINT
-    )
-    BrokerConfig({"zookeeper.connect": ""})  # empty means what pykbroker does: embedded metadata
+def test_zookeeper_connect_is_a_cluster_and_its_syntax_is_checked() -> None:
+    c = BrokerConfig({"zookeeper.connect": "127.0.0.1:2181,127.0.0.1:2182/kafka/one"})
+    assert c["zookeeper.connect"] == "127.0.0.1:2181,127.0.0.1:2182/kafka/one"
+    assert c.no_effect_keys() == []
+    assert parse_zk_connect("127.0.0.1:2181,zk2/kafka/one") == ([("127.0.0.1", 2181), ("zk2", 2181)], "/kafka/one")
+    assert parse_zk_connect("[::1]:2182/") == ([("::1", 2182)], "")
+    BrokerConfig({"zookeeper.connect": ""})  # empty: one broker with embedded metadata
+    for bad, why in [("127.0.0.1:x", "invalid port"), (":2181", "names no host"), ("a:1,,b:2", "not of the form"),
+                     ("a:1/kafka/", "empty path element"), ("a:1/kafka/../x", "relative path element"),
+                     ("a:70000", "invalid port")]:
+        with pytest.raises(ConfigError, match=f"zookeeper.connect.*{why}"):
+            BrokerConfig({"zookeeper.connect": bad})
+    with pytest.raises(ConfigError, match="'broker.id' must be set"):
+        BrokerConfig({"zookeeper.connect": "127.0.0.1:2181", "broker.id": "-1"})
+    with pytest.raises(ConfigError, match="port 0 .* cannot be registered in ZooKeeper"):
+        BrokerConfig({"zookeeper.connect": "127.0.0.1:2181", "listeners": "PLAINTEXT://127.0.0.1:0"})
+    BrokerConfig({"listeners": "PLAINTEXT://127.0.0.1:0"})  # embedded metadata: as before
 
 
 @pytest.mark.parametrize(
@@ -59,18 +70,14 @@ def test_listener_names_resolve_through_the_protocol_map() -> None:
         BrokerConfig({"inter.broker.listener.name": "REPLICATION"})
 
 
-@pytest.mark.parametrize(
-    ("key", "value", "reason"),
-    [
-        ("default.replication.factor", "3", "gives every topic exactly one replica"),
-    ],
-)
-def test_values_that_would_change_behaviour_fail(key: str, value: str, reason: str) -> None:
-    with pytest.raises(ConfigError) as e:
-        BrokerConfig({key: value})
-    assert str(e.value).startswith(f"{key} is not supported yet: ")
-    assert reason in str(e.value)
-    assert str(e.value).endswith(HINT)
+def test_cluster_settings_are_accepted() -> None:
+    # Kafka accepts a replication factor above the live brokers and fails the topic creations instead.
+    c = BrokerConfig({"default.replication.factor": "3", "controlled.shutdown.enable": "false",
+                      "unclean.leader.election.enable": "true", "num.replica.fetchers": "2",
+                      "inter.broker.listener.name": "PLAINTEXT", "broker.rack": "r1"})
+    assert c["default.replication.factor"] == 3
+    assert c["broker.rack"] == "r1"
+    assert c.no_effect_keys() == []
 
 
 def test_the_same_keys_at_their_defaults_are_accepted() -> None:
@@ -94,8 +101,8 @@ def test_kafka_keys_of_missing_features_are_named_as_such(key: str) -> None:
 
 
 def test_no_effect_keys_are_accepted_and_reported() -> None:
-    c = BrokerConfig({"num.network.threads": "16", "controlled.shutdown.enable": "false", "num.partitions": "3"})
-    assert c.no_effect_keys() == ["controlled.shutdown.enable", "num.network.threads"]
+    c = BrokerConfig({"num.network.threads": "16", "num.io.threads": "4", "num.partitions": "3"})
+    assert c.no_effect_keys() == ["num.io.threads", "num.network.threads"]
     with pytest.raises(ConfigError, match="num.io.threads"):
         BrokerConfig({"num.io.threads": "0"})
 
@@ -148,14 +155,53 @@ def test_shipped_server_properties_loads_and_means_what_it_says(tmp_path: Path) 
     assert c["num.partitions"] == 4
 
 
+def _compose_environments(text: str) -> dict[str, dict[str, str]]:
+    """Each top-level entry's and service's PYKBROKER_* variables (``${VAR:-default}`` as its default),
+    with a ``<<: *anchor`` merge of another entry's variables resolved."""
+    def expand(v: str) -> str:
+        return re.sub(r"\$\{[A-Z0-9_]+:-([^}]*)\}", r"\1", v)
+    chunks: dict[str, list[str]] = {}
+    anchors: dict[str, str] = {}
+    current = ""
+    for line in text.splitlines():
+        m = re.match(r"^(?:  )?([a-z][a-z0-9-]*):(?:\s*&([a-z-]+))?\s*$", line)
+        if m and not line.startswith("   "):
+            current = m[1]
+            if m[2]:
+                anchors[m[2]] = current
+            chunks.setdefault(current, [])
+        elif current:
+            chunks[current].append(line)
+    envs: dict[str, dict[str, str]] = {}
+    for name, lines in chunks.items():
+        body = "\n".join(lines)
+        env = {k: expand(v) for k, v in re.findall(r'^\s+(PYKBROKER_[A-Z_]+):\s*"([^"]*)"', body, re.M)}
+        for anchor in re.findall(r"^\s+<<: \*([a-z-]+)\s*$", body, re.M):
+            merged = chunks.get(anchors.get(anchor, ""), [])
+            base = {k: expand(v) for k, v in re.findall(r'^\s+(PYKBROKER_[A-Z_]+):\s*"([^"]*)"',
+                                                         "\n".join(merged), re.M)}
+            env = {**base, **env}
+        envs[name] = env
+    return envs
+
+
 def test_compose_file_sets_only_settings_the_broker_honours() -> None:
-    """docker/compose.yaml once set PYKBROKER_ZOOKEEPER_CONNECT and promised a cluster; its broker
-    environment must now load with nothing refused and nothing ignored."""
+    """docker/compose.yaml: the single broker runs with embedded metadata, the `cluster` profile's brokers
+    join one ZooKeeper; every broker's environment loads with nothing refused and nothing ignored."""
     text = (ROOT / "docker" / "compose.yaml").read_text()
-    env = {k: re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", v)
-           for k, v in re.findall(r'^\s+(PYKBROKER_[A-Z_]+):\s*"([^"]*)"', text, re.M)}
-    assert "PYKBROKER_LISTENERS" in env
-    c = load_config(ROOT / "docker" / "server.properties", environ=env)
+    envs = _compose_environments(text)
+    single = envs["broker"]
+    assert "PYKBROKER_LISTENERS" in single and "PYKBROKER_ZOOKEEPER_CONNECT" not in single
+    c = load_config(ROOT / "docker" / "server.properties", environ=single)
     assert c.no_effect_keys() == []
     assert [lst.name for lst in c.listeners] == ["EXTERNAL", "INTERNAL"]
-    assert "zookeeper" not in "".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    cluster = {name: env for name, env in envs.items()
+               if env.get("PYKBROKER_ZOOKEEPER_CONNECT") and not name.startswith("x-")}
+    assert len(cluster) >= 3
+    ids = set()
+    for name, env in cluster.items():
+        c = load_config(ROOT / "docker" / "server.properties", environ=env)
+        assert c.no_effect_keys() == [], name
+        assert c["zookeeper.connect"] and c["inter.broker.listener.name"] in {lst.name for lst in c.listeners}
+        ids.add(c.broker_id)
+    assert len(ids) == len(cluster), "every cluster broker has its own id"

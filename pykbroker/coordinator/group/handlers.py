@@ -11,6 +11,7 @@ from kio.schema.errors import ErrorCode
 
 from pykbroker.coordinator.group.classic import Callback, ClassicGroup, Response
 from pykbroker.coordinator.group.manager import CommitEntry, GroupManager, JoinRequest
+from pykbroker.metadata.store import StoreUnavailable
 from pykbroker.server.authorizer import ResourceType, authorized_operations
 from pykbroker.server.context import RequestContext, Services
 
@@ -91,12 +92,32 @@ def _find_one(svc: Services, ctx: RequestContext, key: str, key_type: int) -> di
     return out
 
 
+async def _internal_topic_ready(svc: Services, key_type: int) -> bool:
+    """Cluster mode: the key type's internal topic exists (created here on first use, as Kafka)."""
+    if not svc.store.is_cluster():
+        return True
+    coordinator = getattr(svc, "txn_coordinator", None) if key_type == KEY_TYPE_TRANSACTION else _coordinator(svc)
+    if coordinator is None:
+        return True  # _find_one answers for a missing coordinator
+    try:
+        return bool(await coordinator.ensure_topic_async())
+    except StoreUnavailable:
+        return False
+
+
+def _not_available(key: str) -> dict[str, Any]:
+    return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": ErrorCode.coordinator_not_available,
+            "error_message": "The coordinator is not available."}
+
+
 async def handle_find_coordinator(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
     key_type = int(getattr(req, "key_type", 0))
+    ready = await _internal_topic_ready(svc, key_type)
     if ctx.version >= 4:
         return {"throttle_time": 0,
-                "coordinators": [_find_one(svc, ctx, k, key_type) for k in req.coordinator_keys]}
-    one = _find_one(svc, ctx, req.key, key_type)
+                "coordinators": [_find_one(svc, ctx, k, key_type) if ready or not k else _not_available(k)
+                                 for k in req.coordinator_keys]}
+    one = _find_one(svc, ctx, req.key, key_type) if ready or not req.key else _not_available(req.key)
     one.pop("key")
     return {"throttle_time": 0, **one}
 

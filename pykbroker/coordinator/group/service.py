@@ -91,12 +91,20 @@ class GroupCoordinator(PartitionLoader):
         """The broker leading the offsets partition of this group, or None if unknown."""
         return internal_topic.coordinator_node(self.store, OFFSETS_TOPIC, self.partition_for(group_id))
 
+    def _topic_configs(self, rf: int) -> dict[str, str | None]:
+        return {"cleanup.policy": "compact", "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
+                "compression.type": "producer"}
+
     def ensure_topic(self) -> None:
         internal_topic.ensure_internal_topic(
             self.store, self.topics, OFFSETS_TOPIC, self.config["offsets.topic.num.partitions"],
-            self.config["offsets.topic.replication.factor"],
-            lambda rf: {"cleanup.policy": "compact", "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
-                        "compression.type": "producer"})
+            self.config["offsets.topic.replication.factor"], self._topic_configs)
+
+    async def ensure_topic_async(self) -> bool:
+        """Cluster mode: create the topic on first use; False when too few brokers are live for it."""
+        return await internal_topic.ensure_internal_topic_async(
+            self.store, self.topics, OFFSETS_TOPIC, self.config["offsets.topic.num.partitions"],
+            self.config["offsets.topic.replication.factor"], self._topic_configs)
 
     def _led_partitions(self, rec: TopicRecord | None) -> set[int]:
         if rec is None:
@@ -138,8 +146,13 @@ class GroupCoordinator(PartitionLoader):
         internal_topic.append_records(self.replicas, OFFSETS_TOPIC, partition, records)
 
     async def flush(self, group_id: str) -> None:
+        """Make the group's latest writes durable before answering: fsync (log.flush.on.ack) and, in a
+        cluster, replication to the ISR (bounded by offsets.commit.timeout.ms)."""
         if self.flush_on_ack:
             await internal_topic.flush_partition(self.replicas, OFFSETS_TOPIC, self.partition_for(group_id))
+        if self.store.is_cluster():
+            await internal_topic.wait_replicated(self.replicas, OFFSETS_TOPIC, self.partition_for(group_id),
+                                                 self.config["offsets.commit.timeout.ms"] / 1000)
 
     # --- loading --------------------------------------------------------------------------
 
@@ -174,8 +187,10 @@ class GroupCoordinator(PartitionLoader):
     # --- tasks ----------------------------------------------------------------------------
 
     def startup(self) -> None:
-        """Create the internal topic if needed and mark the partitions this broker leads as loading."""
-        self.ensure_topic()
+        """Create the internal topic (embedded metadata; a cluster creates it on first use, in
+        FindCoordinator) and mark the partitions this broker leads as loading."""
+        if not self.store.is_cluster():
+            self.ensure_topic()
         self._on_metadata_change(OFFSETS_TOPIC, self.store.topic(OFFSETS_TOPIC))
 
     def shutdown(self) -> None:

@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from pykbroker.coordinator.group.handlers import commit_entries, partition_errors
+from pykbroker.coordinator.internal_topic import wait_replicated
 from pykbroker.coordinator.transaction.state import STATE_BY_NAME, TxnState
+from pykbroker.metadata.store import StoreUnavailable
 from pykbroker.server.context import RequestContext, Services
 
 if TYPE_CHECKING:
@@ -50,6 +52,11 @@ def abortable_compat(code: ErrorCode, version: int, abortable_since: int) -> Err
 async def handle_init_producer_id(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
     tc = _tc(svc)
     txn_id = req.transactional_id
+    try:
+        await tc.producer_ids.ensure_available()  # a ZooKeeper round trip, off the event loop
+    except StoreUnavailable:
+        return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available, "producer_id": -1,
+                "producer_epoch": -1}
     result = tc.sm.init_producer_id(txn_id, _ms(req.transaction_timeout),
                                     int(getattr(req, "producer_id", -1)), int(getattr(req, "producer_epoch", -1)))
     if txn_id:
@@ -164,6 +171,8 @@ async def handle_write_txn_markers(svc: Services, ctx: RequestContext, req: Any)
                 code = tc.write_one_marker(t.name, int(p), int(m.producer_id), int(m.producer_epoch),
                                            bool(m.transaction_result), int(m.coordinator_epoch))
                 parts.append({"partition_index": int(p), "error_code": code})
+                if code == ErrorCode.none and svc.store.is_cluster():  # as Kafka: acks=all for markers
+                    await wait_replicated(svc.replicas, t.name, int(p), svc.config["request.timeout.ms"] / 1000)
             topics.append({"name": t.name, "partitions": parts})
         markers.append({"producer_id": int(m.producer_id), "topics": topics})
     return {"markers": markers}

@@ -23,10 +23,11 @@ from kio.schema.errors import ErrorCode
 
 from pykbroker.config import BrokerConfig
 from pykbroker.coordinator import internal_topic
+from pykbroker.coordinator.inter_broker import InterBrokerClients
 from pykbroker.coordinator.internal_topic import PartitionLoader, now_ms
 from pykbroker.coordinator.transaction.markers import write_marker
 from pykbroker.coordinator.transaction.state import MarkerJob, TransactionStateMachine, TxnConfig
-from pykbroker.metadata.store import MetadataStore, TopicRecord
+from pykbroker.metadata.store import MetadataStore, StoreUnavailable, TopicRecord, run_store
 from pykbroker.server.replica_manager import ReplicaManager
 from pykbroker.server.topics import TopicManager
 
@@ -54,6 +55,8 @@ class ProducerIdManager:
         self._next = 0
         self._end = 0
 
+        self._refilling = anyio.Lock()
+
     def next(self) -> int:
         if self._next >= self._end:
             self._next = self.store.allocate_producer_ids(self.block)
@@ -61,6 +64,17 @@ class ProducerIdManager:
         pid = self._next
         self._next += 1
         return pid
+
+    async def ensure_available(self) -> None:
+        """Reserve the next block off the event loop when the store blocks (ZooKeeper) and this one is used up,
+        so that :meth:`next` does not wait on the network. Raises StoreUnavailable."""
+        if self._next < self._end or not self.store.blocking:
+            return
+        async with self._refilling:
+            if self._next < self._end:
+                return
+            first = await run_store(self.store, self.store.allocate_producer_ids, self.block)
+            self._next, self._end = first, first + self.block
 
 
 class TransactionCoordinator(PartitionLoader):
@@ -84,6 +98,10 @@ class TransactionCoordinator(PartitionLoader):
         self._load_wake = anyio.Event()
         self._in_flight: set[str] = set()
         self._fault_file = Path(config.log_dirs[0]) / FAULT_FILE
+        # Cluster mode: requests to other brokers (markers on partitions they lead, KIP-890 checks),
+        # and the answers of checks asked before an append (verification.verify_with_coordinator).
+        self.remote: InterBrokerClients | None = None
+        self.remote_verified: dict[tuple[str, int, int, int], ErrorCode] = {}
         store.add_listener(self._on_metadata_change)
 
     # --- the coordinator seam ---------------------------------------------------------------
@@ -94,13 +112,21 @@ class TransactionCoordinator(PartitionLoader):
     def coordinator_node(self, transactional_id: str) -> int | None:
         return internal_topic.coordinator_node(self.store, TXN_TOPIC, self.partition_for(transactional_id))
 
+    def _topic_configs(self, rf: int) -> dict[str, str | None]:
+        return {"cleanup.policy": "compact", "compression.type": "uncompressed",
+                "min.insync.replicas": str(min(rf, self.config["transaction.state.log.min.isr"])),
+                "segment.bytes": str(100 * 1024 * 1024)}
+
     def ensure_topic(self) -> None:
         internal_topic.ensure_internal_topic(
             self.store, self.topics, TXN_TOPIC, self.config["transaction.state.log.num.partitions"],
-            self.config["transaction.state.log.replication.factor"],
-            lambda rf: {"cleanup.policy": "compact", "compression.type": "uncompressed",
-                        "min.insync.replicas": str(min(rf, self.config["transaction.state.log.min.isr"])),
-                        "segment.bytes": str(100 * 1024 * 1024)})
+            self.config["transaction.state.log.replication.factor"], self._topic_configs)
+
+    async def ensure_topic_async(self) -> bool:
+        """Cluster mode: create the topic on first use; False when too few brokers are live for it."""
+        return await internal_topic.ensure_internal_topic_async(
+            self.store, self.topics, TXN_TOPIC, self.config["transaction.state.log.num.partitions"],
+            self.config["transaction.state.log.replication.factor"], self._topic_configs)
 
     def _on_metadata_change(self, name: str, rec: TopicRecord | None) -> None:
         if name != TXN_TOPIC:
@@ -123,17 +149,52 @@ class TransactionCoordinator(PartitionLoader):
         internal_topic.append_records(self.replicas, TXN_TOPIC, partition, [(key, value)])
 
     async def flush(self, transactional_id: str) -> None:
+        """Make the transaction's latest state durable before answering: fsync (log.flush.on.ack) and, in
+        a cluster, replication to the ISR (bounded by request.timeout.ms)."""
         if self.flush_on_ack:
             await internal_topic.flush_partition(self.replicas, TXN_TOPIC, self.partition_for(transactional_id))
+        if self.store.is_cluster():
+            await internal_topic.wait_replicated(self.replicas, TXN_TOPIC, self.partition_for(transactional_id),
+                                                 self.config["request.timeout.ms"] / 1000)
 
     # --- markers -----------------------------------------------------------------------------
 
-    def write_markers(self, job: MarkerJob) -> dict[tuple[str, int], ErrorCode]:
-        """Append the job's marker to each of its partitions; returns the failures to retry."""
-        failed: dict[tuple[str, int], ErrorCode] = {}
+    def _leader_elsewhere(self, topic: str, index: int) -> int | None:
+        """Cluster mode: the leader of a partition this broker does not lead (-1: none), else None."""
+        if self.remote is None:
+            return None
+        rec = self.store.topic(topic)
+        a = rec.partitions.get(index) if rec is not None else None
+        if a is None or a.leader == self.replicas.broker_id:
+            return None
+        return a.leader
+
+    async def write_markers(self, job: MarkerJob) -> dict[tuple[str, int], ErrorCode]:
+        """Append the job's marker to each of its partitions, through their leaders (WriteTxnMarkers)
+        for those another broker leads; returns the failures to retry."""
+        results: dict[tuple[str, int], ErrorCode] = {}
+        remote: dict[int, list[tuple[str, int]]] = {}
+        local: list[tuple[str, int]] = []
         for topic, index in sorted(job.partitions):
-            code = self.write_one_marker(topic, index, job.producer_id, job.producer_epoch, job.commit,
-                                         job.coordinator_epoch)
+            leader = self._leader_elsewhere(topic, index)
+            if leader is None:
+                results[(topic, index)] = self.write_one_marker(
+                    topic, index, job.producer_id, job.producer_epoch, job.commit, job.coordinator_epoch)
+                local.append((topic, index))
+            elif leader < 0:
+                results[(topic, index)] = ErrorCode.not_leader_or_follower
+            else:
+                remote.setdefault(leader, []).append((topic, index))
+        if self.remote is not None:
+            for broker_id, tps in remote.items():
+                results.update(await self.remote.write_markers(
+                    broker_id, job.producer_id, job.producer_epoch, job.commit, job.coordinator_epoch, tps))
+            for topic, index in local:  # as Kafka, markers are written with acks=all
+                if results[(topic, index)] == ErrorCode.none:
+                    await internal_topic.wait_replicated(self.replicas, topic, index,
+                                                         self.config["request.timeout.ms"] / 1000)
+        failed: dict[tuple[str, int], ErrorCode] = {}
+        for (topic, index), code in results.items():
             if code == ErrorCode.unknown_topic_or_partition and self.store.topic(topic) is None:
                 continue  # the topic was deleted: nothing left to close
             if code != ErrorCode.none:
@@ -158,7 +219,7 @@ class TransactionCoordinator(PartitionLoader):
                 await self.flush(job.transactional_id)
                 log.warning("fault injection: halting after PrepareCommit of %s", job.transactional_id)
                 os._exit(137)
-            failed = self.write_markers(job)
+            failed = await self.write_markers(job)
             if failed:
                 log.warning("markers of transaction %s not written to %s; will retry", job.transactional_id,
                             {f"{t}-{p}": c.name for (t, p), c in failed.items()})
@@ -208,7 +269,9 @@ class TransactionCoordinator(PartitionLoader):
     # --- tasks -------------------------------------------------------------------------------
 
     def startup(self) -> None:
-        self.ensure_topic()
+        """Embedded metadata: create the topic now; a cluster creates it on first use (FindCoordinator)."""
+        if not self.store.is_cluster():
+            self.ensure_topic()
         self._on_metadata_change(TXN_TOPIC, self.store.topic(TXN_TOPIC))
 
     def shutdown(self) -> None:
@@ -225,6 +288,12 @@ class TransactionCoordinator(PartitionLoader):
     async def _abort_loop(self) -> None:
         while True:
             await anyio.sleep(ABORT_CHECK_INTERVAL_S)
+            try:
+                # An abort may bump a producer to a new id: reserve ids here, off the event loop.
+                await self.producer_ids.ensure_available()
+            except StoreUnavailable as e:
+                log.warning("cannot reserve producer ids: %s", e)
+                continue
             try:
                 for job in self.sm.abort_timed_out():
                     await self.flush(job.transactional_id)

@@ -9,7 +9,9 @@ pinning the last stable offset (``hanging transaction``).
 
 On one broker the coordinator is local, so the question is a method call; it is asked and the
 batch appended with no await in between, so no marker can slip in (Kafka needs a verification
-guard in the producer state for that).  ``transaction.partition.verification.enable`` (default
+guard in the producer state for that).  In a cluster the coordinator may be another broker: the
+produce path then asks it first (:func:`verify_with_coordinator`, AddPartitionsToTxn v4) and the
+answer is used at the append.  ``transaction.partition.verification.enable`` (default
 true, dynamic) turns it off.  Transactional records in a Produce request without a transactional id
 are refused either way (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), as Kafka's authorization refuses them.
 """
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from pykbroker.protocol.records import BatchHeader
+from pykbroker.protocol.records import BatchHeader, parse_batch_header
 from pykbroker.storage.producer_state import ProducerStateError
 
 if TYPE_CHECKING:
@@ -53,6 +55,45 @@ def produce_error(code: ErrorCode, produce_version: int) -> tuple[ErrorCode, str
     return code, f"Transaction verification failed: {code.name.upper()}"
 
 
+def _needs_verification(svc: Services, p: Partition, header: BatchHeader, transactional_id: str | None) -> bool:
+    if not header.attributes & _ATTR_TRANSACTIONAL or transactional_id is None or header.producer_id < 0:
+        return False
+    if not svc.config["transaction.partition.verification.enable"]:
+        return False
+    entry = p.log.producer_state.last_entry(header.producer_id)
+    return not (entry is not None and entry.current_txn_first_offset is not None
+                and entry.epoch == header.producer_epoch)
+
+
+async def verify_with_coordinator(svc: Services, p: Partition, records: bytes, transactional_id: str) -> None:
+    """Cluster mode, before the append: when the transaction's coordinator is another broker, ask it
+    (AddPartitionsToTxn v4 ``verify_only``) and keep its answer for :func:`verify_transactional_batch`.
+
+    The caller re-checks its leadership after this await; a marker that lands in between is caught
+    by the partition's producer state, as on one broker.
+    """
+    tc = getattr(svc, "txn_coordinator", None)
+    if tc is None or tc.remote is None:
+        return
+    try:
+        header = parse_batch_header(records, 0)
+    except Exception:  # malformed: the append's validation answers for it
+        return
+    if not _needs_verification(svc, p, header, transactional_id):
+        return
+    node = tc.coordinator_node(transactional_id)
+    if node == svc.broker_id:
+        return  # local: verify_transactional_batch asks the state machine
+    key = (p.topic, p.index, header.producer_id, header.producer_epoch)
+    if len(tc.remote_verified) > 10_000:  # answers of appends that failed before using them
+        tc.remote_verified.clear()
+    if node is None:
+        tc.remote_verified[key] = ErrorCode.coordinator_not_available
+        return
+    tc.remote_verified[key] = await tc.remote.verify(node, transactional_id, header.producer_id,
+                                                     header.producer_epoch, (p.topic, p.index))
+
+
 def verify_transactional_batch(svc: Services, p: Partition, header: BatchHeader, transactional_id: str | None,
                                produce_version: int) -> None:
     """Raise :class:`ProducerStateError` if ``header`` would open a transaction the coordinator does
@@ -76,7 +117,9 @@ def verify_transactional_batch(svc: Services, p: Partition, header: BatchHeader,
         code = ErrorCode.coordinator_not_available
     else:
         tp = (p.topic, p.index)
-        code = tc.sm.verify_partitions(transactional_id, header.producer_id, header.producer_epoch, [tp])[tp]
+        asked = tc.remote_verified.pop((p.topic, p.index, header.producer_id, header.producer_epoch), None)
+        code = asked if asked is not None else \
+            tc.sm.verify_partitions(transactional_id, header.producer_id, header.producer_epoch, [tp])[tp]
     if code != ErrorCode.none:
         err, message = produce_error(code, produce_version)
         raise ProducerStateError(int(err), message)

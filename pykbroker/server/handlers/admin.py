@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -12,7 +14,7 @@ from kio.schema.errors import ErrorCode
 from pykbroker.metadata.store import TopicRecord
 from pykbroker.server.context import RequestContext, Services
 from pykbroker.server.handlers.configs import describe_topic_configs
-from pykbroker.server.topics import TopicError, TopicSpec
+from pykbroker.server.topics import TopicError, TopicSpec, timeout_ms_of, timeout_s
 
 log = logging.getLogger("pykbroker.admin")
 
@@ -27,6 +29,7 @@ async def handle_create_topics(svc: Services, ctx: RequestContext, req: Any) -> 
     v = ctx.version
     dupes = _duplicates([t.name for t in req.topics])
     results = []
+    created: list[tuple[dict[str, Any], TopicRecord]] = []
     for t in req.topics:
         result: dict[str, Any] = {"name": t.name, "topic_id": ZERO_UUID, "error_code": ErrorCode.none,
                                   "error_message": None, "num_partitions": -1, "replication_factor": -1,
@@ -45,14 +48,33 @@ async def handle_create_topics(svc: Services, ctx: RequestContext, req: Any) -> 
             configs={c.name: c.value for c in t.configs},
         )
         try:
-            rec = svc.topics.create(spec, validate_only=bool(req.validate_only))
+            rec = await svc.topics.create_async(spec, validate_only=bool(req.validate_only))
         except TopicError as e:
             result["error_code"] = e.code
             result["error_message"] = e.message
             continue
         if v >= 5:
             _fill_created(svc, result, rec)
+        if not req.validate_only:
+            created.append((result, rec))
+    await _wait_all(svc, timeout_ms_of(req.timeout), created, svc.topics.wait_created)
     return {"throttle_time": 0, "topics": results}
+
+
+async def _wait_all(svc: Services, timeout_ms: int, pending: list[tuple[dict[str, Any], TopicRecord]],
+                    wait: Callable[[TopicRecord, float], Awaitable[bool]]) -> None:
+    """Cluster mode: wait, within the request's timeout, until this broker's metadata shows each change.
+
+    As Kafka's delayed admin operations: a change not seen in time answers REQUEST_TIMED_OUT (it
+    still happens); a timeout of 0 or less answers at once.
+    """
+    if not svc.store.is_cluster() or timeout_ms <= 0 or not pending:
+        return
+    deadline = time.monotonic() + timeout_s(timeout_ms)
+    for result, rec in pending:
+        if not await wait(rec, deadline - time.monotonic()):
+            result["error_code"] = ErrorCode.request_timed_out
+            result["error_message"] = None
 
 
 def _fill_created(svc: Services, result: dict[str, Any], rec: TopicRecord) -> None:
@@ -72,6 +94,7 @@ async def handle_delete_topics(svc: Services, ctx: RequestContext, req: Any) -> 
         targets = [(t.name, t.topic_id) for t in req.topics]
     else:
         targets = [(n, ZERO_UUID) for n in req.topic_names]
+    pending: list[tuple[dict[str, Any], TopicRecord]] = []
     for name, topic_id in targets:
         result: dict[str, Any] = {"name": name, "topic_id": topic_id, "error_code": ErrorCode.none,
                                   "error_message": None}
@@ -89,17 +112,20 @@ async def handle_delete_topics(svc: Services, ctx: RequestContext, req: Any) -> 
             result["error_message"] = f"Cannot delete internal topic {name}"
             continue
         try:
-            deleted = svc.topics.delete(name)
+            deleted = await svc.topics.delete(name)
             result["topic_id"] = deleted.topic_id
+            pending.append((result, deleted))
         except TopicError as e:
             result["error_code"] = e.code
             result["error_message"] = e.message
+    await _wait_all(svc, timeout_ms_of(req.timeout), pending, svc.topics.wait_deleted)
     return {"throttle_time": 0, "responses": responses}
 
 
 async def handle_create_partitions(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
     dupes = _duplicates([t.name for t in req.topics])
     results = []
+    grown: list[tuple[dict[str, Any], TopicRecord, range]] = []
     for t in req.topics:
         result: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.none, "error_message": None}
         results.append(result)
@@ -109,8 +135,24 @@ async def handle_create_partitions(svc: Services, ctx: RequestContext, req: Any)
             continue
         assignments = None if t.assignments is None else [[int(b) for b in a.broker_ids] for a in t.assignments]
         try:
-            svc.topics.add_partitions(t.name, int(t.count), assignments, validate_only=bool(req.validate_only))
+            added = await svc.topics.add_partitions(t.name, int(t.count), assignments,
+                                                    validate_only=bool(req.validate_only))
         except TopicError as e:
             result["error_code"] = e.code
             result["error_message"] = e.message
+            continue
+        rec = svc.store.topic(t.name)
+        if rec is not None and not req.validate_only:
+            grown.append((result, rec, added))
+    timeout_ms = timeout_ms_of(req.timeout)
+    if svc.store.is_cluster() and timeout_ms > 0 and grown:
+        deadline = time.monotonic() + timeout_s(timeout_ms)
+        for result, rec, added in grown:
+            def done(name: str = rec.name, new: range = added) -> bool:
+                cur = svc.store.topic(name)
+                return cur is not None and len(cur.partitions) >= new.stop and \
+                    svc.topics.has_leaders(name, lambda i: i in new)
+            if not await svc.topics.wait_until(done, deadline - time.monotonic()):
+                result["error_code"] = ErrorCode.request_timed_out
+                result["error_message"] = None
     return {"throttle_time": 0, "results": results}

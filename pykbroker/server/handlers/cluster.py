@@ -1,22 +1,26 @@
-"""The cluster-shaped APIs, answered as Kafka 3.9 answers them for a single-node cluster.
+"""The cluster-shaped APIs, answered as Kafka 3.9 answers them.
 
 DescribeCluster, DescribeTopicPartitions, DescribeLogDirs, AlterReplicaLogDirs,
 ElectLeaders, AlterPartitionReassignments, ListPartitionReassignments and
-OffsetForLeaderEpoch.  With one broker every partition already has its preferred
-leader and no reassignment can be in progress, so those APIs mostly report that;
+OffsetForLeaderEpoch.  With embedded metadata (one broker) every partition already has its
+preferred leader and no reassignment can be in progress, so those APIs mostly report that.
+In a ZooKeeper cluster ElectLeaders and AlterPartitionReassignments are written for the
+controller to carry out, and the answers come from this broker's metadata cache.
 AlterReplicaLogDirs really moves a partition between ``log.dirs``
 (:meth:`ReplicaManager.alter_log_dir`, :class:`~pykbroker.storage.log_manager.LogMove`).
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from pykbroker.metadata.store import TopicRecord, topic_name_problem
+from pykbroker.metadata.store import StoreUnavailable, TopicRecord, UnknownTopic, run_store, topic_name_problem
 from pykbroker.server.authorizer import (
     AUTHORIZED_OPERATIONS_OMITTED,
     ResourceType,
@@ -24,7 +28,8 @@ from pykbroker.server.authorizer import (
     maybe_authorized_operations,
 )
 from pykbroker.server.context import RequestContext, Services
-from pykbroker.server.handlers.metadata import ZERO_UUID, topic_metadata
+from pykbroker.server.handlers.metadata import ZERO_UUID, broker_entries, topic_metadata
+from pykbroker.server.topics import timeout_ms_of, timeout_s
 from pykbroker.storage.leader_epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 
 # DescribeCluster's EndpointType: a broker answers only for brokers.
@@ -57,11 +62,7 @@ async def handle_describe_cluster(svc: Services, ctx: RequestContext, req: Any) 
                     error_message="The request was sent to an endpoint of type BROKER, but we wanted an endpoint "
                                   f"of type {_ENDPOINT_TYPE_NAMES[endpoint_type]}")
         return base
-    brokers = []
-    for broker_id, endpoints in sorted(svc.store.live_brokers().items()):
-        for name, host, port in endpoints:
-            if name == ctx.listener:
-                brokers.append({"broker_id": broker_id, "host": host, "port": port, "rack": None})
+    brokers = broker_entries(svc, ctx.listener, "broker_id")
     base.update(
         brokers=brokers,
         controller_id=svc.store.controller_id(),
@@ -231,10 +232,87 @@ def _elect(svc: Services, topic: str, index: int, election_type: int) -> tuple[E
     return ErrorCode.eligible_leaders_not_available, "Eligible topic partition leaders are not available."
 
 
+def _elect_in_cluster(svc: Services, topic: str, index: int, election_type: int
+                      ) -> tuple[ErrorCode, str | None] | None:
+    """What ZooKeeper-mode Kafka answers without electing, or None when the controller must elect."""
+    rec = svc.store.topic(topic)
+    if rec is None:
+        return ErrorCode.unknown_topic_or_partition, f"No such topic as {topic}"
+    a = rec.partitions.get(index)
+    if a is None:
+        return ErrorCode.unknown_topic_or_partition, f"No such partition as {topic}-{index}"
+    live = svc.store.live_brokers()
+    if election_type == ELECTION_PREFERRED:
+        preferred = a.replicas[0] if a.replicas else -1
+        if a.leader == preferred and preferred in live:
+            return ErrorCode.election_not_needed, _ELECTION_NOT_NEEDED_MESSAGE
+        if preferred not in live or preferred not in a.isr:
+            return ErrorCode.preferred_leader_not_available, (
+                f"Failed to elect leader for partition {topic}-{index} under strategy "
+                "PreferredReplicaPartitionLeaderElectionStrategy")
+        return None
+    if a.leader in live:
+        return ErrorCode.election_not_needed, _ELECTION_NOT_NEEDED_MESSAGE
+    if not any(b in live for b in a.replicas):
+        return ErrorCode.eligible_leaders_not_available, (
+            f"Failed to elect leader for partition {topic}-{index} under strategy "
+            "UncleanPartitionLeaderElectionStrategy")
+    return None
+
+
+def _elected(svc: Services, topic: str, index: int, election_type: int) -> bool:
+    rec = svc.store.topic(topic)
+    a = rec.partitions.get(index) if rec is not None else None
+    if a is None:
+        return True  # deleted meanwhile: nothing left to wait for
+    live = svc.store.live_brokers()
+    if election_type == ELECTION_PREFERRED:
+        return bool(a.replicas) and a.leader == a.replicas[0] and a.leader in live
+    return a.leader in live
+
+
+async def _elect_leaders_in_cluster(svc: Services, req: Any, election_type: int) -> dict[str, Any]:
+    """Precompute the answers Kafka gives without an election, ask the controller for the rest
+    (``/pykbroker/elections``) and wait, within the request's timeout, until this broker sees them."""
+    results: dict[str, list[dict[str, Any]]] = {}
+    todo: list[tuple[str, int, dict[str, Any]]] = []
+    if req.topic_partitions is None:
+        wanted = [(name, index) for name, rec in sorted(svc.store.topics().items()) for index in sorted(rec.partitions)]
+    else:
+        wanted = [(t.topic, int(index)) for t in req.topic_partitions for index in t.partitions]
+    for topic, index in wanted:
+        answer = _elect_in_cluster(svc, topic, index, election_type)
+        entry: dict[str, Any] = {"partition_id": index, "error_code": ErrorCode.none, "error_message": None}
+        if answer is not None:
+            if req.topic_partitions is None and answer[0] == ErrorCode.election_not_needed:
+                continue  # as Kafka: "all partitions" lists only those it tried
+            entry["error_code"], entry["error_message"] = answer
+        else:
+            todo.append((topic, index, entry))
+        results.setdefault(topic, []).append(entry)
+    if todo:
+        try:
+            await run_store(svc.store, svc.store.request_election,  # type: ignore[attr-defined]
+                            [(t, i) for t, i, _ in todo], election_type)
+        except StoreUnavailable:
+            for _, _, entry in todo:
+                entry["error_code"], entry["error_message"] = ErrorCode.request_timed_out, None
+            todo = []
+        deadline = time.monotonic() + timeout_s(timeout_ms_of(req.timeout))
+        for topic, index, entry in todo:
+            if not await svc.topics.wait_until(functools.partial(_elected, svc, topic, index, election_type),
+                                               deadline - time.monotonic()):
+                entry["error_code"], entry["error_message"] = ErrorCode.request_timed_out, None
+    return {"throttle_time": 0, "error_code": ErrorCode.none,
+            "replica_election_results": [{"topic": t, "partition_result": r} for t, r in results.items()]}
+
+
 async def handle_elect_leaders(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
     election_type = int(getattr(req, "election_type", ELECTION_PREFERRED)) if ctx.version >= 1 else ELECTION_PREFERRED
     if election_type not in (ELECTION_PREFERRED, ELECTION_UNCLEAN):
         return {"throttle_time": 0, "error_code": ErrorCode.invalid_request, "replica_election_results": []}
+    if svc.store.is_cluster():
+        return await _elect_leaders_in_cluster(svc, req, election_type)
     results: dict[str, list[dict[str, Any]]] = {}
     if req.topic_partitions is None:
         # Every partition; those that already have the desired leader are left out, as in Kafka.
@@ -257,7 +335,8 @@ async def handle_elect_leaders(svc: Services, ctx: RequestContext, req: Any) -> 
 # --- AlterPartitionReassignments (45) / ListPartitionReassignments (46) ------------------------
 
 
-def _reassign(svc: Services, topic: str, index: int, replicas: tuple[int, ...] | None) -> tuple[ErrorCode, str | None]:
+def _reassign(svc: Services, topic: str, index: int, replicas: tuple[int, ...] | None, *,
+             cluster: bool = False) -> tuple[ErrorCode, str | None]:
     rec = svc.store.topic(topic)
     if rec is None:
         return ErrorCode.unknown_topic_or_partition, f"Unable to find a topic named {topic}."
@@ -265,7 +344,9 @@ def _reassign(svc: Services, topic: str, index: int, replicas: tuple[int, ...] |
     if a is None:
         return ErrorCode.unknown_topic_or_partition, f"Unable to find partition {topic}:{index}."
     if replicas is None:
-        # Nothing can be in progress on one broker.
+        # Nothing can be in progress on one broker; a cluster may be adding or removing replicas.
+        if cluster and (a.adding_replicas or a.removing_replicas):
+            return ErrorCode.none, None
         return ErrorCode.no_reassignment_in_progress, _NO_REASSIGNMENT_MESSAGE
     if not replicas:
         return ErrorCode.invalid_replica_assignment, \
@@ -280,25 +361,59 @@ def _reassign(svc: Services, topic: str, index: int, replicas: tuple[int, ...] |
             return ErrorCode.invalid_replica_assignment, \
                 f"The manual partition assignment includes the broker {b} more than once."
         previous = b
-    # Only this broker exists, so the target is the current assignment: nothing to move.
+    # One broker: the target is the current assignment, nothing to move. A cluster writes it.
     return ErrorCode.none, None
 
 
 async def handle_alter_partition_reassignments(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    cluster = svc.store.is_cluster()
     responses = []
+    moves: dict[tuple[str, int], list[int] | None] = {}
+    accepted: list[dict[str, Any]] = []
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            code, message = _reassign(svc, t.name, p.partition_index,
-                                      None if p.replicas is None else tuple(p.replicas))
-            parts.append({"partition_index": p.partition_index, "error_code": code, "error_message": message})
+            index = int(p.partition_index)
+            target = None if p.replicas is None else tuple(int(b) for b in p.replicas)
+            code, message = _reassign(svc, t.name, index, target, cluster=cluster)
+            entry = {"partition_index": index, "error_code": code, "error_message": message}
+            parts.append(entry)
+            if cluster and code == ErrorCode.none:
+                moves[(t.name, index)] = None if target is None else list(target)
+                accepted.append(entry)
         responses.append({"name": t.name, "partitions": parts})
+    if moves:
+        try:
+            await run_store(svc.store, svc.store.alter_reassignments, moves)  # type: ignore[attr-defined]
+        except StoreUnavailable:
+            for entry in accepted:
+                entry["error_code"], entry["error_message"] = ErrorCode.request_timed_out, None
+        except (UnknownTopic, KeyError) as e:  # deleted between the check and the write
+            for entry in accepted:
+                entry["error_code"] = ErrorCode.unknown_topic_or_partition
+                entry["error_message"] = f"Unable to find a topic named {e}."
     return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "responses": responses}
 
 
 async def handle_list_partition_reassignments(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
-    # A single broker never has a reassignment in progress, whatever was asked for.
-    return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "topics": []}
+    """Reassignments in progress (adding or removing replicas in the assignment); none on one broker."""
+    topics: list[dict[str, Any]] = []
+    wanted: dict[str, set[int] | None]
+    if req.topics is None:
+        wanted = dict.fromkeys(sorted(svc.store.topics()))
+    else:
+        wanted = {t.name: {int(i) for i in t.partition_indexes} for t in req.topics}
+    for name, indexes in wanted.items():
+        rec = svc.store.topic(name)
+        if rec is None:
+            continue
+        parts = [{"partition_index": i, "replicas": tuple(a.replicas), "adding_replicas": tuple(a.adding_replicas),
+                  "removing_replicas": tuple(a.removing_replicas)}
+                 for i, a in sorted(rec.partitions.items())
+                 if (a.adding_replicas or a.removing_replicas) and (indexes is None or i in indexes)]
+        if parts:
+            topics.append({"name": name, "partitions": parts})
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "topics": topics}
 
 
 # --- OffsetForLeaderEpoch (23) ----------------------------------------------------------------

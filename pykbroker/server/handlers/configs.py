@@ -39,7 +39,7 @@ from pykbroker.config import (
     validate_group_configs,
     validate_topic_configs,
 )
-from pykbroker.metadata.store import topic_name_problem
+from pykbroker.metadata.store import StoreUnavailable, UnknownTopic, run_store, topic_name_problem
 from pykbroker.server.context import RequestContext, Services
 
 log = logging.getLogger("pykbroker.admin")
@@ -321,11 +321,17 @@ def validate_resource_configs(svc: Services, rtype: int, name: str, configs: dic
     raise ResourceError(ErrorCode.invalid_request, f"Unknown resource type {rtype}")
 
 
-def store_resource_configs(svc: Services, rtype: int, name: str, configs: dict[str, str]) -> None:
-    if rtype == RESOURCE_TOPIC:
-        svc.store.set_topic_configs(name, configs)
-    else:
-        svc.store.set_entity_configs(rtype, name, configs)
+async def store_resource_configs(svc: Services, rtype: int, name: str, configs: dict[str, str]) -> None:
+    """Write through the store, off the event loop when it blocks (ZooKeeper)."""
+    try:
+        if rtype == RESOURCE_TOPIC:
+            await run_store(svc.store, svc.store.set_topic_configs, name, configs)
+        else:
+            await run_store(svc.store, svc.store.set_entity_configs, rtype, name, configs)
+    except UnknownTopic:
+        raise ResourceError(ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist.") from None
+    except StoreUnavailable as e:
+        raise ResourceError(ErrorCode.request_timed_out, f"The metadata store is not reachable: {e}") from None
     log.info("altered configs of %s %r: %s", _type_name(rtype), name, configs)
 
 
@@ -376,7 +382,7 @@ async def _alter(svc: Services, req: Any, incremental: bool) -> dict[str, Any]:
                 new = {c.name: c.value for c in r.configs}
             normalised = validate_resource_configs(svc, rtype, name, new)
             if not req.validate_only:
-                store_resource_configs(svc, rtype, name, normalised)
+                await store_resource_configs(svc, rtype, name, normalised)
         except ResourceError as e:
             response["error_code"] = e.code
             response["error_message"] = e.message

@@ -1,9 +1,13 @@
 """Fetch: serve whole batches from the log, long-polling until min_bytes or max_wait.
 
-Waiting fetches register on the partitions they read and are woken by the
-append that gives them data (see FetchWaiters), not by a timer loop.  Fetch
+Waiting fetches register on the partitions they read and are woken by the high
+watermark move that gives them data (see FetchWaiters), not by a timer loop.  Fetch
 sessions (KIP-227) are answered sessionless: session id 0 tells clients to keep
 sending full requests.
+
+In a cluster a fetch with a replica id is a follower's: it reads up to the log end offset
+(consumers only up to the high watermark), is checked for a diverging epoch (KIP-320), waits
+for appends rather than HW movement, and tells the leader how far the follower has come.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ from kio.schema.errors import ErrorCode
 
 from pykbroker.protocol.message_format import down_convert, first_message_size
 from pykbroker.protocol.records import InvalidRecords
+from pykbroker.replication.rules import diverging_epoch
 from pykbroker.server.context import RequestContext, Services
+from pykbroker.server.replica_manager import Partition
 from pykbroker.storage.log import KafkaStorageError, OffsetOutOfRange
 
 READ_UNCOMMITTED = 0
@@ -37,7 +43,16 @@ class _Plan:
         self.errors = False
 
 
-def _read_all(svc: Services, ctx: RequestContext, req: Any, by_id: bool) -> _Plan:
+def replica_id_of(req: Any, version: int) -> int:
+    """The fetching follower's broker id (v15+: in replica_state), -1 for a consumer."""
+    if version >= 15:
+        state = getattr(req, "replica_state", None)
+        return int(state.replica_id) if state is not None else -1
+    return int(getattr(req, "replica_id", -1))
+
+
+def _read_all(svc: Services, ctx: RequestContext, req: Any, by_id: bool, replica_id: int = -1,
+              first_pass: bool = True) -> _Plan:
     plan = _Plan()
     # fetch.max.bytes caps what a client may ask for (v3+), as in Kafka.
     remaining = min(max(int(req.max_bytes), 0), svc.config["fetch.max.bytes"]) if ctx.version >= 3 else 1 << 31
@@ -92,6 +107,12 @@ def _read_all(svc: Services, ctx: RequestContext, req: Any, by_id: bool) -> _Pla
                 plan.errors = True
                 continue
             lg = p.log
+            if replica_id >= 0:
+                _read_for_follower(svc, p, fp, entry, plan, replica_id, first_pass, remaining, first_with_data)
+                if entry["records"]:
+                    remaining -= len(entry["records"])
+                    first_with_data = False
+                continue
             entry["high_watermark"] = p.high_watermark
             entry["last_stable_offset"] = p.last_stable_offset
             entry["log_start_offset"] = lg.log_start_offset
@@ -126,6 +147,52 @@ def _read_all(svc: Services, ctx: RequestContext, req: Any, by_id: bool) -> _Pla
     return plan
 
 
+def _read_for_follower(svc: Services, p: Partition, fp: Any, entry: dict[str, Any], plan: _Plan, replica_id: int,
+                       first_pass: bool, remaining: int, first_with_data: bool) -> None:
+    """A follower's fetch: up to the LEO (not the HW), with the diverging-epoch check (KIP-320).
+
+    Its fetch offset tells us what it has: the first pass records that, which may add it to
+    the ISR and advance the HW.
+    """
+    lg = p.log
+    if replica_id not in p.replicas:  # Kafka: not a known follower of the partition
+        entry["error_code"] = ErrorCode.not_leader_or_follower
+        plan.errors = True
+        return
+    fetch_offset = int(fp.fetch_offset)
+    last_fetched_epoch = int(getattr(fp, "last_fetched_epoch", -1))
+    diverging = diverging_epoch(last_fetched_epoch, fetch_offset,
+                                lg.end_offset_for_epoch(last_fetched_epoch) if last_fetched_epoch >= 0 else None)
+    if diverging is not None:
+        entry["diverging_epoch"] = {"epoch": diverging[0], "end_offset": diverging[1]}
+        entry["high_watermark"] = p.high_watermark
+        entry["last_stable_offset"] = p.last_stable_offset
+        entry["log_start_offset"] = lg.log_start_offset
+        plan.errors = True  # answer at once
+        return
+    if lg.log_start_offset <= fetch_offset <= lg.log_end_offset and first_pass:
+        svc.replicas.on_follower_fetch(p, replica_id, fetch_offset, int(getattr(fp, "log_start_offset", -1)))
+    entry["high_watermark"] = p.high_watermark
+    entry["last_stable_offset"] = p.last_stable_offset
+    entry["log_start_offset"] = lg.log_start_offset
+    try:
+        result = lg.read(fetch_offset, max(min(int(fp.partition_max_bytes), remaining), 0),
+                         min_one_message=first_with_data)
+    except OffsetOutOfRange:
+        entry.update(error_code=ErrorCode.offset_out_of_range, high_watermark=-1, last_stable_offset=-1,
+                     log_start_offset=-1)
+        plan.errors = True
+        return
+    except KafkaStorageError:
+        entry.update(error_code=ErrorCode.kafka_storage_error, high_watermark=-1, last_stable_offset=-1,
+                     log_start_offset=-1)
+        plan.errors = True
+        return
+    if result.records:
+        entry["records"] = bytes(result.records)
+        plan.bytes += len(result.records)
+
+
 def _fetched_partitions(svc: Services, req: Any, by_id: bool) -> list[tuple[str, int]]:
     out: list[tuple[str, int]] = []
     for t in req.topics:
@@ -153,21 +220,25 @@ async def handle_fetch(svc: Services, ctx: RequestContext, req: Any) -> dict[str
     max_wait_s = req.max_wait.total_seconds()
     min_bytes = int(req.min_bytes)
     deadline = anyio.current_time() + max(max_wait_s, 0.0)
-    plan = _read_all(svc, ctx, req, by_id)
+    # Only a cluster has followers; with embedded metadata a replica id is read as a consumer's, as before.
+    replica_id = replica_id_of(req, v) if svc.replicas.replicating else -1
+    plan = _read_all(svc, ctx, req, by_id, replica_id)
     if plan.bytes < min_bytes and not plan.errors and max_wait_s > 0:
         tps = _fetched_partitions(svc, req, by_id)
+        # A follower waits for appends, a consumer for the high watermark to move.
+        waiters = svc.replicas.replica_fetch_waiters if replica_id >= 0 else svc.replicas.fetch_waiters
         while plan.bytes < min_bytes and not plan.errors and not svc.shutting_down.is_set():
             remaining = deadline - anyio.current_time()
             if remaining <= 0:
                 break
             event = anyio.Event()
-            svc.replicas.fetch_waiters.register(tps, event)
+            waiters.register(tps, event)
             try:
                 with anyio.move_on_after(remaining):
                     await event.wait()
             finally:
-                svc.replicas.fetch_waiters.unregister(tps, event)
-            plan = _read_all(svc, ctx, req, by_id)
+                waiters.unregister(tps, event)
+            plan = _read_all(svc, ctx, req, by_id, replica_id, first_pass=False)
     if v <= 3:  # clients from before Kafka 0.11 read message format v0/v1; never on the modern path
         _down_convert(svc, req, plan.topics, 0 if v <= 1 else 1)
     return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": plan.topics}

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Container
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from pykbroker.metadata.store import TopicRecord, topic_name_problem
+from pykbroker.metadata.store import INTERNAL_TOPICS, StoreUnavailable, TopicRecord, topic_name_problem
 from pykbroker.server.authorizer import AUTHORIZED_OPERATIONS_OMITTED, ResourceType, maybe_authorized_operations
 from pykbroker.server.context import RequestContext, Services
 from pykbroker.server.topics import TopicError
@@ -15,7 +16,24 @@ from pykbroker.server.topics import TopicError
 ZERO_UUID = uuid.UUID(int=0)
 
 
-def topic_metadata(svc: Services, rec: TopicRecord, *, include_authorized_operations: bool = False) -> dict[str, Any]:
+def topic_metadata(svc: Services, rec: TopicRecord, *, include_authorized_operations: bool = False,
+                   live: Container[int] | None = None) -> dict[str, Any]:
+    """One topic's Metadata entry; ``live`` (the live broker ids) makes it the cluster view."""
+    if live is None and svc.store.is_cluster():
+        live = svc.store.live_brokers()
+    partitions = _cluster_partitions(svc, rec, live) if live is not None else _embedded_partitions(svc, rec)
+    return {
+        "error_code": ErrorCode.none,
+        "name": rec.name,
+        "topic_id": rec.topic_id,
+        "is_internal": rec.internal,
+        "partitions": partitions,
+        "topic_authorized_operations": maybe_authorized_operations(
+            include_authorized_operations, ResourceType.TOPIC, rec.name),
+    }
+
+
+def _embedded_partitions(svc: Services, rec: TopicRecord) -> list[dict[str, Any]]:
     partitions = []
     for index, a in sorted(rec.partitions.items()):
         p = svc.replicas.partition(rec.name, index)
@@ -40,15 +58,57 @@ def topic_metadata(svc: Services, rec: TopicRecord, *, include_authorized_operat
             "isr_nodes": tuple(a.isr),
             "offline_replicas": offline,
         })
-    return {
-        "error_code": ErrorCode.none,
-        "name": rec.name,
-        "topic_id": rec.topic_id,
-        "is_internal": rec.internal,
-        "partitions": partitions,
-        "topic_authorized_operations": maybe_authorized_operations(
-            include_authorized_operations, ResourceType.TOPIC, rec.name),
-    }
+    return partitions
+
+
+def _cluster_partitions(svc: Services, rec: TopicRecord, live: Container[int]) -> list[dict[str, Any]]:
+    """As ZooKeeper-mode Kafka's metadata cache: a leader that is not live is -1 with LEADER_NOT_AVAILABLE;
+    offline replicas are those on dead brokers (and ours when its log dir failed)."""
+    me = svc.broker_id
+    name = rec.name
+    replicas = svc.replicas
+    partitions = []
+    for index, a in sorted(rec.partitions.items()):
+        leader = a.leader
+        error = ErrorCode.none
+        offline = [b for b in a.replicas if b not in live]
+        if me in a.replicas and replicas.is_offline(name, index):
+            offline.append(me)
+            if leader == me:
+                leader = -1
+        if leader not in live or leader < 0:
+            leader = -1
+            error = ErrorCode.leader_not_available
+        partitions.append({
+            "error_code": error,
+            "partition_index": index,
+            "leader_id": leader,
+            "leader_epoch": a.leader_epoch,
+            "replica_nodes": tuple(a.replicas),
+            "isr_nodes": tuple(a.isr),
+            "offline_replicas": tuple(offline),
+        })
+    return partitions
+
+
+def broker_entries(svc: Services, listener: str, id_key: str) -> list[dict[str, Any]]:
+    """The live brokers' endpoints on ``listener`` (with their racks), sorted by id."""
+    out = []
+    for broker_id, endpoints in sorted(svc.store.live_brokers().items()):
+        for name, host, port in endpoints:
+            if name == listener:
+                out.append({id_key: broker_id, "host": host, "port": port, "rack": svc.store.broker_rack(broker_id)})
+    return out
+
+
+async def _create_internal_topic(svc: Services, name: str) -> ErrorCode:
+    """Cluster mode: a client asked for a missing internal topic; the coordinator that owns it creates it."""
+    owner = svc.groups if name == "__consumer_offsets" else svc.txn_coordinator
+    try:
+        created = owner is not None and await owner.ensure_topic_async()
+    except StoreUnavailable:
+        created = False
+    return ErrorCode.leader_not_available if created else ErrorCode.coordinator_not_available
 
 
 def _error_topic(name: str | None, code: ErrorCode, topic_id: uuid.UUID = ZERO_UUID) -> dict[str, Any]:
@@ -72,8 +132,9 @@ async def handle_metadata(svc: Services, ctx: RequestContext, req: Any) -> dict[
                 "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
                 "topics": [_error_topic(t.name or "", ErrorCode.invalid_request, t.topic_id or ZERO_UUID)
                            for t in requested]}
+    live = svc.store.live_brokers() if svc.store.is_cluster() else None
     if all_topics:
-        topics = [topic_metadata(svc, rec, include_authorized_operations=topic_ops)
+        topics = [topic_metadata(svc, rec, include_authorized_operations=topic_ops, live=live)
                   for rec in svc.store.topics().values()]
     else:
         seen: set[str] = set()
@@ -85,7 +146,7 @@ async def handle_metadata(svc: Services, ctx: RequestContext, req: Any) -> dict[
                 if rec is None:
                     topics.append(_error_topic(None, ErrorCode.unknown_topic_id, topic_id or ZERO_UUID))
                 else:
-                    topics.append(topic_metadata(svc, rec, include_authorized_operations=topic_ops))
+                    topics.append(topic_metadata(svc, rec, include_authorized_operations=topic_ops, live=live))
                 continue
             if name in seen:
                 continue
@@ -95,21 +156,26 @@ async def handle_metadata(svc: Services, ctx: RequestContext, req: Any) -> dict[
                 if topic_name_problem(name):
                     topics.append(_error_topic(name, ErrorCode.invalid_topic_exception))
                     continue
+                if allow_auto and live is not None and name in INTERNAL_TOPICS:
+                    # As Kafka: created with the coordinator's settings, whatever auto.create.topics.enable says.
+                    topics.append(_error_topic(name, await _create_internal_topic(svc, name)))
+                    continue
                 if allow_auto:
                     try:
-                        rec = svc.topics.maybe_auto_create(name)
+                        rec = await svc.topics.maybe_auto_create(name)
                     except TopicError as e:
                         topics.append(_error_topic(name, e.code))
+                        continue
+                    if rec is None and live is not None and svc.config["auto.create.topics.enable"]:
+                        # Created in ZooKeeper, not yet back through the watch: Kafka's answer
+                        # until the topic has leaders.
+                        topics.append(_error_topic(name, ErrorCode.leader_not_available))
                         continue
                 if rec is None:
                     topics.append(_error_topic(name, ErrorCode.unknown_topic_or_partition))
                     continue
-            topics.append(topic_metadata(svc, rec, include_authorized_operations=topic_ops))
-    brokers = []
-    for broker_id, endpoints in sorted(svc.store.live_brokers().items()):
-        for name, host, port in endpoints:
-            if name == ctx.listener:
-                brokers.append({"node_id": broker_id, "host": host, "port": port, "rack": None})
+            topics.append(topic_metadata(svc, rec, include_authorized_operations=topic_ops, live=live))
+    brokers = broker_entries(svc, ctx.listener, "node_id")
     return {
         "throttle_time": 0,
         "brokers": brokers,

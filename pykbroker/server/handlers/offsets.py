@@ -71,13 +71,16 @@ async def handle_list_offsets(svc: Services, ctx: RequestContext, req: Any) -> d
             p = svc.replicas.partition(t.name, idx)
             if p is None or p.log.offline:
                 entry["error_code"] = ErrorCode.kafka_storage_error if svc.replicas.is_offline(t.name, idx) \
-                    else ErrorCode.unknown_topic_or_partition
+                    else _not_hosted(svc, t.name, idx)
                 continue
             epoch = int(getattr(rp, "current_leader_epoch", -1))
             if epoch != -1 and epoch != p.leader_epoch:
                 entry["error_code"] = (
                     ErrorCode.fenced_leader_epoch if epoch < p.leader_epoch else ErrorCode.unknown_leader_epoch
                 )
+                continue
+            if p.leader_id != svc.broker_id:  # a follower's replica (cluster mode)
+                entry["error_code"] = ErrorCode.not_leader_or_follower
                 continue
             ts = int(rp.timestamp)
             if ts < 0 and ctx.version < _MIN_VERSION.get(ts, 1 << 15):
@@ -96,6 +99,16 @@ async def handle_list_offsets(svc: Services, ctx: RequestContext, req: Any) -> d
     return {"throttle_time": 0, "topics": topics}
 
 
+def _not_hosted(svc: Services, topic: str, index: int) -> ErrorCode:
+    """A partition this broker has no replica of: in a cluster, Kafka tells a partition it knows
+    from metadata (another broker leads it) from one that does not exist."""
+    if svc.store.is_cluster():
+        rec = svc.store.topic(topic)
+        if rec is not None and index in rec.partitions:
+            return ErrorCode.not_leader_or_follower
+    return ErrorCode.unknown_topic_or_partition
+
+
 async def handle_delete_records(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
     topics = []
     for t in req.topics:
@@ -109,7 +122,10 @@ async def handle_delete_records(svc: Services, ctx: RequestContext, req: Any) ->
             if p is None or rec is None or p.log.offline:
                 entry["error_code"] = ErrorCode.kafka_storage_error \
                     if rec is not None and svc.replicas.is_offline(t.name, idx) \
-                    else ErrorCode.unknown_topic_or_partition
+                    else _not_hosted(svc, t.name, idx)
+                continue
+            if p.leader_id != svc.broker_id:  # a follower's replica (cluster mode)
+                entry["error_code"] = ErrorCode.not_leader_or_follower
                 continue
             if "delete" not in p.log.config.cleanup_policy.split(","):
                 entry["error_code"] = ErrorCode.policy_violation

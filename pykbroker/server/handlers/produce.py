@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 from kio.schema.errors import ErrorCode
 
-from pykbroker.coordinator.transaction.verification import verify_transactional_batch
+from pykbroker.coordinator.transaction.verification import verify_transactional_batch, verify_with_coordinator
 from pykbroker.protocol.message_format import is_message_set, up_convert
 from pykbroker.protocol.record_validator import validate_records
 from pykbroker.protocol.records import InvalidRecords, parse_batch_header, validate_for_append
@@ -99,11 +99,56 @@ def _fail_unflushed(responses: list[dict[str, Any]], p: Partition, message: str)
                     r["partition_responses"][i] = _partition_error(p.index, ErrorCode.kafka_storage_error, message)
 
 
+def _replication_outcome(svc: Services, p: Partition, required: int, min_isr: int) -> ErrorCode | None:
+    """Kafka's delayed-produce check: None while waiting, else the partition's answer."""
+    if svc.replicas.partition(p.topic, p.index) is not p or not p.is_leader:
+        return ErrorCode.not_leader_or_follower
+    if p.log.offline:
+        return ErrorCode.kafka_storage_error
+    if p.high_watermark >= required:
+        return ErrorCode.not_enough_replicas_after_append if len(p.isr) < min_isr else ErrorCode.none
+    return None
+
+
+async def _await_replication(svc: Services, awaiting: list[tuple[Partition, int, list[dict[str, Any]], int, int]],
+                             timeout_ms: int) -> None:
+    """Delayed produce: wait (up to the request's timeout) until the HW covers each append."""
+    deadline = anyio.current_time() + max(timeout_ms, 0) / 1000
+    # Appends whose answer is already an error (fsync failed) wait for nothing.
+    pending = [item for item in awaiting if item[2][item[3]]["error_code"] == ErrorCode.none]
+    waiters = svc.replicas.produce_waiters
+    for _ in range(1_000_000):  # bounded: each round is woken by an HW or ISR change, or times out
+        still = []
+        for item in pending:
+            p, required, parts, i, min_isr = item
+            outcome = _replication_outcome(svc, p, required, min_isr)
+            if outcome is None:
+                still.append(item)
+            elif outcome != ErrorCode.none:
+                parts[i] = _partition_error(p.index, outcome)
+        pending = still
+        remaining = deadline - anyio.current_time()
+        if not pending or remaining <= 0 or svc.shutting_down.is_set():
+            break
+        tps = [p.tp for p, *_ in pending]
+        event = anyio.Event()
+        waiters.register(tps, event)
+        try:
+            with anyio.move_on_after(remaining):
+                await event.wait()
+        finally:
+            waiters.unregister(tps, event)
+    for p, _required, parts, i, _min_isr in pending:
+        parts[i] = _partition_error(p.index, ErrorCode.request_timed_out)
+
+
 async def handle_produce(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any] | None:
     acks = int(req.acks)
     now = now_ms()
     responses: list[dict[str, Any]] = []
     appended: list[Partition] = []
+    # acks=all appends the HW has not reached yet: (partition, offset to reach, response list, index, min ISR).
+    awaiting: list[tuple[Partition, int, list[dict[str, Any]], int, int]] = []
     for topic in req.topic_data or ():  # null is refused by the bounds pre-pass; never iterate None
         name = topic.name
         rec = svc.store.topic(name)
@@ -127,6 +172,7 @@ async def handle_produce(svc: Services, ctx: RequestContext, req: Any) -> dict[s
             if p is None or p.leader_id != svc.broker_id:
                 parts.append(_partition_error(idx, ErrorCode.not_leader_or_follower))
                 continue
+            min_isr = 1
             if acks == -1:
                 min_isr = int(rec.configs.get("min.insync.replicas", svc.config["min.insync.replicas"]))
                 if len(p.isr) < min_isr:
@@ -139,6 +185,12 @@ async def handle_produce(svc: Services, ctx: RequestContext, req: Any) -> dict[s
             if records is None or len(records) == 0:
                 parts.append(_partition_error(idx, ErrorCode.invalid_request, "Produce request has no records"))
                 continue
+            txn_id = getattr(req, "transactional_id", None)
+            if txn_id and svc.store.is_cluster():  # KIP-890 with a coordinator that may be another broker
+                await verify_with_coordinator(svc, p, records, txn_id)
+                if svc.replicas.partition(name, idx) is not p or p.leader_id != svc.broker_id:
+                    parts.append(_partition_error(idx, ErrorCode.not_leader_or_follower))
+                    continue
             try:
                 if ctx.version < 3 and is_message_set(records):  # a client from before Kafka 0.11
                     records = up_convert(records, topic_partition=f"{name}-{idx}",
@@ -147,6 +199,8 @@ async def handle_produce(svc: Services, ctx: RequestContext, req: Any) -> dict[s
                 parts.append(_append(svc, p, records, acks, now, getattr(req, "transactional_id", None),
                                      ctx.version))
                 appended.append(p)
+                if acks == -1 and p.high_watermark < p.log.log_end_offset:  # followers must have it first
+                    awaiting.append((p, p.log.log_end_offset, parts, len(parts) - 1, min_isr))
             except InvalidRecords as e:
                 log.warning("produce rejected topic=%s partition=%d client=%s error=%s reason=%r",
                             name, idx, ctx.header.client_id, ErrorCode(e.error_code).name, str(e))
@@ -167,6 +221,10 @@ async def handle_produce(svc: Services, ctx: RequestContext, req: Any) -> dict[s
                 await anyio.to_thread.run_sync(p.log.flush_to, p.log.log_end_offset)
             except KafkaStorageError as e:  # not durable, so not acknowledged
                 _fail_unflushed(responses, p, str(e))
+    if awaiting:
+        timeout = req.timeout
+        await _await_replication(svc, awaiting, int(timeout.total_seconds() * 1000)
+                                 if hasattr(timeout, "total_seconds") else int(timeout))
     if appended and svc.drop_produce_responses > 0:
         svc.drop_produce_responses -= 1
         raise CloseConnection("fault injection: dropping the connection after the append")

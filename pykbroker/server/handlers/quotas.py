@@ -15,7 +15,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from pykbroker.metadata.store import QuotaEntity
+from pykbroker.metadata.store import QuotaEntity, StoreUnavailable, run_store
 from pykbroker.server.context import RequestContext, Services
 
 log = logging.getLogger("pykbroker.quotas")
@@ -163,7 +163,12 @@ async def handle_alter_client_quotas(svc: Services, ctx: RequestContext, req: An
         if change:
             changes[key] = change
     if changes and not req.validate_only:
-        svc.store.alter_client_quotas(changes)
+        try:
+            await run_store(svc.store, svc.store.alter_client_quotas, changes)
+        except StoreUnavailable as e:
+            for key in changes:
+                results[key] = (ErrorCode.request_timed_out, f"The metadata store is not reachable: {e}")
+            changes = {}
         if not _warned and any(v is not None for c in changes.values() for v in c.values()):
             _warned = True
             log.warning("client quotas are stored but not enforced yet: no client is throttled by them "

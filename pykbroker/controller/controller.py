@@ -1,0 +1,1021 @@
+"""The ZooKeeper-mode controller: elected through /controller, fenced by /controller_epoch.
+
+Every broker runs one ZkController. The one that creates the ephemeral /controller znode (and
+bumps /controller_epoch in the same multi) is active: it watches brokers, topics and the admin
+znodes, elects partition leaders and writes partition states. Brokers learn the results from
+their own watches on the state znodes (there are no LeaderAndIsr requests).
+
+Threading: one "controller-event-thread" takes events from a queue and does every ZooKeeper call
+synchronously. Kazoo watch and session callbacks only enqueue. Every write is a multi that starts
+with check(/controller_epoch, <version we wrote>), so a controller that lost its election (a
+zombie) cannot change anything; partition state writes are also conditional on the state's
+version, so a leader's concurrent ISR change is never overwritten.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    BadVersionError,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+    RuntimeInconsistency,
+)
+from kazoo.protocol.states import KazooState, WatchedEvent
+
+from pykbroker.config import BrokerConfig
+from pykbroker.controller import election
+from pykbroker.controller.context import ControllerContext, TopicInfo, TopicPartition
+from pykbroker.metadata import zk_layout as zl
+from pykbroker.metadata.zk_layout import PartitionState
+
+log = logging.getLogger("pykbroker.controller")
+
+ELECTIONS = zl.ELECTIONS
+MAX_MULTI_OPS = 200  # ops per ZooKeeper multi (the epoch check included)
+MAX_WRITE_ROUNDS = 20  # conflicting-write retries per batch
+FIRST_REBALANCE_DELAY_S = 5.0  # as Kafka: the first auto rebalance check 5 s after election
+UNCLEAN_KEY = "unclean.leader.election.enable"
+
+# Event kinds
+ELECT, CONTROLLER_CHANGE, RESIGN, STOP = "elect", "controller_change", "resign", "stop"
+BROKER_CHANGE, TOPIC_CHANGE, PARTITION_MODIFICATION = "broker_change", "topic_change", "partition_modification"
+TOPIC_DELETION, ISR_CHANGE, CONTROLLED_SHUTDOWN = "topic_deletion", "isr_change", "controlled_shutdown"
+ELECTION_REQUESTS, REBALANCE, LEGACY_REASSIGNMENT = "election_requests", "rebalance", "legacy_reassignment"
+
+_CHILD_EVENTS = {
+    zl.BROKER_IDS: BROKER_CHANGE, zl.BROKER_TOPICS: TOPIC_CHANGE, zl.DELETE_TOPICS: TOPIC_DELETION,
+    zl.ISR_CHANGE_NOTIFICATION: ISR_CHANGE, zl.CONTROLLED_SHUTDOWN: CONTROLLED_SHUTDOWN, ELECTIONS: ELECTION_REQUESTS,
+}
+
+
+class ControllerMoved(Exception):
+    """Our epoch check failed: another controller was elected since (we are a zombie)."""
+
+
+class _NotActive(Exception):
+    """The session was suspended or lost while an event was being handled: stop quietly."""
+
+
+class _MultiFailed(Exception):
+    def __init__(self, index: int, error: Exception) -> None:
+        super().__init__(f"op {index}: {error!r}")
+        self.index = index
+        self.error = error
+
+
+@dataclass(frozen=True)
+class _Op:
+    kind: str  # create | set | delete | check
+    path: str
+    data: bytes = b""
+    version: int = -1
+    ephemeral: bool = False
+
+
+def _bool(value: object) -> bool:
+    return str(value).strip().lower() == "true"
+
+
+class ZkController:
+    """A controller candidate sharing the broker's kazoo client (and so its session)."""
+
+    def __init__(self, zk: KazooClient, broker_id: int, config: BrokerConfig) -> None:
+        self._zk = zk
+        self.broker_id = broker_id
+        self._config = config
+        self._timeout = max(1.0, config["zookeeper.session.timeout.ms"] / 1000)
+        self._queue: queue.Queue[tuple[str, str]] = queue.Queue()
+        self._pending: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+        self._active = False
+        self._epoch = 0
+        self._ctx = ControllerContext()
+        self._thread: threading.Thread | None = None
+        self._stopped = threading.Event()
+        self._next_rebalance = float("inf")
+        self._controller_id = -1
+        self._failures = 0  # handler failures in a row (back-off before re-electing)
+
+    # --- public -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the event thread and run for controller."""
+        self._zk.add_listener(self._on_session_state)
+        self._thread = threading.Thread(target=self._run, name="controller-event-thread", daemon=True)
+        self._thread.start()
+        self._enqueue(ELECT)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Resign (deleting /controller if we hold it) and end the event thread, within ``timeout``."""
+        if self._thread is None:
+            return
+        self._stopped.set()
+        self._zk.remove_listener(self._on_session_state)
+        self._queue.put((STOP, ""))
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.warning("controller event thread did not stop within %.1fs", timeout)
+        self._thread = None
+
+    def is_active(self) -> bool:
+        return self._active
+
+    @property
+    def epoch(self) -> int:
+        """The controller epoch this broker was last elected with (0: never)."""
+        return self._epoch
+
+    @property
+    def controller_id(self) -> int:
+        """The active controller as this candidate last saw it (-1: none)."""
+        return self._controller_id
+
+    @property
+    def context(self) -> ControllerContext:
+        """The active controller's view (read it only for tests and diagnostics)."""
+        return self._ctx
+
+    # --- callbacks from kazoo threads: enqueue only ---------------------------------------------
+
+    def _enqueue(self, kind: str, arg: str = "") -> None:
+        if self._stopped.is_set():
+            return
+        with self._lock:
+            if (kind, arg) in self._pending:
+                return
+            self._pending.add((kind, arg))
+        self._queue.put((kind, arg))
+
+    def _on_session_state(self, state: str) -> None:
+        if self._stopped.is_set():
+            return
+        if state in (KazooState.SUSPENDED, KazooState.LOST):
+            if self._active:
+                log.warning("ZooKeeper session %s: controller %d stops acting", state.lower(), self.broker_id)
+            self._active = False  # at once, before the event thread sees anything
+            stop = False
+            with self._lock:
+                self._pending.clear()
+                while True:
+                    try:
+                        stop |= self._queue.get_nowait()[0] == STOP
+                    except queue.Empty:
+                        break
+            if stop:
+                self._queue.put((STOP, ""))
+            self._enqueue(RESIGN)
+        elif state == KazooState.CONNECTED:
+            self._enqueue(ELECT)
+
+    def _watch_controller(self, event: WatchedEvent) -> None:
+        self._enqueue(CONTROLLER_CHANGE)
+
+    def _watch_children(self, event: WatchedEvent) -> None:
+        kind = _CHILD_EVENTS.get(event.path)
+        if kind is not None:
+            self._enqueue(kind)
+
+    def _watch_topic(self, event: WatchedEvent) -> None:
+        topic = event.path.rsplit("/", 1)[-1]
+        if event.type in ("CHANGED", "CREATED"):
+            self._enqueue(PARTITION_MODIFICATION, topic)
+
+    def _watch_preferred(self, event: WatchedEvent) -> None:
+        self._enqueue(ELECTION_REQUESTS)
+
+    def _watch_reassign(self, event: WatchedEvent) -> None:
+        self._enqueue(LEGACY_REASSIGNMENT)
+
+    # --- the event thread ---------------------------------------------------------------------
+
+    def _run(self) -> None:
+        handlers: dict[str, Callable[[str], None]] = {
+            ELECT: lambda _: self._elect(), CONTROLLER_CHANGE: lambda _: self._on_controller_change(),
+            RESIGN: lambda _: self._resign(), BROKER_CHANGE: lambda _: self._on_broker_change(),
+            TOPIC_CHANGE: lambda _: self._on_topic_change(), PARTITION_MODIFICATION: self._on_partition_modification,
+            TOPIC_DELETION: lambda _: self._on_topic_deletion(), ISR_CHANGE: lambda _: self._on_isr_change(),
+            CONTROLLED_SHUTDOWN: lambda _: self._on_controlled_shutdown(),
+            ELECTION_REQUESTS: lambda _: self._on_election_requests(), REBALANCE: lambda _: self._on_rebalance(),
+            LEGACY_REASSIGNMENT: lambda _: self._on_legacy_reassignment(),
+        }
+        while True:
+            wait = None
+            if self._active and self._next_rebalance != float("inf"):
+                wait = max(0.0, self._next_rebalance - time.monotonic())
+            try:
+                kind, arg = self._queue.get(timeout=wait)
+            except queue.Empty:
+                kind, arg = REBALANCE, ""
+            with self._lock:
+                self._pending.discard((kind, arg))
+            if kind == STOP:
+                self._safely(lambda: self._resign(delete_znode=True))
+                return
+            if not self._active and kind not in (ELECT, CONTROLLER_CHANGE, RESIGN):
+                continue
+            self._safely(lambda k=kind, a=arg: handlers[k](a))
+
+    def _safely(self, fn: Callable[..., None]) -> None:
+        try:
+            fn()
+            self._failures = 0
+        except _NotActive:
+            return
+        except ControllerMoved as e:
+            log.error("controller %d epoch %d is no longer the controller (%s): resigning", self.broker_id,
+                      self._ctx.epoch, e)
+            self._resign(zombie=True)
+            self._enqueue(CONTROLLER_CHANGE)
+        except Exception as e:
+            if self._stopped.is_set():
+                return
+            was_active = self._active
+            log.warning("controller %d: %s: %r", self.broker_id, "reloading" if was_active else "election failed", e,
+                        exc_info=not isinstance(e, KazooException))
+            self._resign()
+            # Re-run the election (which reloads everything) after a pause growing with each failure
+            # in a row; a lost session re-enqueues it from the session listener as well.
+            self._failures += 1
+            if not self._stopped.wait(min(10.0, 0.25 * 2 ** min(self._failures, 6))) and self._zk.connected:
+                self._enqueue(ELECT)
+
+    # --- ZooKeeper helpers (event thread only) ------------------------------------------------
+
+    def _wait(self, result: Any) -> Any:
+        return result.get(timeout=self._timeout)
+
+    def _get(self, path: str, watch: Callable[[WatchedEvent], None] | None = None) -> tuple[bytes, Any]:
+        data, stat = self._wait(self._zk.get_async(path, watch=watch))
+        return data, stat
+
+    def _children(self, path: str, watch: Callable[[WatchedEvent], None] | None = None) -> list[str]:
+        return list(self._wait(self._zk.get_children_async(path, watch=watch)))
+
+    def _exists(self, path: str, watch: Callable[[WatchedEvent], None] | None = None) -> Any:
+        return self._wait(self._zk.exists_async(path, watch=watch))
+
+    def _get_many(self, paths: list[str]) -> dict[str, tuple[bytes, Any] | None]:
+        """Pipelined reads; None for a missing znode."""
+        pending = [(p, self._zk.get_async(p)) for p in paths]
+        out: dict[str, tuple[bytes, Any] | None] = {}
+        for path, res in pending:
+            try:
+                out[path] = self._wait(res)
+            except NoNodeError:
+                out[path] = None
+        return out
+
+    def _multi(self, ops: list[_Op]) -> list[Any]:
+        """One fenced multi: check(/controller_epoch) and then ``ops``; results of ``ops``.
+
+        Raises ControllerMoved when the epoch check fails, _MultiFailed(index into ops) otherwise.
+        """
+        if not self._active or self._ctx.epoch_zk_version < 0:
+            raise _NotActive()
+        t = self._zk.transaction()
+        t.check(zl.CONTROLLER_EPOCH, self._ctx.epoch_zk_version)
+        for op in ops:
+            if op.kind == "create":
+                t.create(op.path, op.data, ephemeral=op.ephemeral)
+            elif op.kind == "set":
+                t.set_data(op.path, op.data, version=op.version)
+            elif op.kind == "delete":
+                t.delete(op.path, version=op.version)
+            else:
+                t.check(op.path, op.version)
+        results = self._wait(t.commit_async())
+        for i, r in enumerate(results):
+            if isinstance(r, Exception) and not isinstance(r, RolledBackError | RuntimeInconsistency):
+                if i == 0:
+                    raise ControllerMoved(f"/controller_epoch check failed: {r!r}")
+                raise _MultiFailed(i - 1, r)
+        return list(results[1:])
+
+    # --- election -----------------------------------------------------------------------------
+
+    def _session_id(self) -> int | None:
+        cid = self._zk.client_id
+        return int(cid[0]) if cid else None
+
+    def _read_epoch(self) -> tuple[int, int]:
+        for _ in range(3):
+            try:
+                data, stat = self._get(zl.CONTROLLER_EPOCH)
+                return zl.decode_controller_epoch(data), int(stat.version)
+            except NoNodeError:
+                try:
+                    self._wait(self._zk.create_async(zl.CONTROLLER_EPOCH, zl.encode_controller_epoch(0)))
+                except NodeExistsError:
+                    pass
+        raise KazooException("cannot read /controller_epoch")
+
+    def _elect(self) -> None:
+        """Become the controller if nobody is; otherwise watch /controller."""
+        if self._active or self._stopped.is_set():
+            return
+        for _ in range(5):
+            stat = self._exists(zl.CONTROLLER, watch=self._watch_controller)
+            epoch, epoch_version = self._read_epoch()
+            t = self._zk.transaction()
+            if stat is not None:
+                data, stat = self._get(zl.CONTROLLER)
+                holder = zl.decode_controller(data)
+                if holder != self.broker_id or stat.ephemeralOwner != self._session_id():
+                    if holder != self._controller_id:
+                        log.info("broker %d: the controller is broker %d", self.broker_id, holder)
+                    self._controller_id = holder
+                    return
+                # Still ours from before a connection loss: take it up again with a new epoch.
+                t.check(zl.CONTROLLER, stat.version)
+            else:
+                t.create(zl.CONTROLLER, zl.encode_controller(self.broker_id), ephemeral=True)
+            t.set_data(zl.CONTROLLER_EPOCH, zl.encode_controller_epoch(epoch + 1), version=epoch_version)
+            results = self._wait(t.commit_async())
+            if not any(isinstance(r, Exception) for r in results):
+                self._ctx = ControllerContext(epoch=epoch + 1, epoch_zk_version=int(results[1].version))
+                break
+        else:
+            return
+        self._exists(zl.CONTROLLER, watch=self._watch_controller)
+        self._epoch = self._ctx.epoch
+        self._controller_id = self.broker_id
+        self._active = True
+        log.info("broker %d is the controller, epoch %d", self.broker_id, self._epoch)
+        started = time.monotonic()
+        self._on_elected()
+        log.info("controller %d epoch %d: failover done in %.3fs", self.broker_id, self._epoch,
+                 time.monotonic() - started)
+
+    def _on_controller_change(self) -> None:
+        stat = self._exists(zl.CONTROLLER, watch=self._watch_controller)
+        if self._active:
+            if stat is not None and stat.ephemeralOwner == self._session_id():
+                return
+            log.warning("controller %d epoch %d: /controller is no longer ours, resigning", self.broker_id,
+                        self._ctx.epoch)
+            self._resign()
+        self._elect()
+
+    def _resign(self, delete_znode: bool = False, zombie: bool = False) -> None:
+        if self._active:
+            log.info("controller %d epoch %d resigns", self.broker_id, self._ctx.epoch)
+        self._active = False
+        self._controller_id = -1
+        self._ctx = ControllerContext()
+        self._next_rebalance = float("inf")
+        if (delete_znode or zombie) and self._zk.connected:
+            try:
+                data, stat = self._get(zl.CONTROLLER)
+                if zl.decode_controller(data) == self.broker_id and stat.ephemeralOwner == self._session_id():
+                    self._wait(self._zk.delete_async(zl.CONTROLLER, version=stat.version))
+            except Exception as e:
+                log.debug("controller %d: could not delete /controller: %r", self.broker_id, e)
+
+    # --- loading everything on election -------------------------------------------------------
+
+    def _on_elected(self) -> None:
+        for path in (*_CHILD_EVENTS, zl.CONFIG_TOPICS):
+            self._wait(self._zk.ensure_path_async(path))
+        self._ctx.live_brokers, self._ctx.broker_czxid = self._read_brokers()
+        for topic in self._children(zl.BROKER_TOPICS, watch=self._watch_children):
+            self._load_topic(topic)
+        shutting = {int(c) for c in self._children(zl.CONTROLLED_SHUTDOWN, watch=self._watch_children) if c.isdigit()}
+        self._ctx.shutting_down = shutting & set(self._ctx.live_brokers)
+        log.info("controller %d epoch %d: live brokers %s, %d topics, %d partitions", self.broker_id,
+                 self._ctx.epoch, sorted(self._ctx.live_brokers), len(self._ctx.topics), len(self._ctx.states))
+        self._on_topic_deletion()
+        self._reconcile(self._ctx.partitions(), "controller failover")
+        for b in sorted(self._ctx.shutting_down):
+            self._controlled_shutdown(b)
+        self._check_reassignments(self._ctx.reassigning())
+        self._on_legacy_reassignment()
+        self._on_isr_change()
+        self._on_election_requests()
+        if self._config["auto.leader.rebalance.enable"]:
+            self._next_rebalance = time.monotonic() + min(
+                FIRST_REBALANCE_DELAY_S, float(self._config["leader.imbalance.check.interval.seconds"]))
+
+    def _read_brokers(self) -> tuple[dict[int, str | None], dict[int, int]]:
+        ids = [c for c in self._children(zl.BROKER_IDS, watch=self._watch_children) if c.lstrip("-").isdigit()]
+        reads = self._get_many([zl.broker_path(int(c)) for c in ids])
+        racks: dict[int, str | None] = {}
+        czxids: dict[int, int] = {}
+        for c in ids:
+            got = reads[zl.broker_path(int(c))]
+            if got is None:
+                continue
+            data, stat = got
+            try:
+                racks[int(c)] = zl.decode_broker(int(c), data).rack
+            except (ValueError, KeyError, TypeError):
+                racks[int(c)] = None
+            czxids[int(c)] = int(stat.czxid)
+        return racks, czxids
+
+    def _load_topic(self, topic: str) -> bool:
+        """Read a topic's assignment (watching it) and the states of partitions not known yet."""
+        try:
+            data, stat = self._get(zl.topic_path(topic), watch=self._watch_topic)
+        except NoNodeError:
+            self._ctx.remove_topic(topic)
+            return False
+        try:
+            a = zl.decode_topic_assignment(data)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            log.error("topic %s: unreadable assignment znode (%r); ignored", topic, e)
+            return False
+        version = int(stat.version)
+        if a.topic_id.int == 0:
+            # Written by a tool that predates topic ids (KIP-516): the controller gives it one.
+            a.topic_id = uuid.uuid4()
+            try:
+                version = int(self._multi([_Op("set", zl.topic_path(topic), zl.encode_topic_assignment(a),
+                                               version)])[0].version)
+                log.info("topic %s: assigned topic id %s", topic, zl.uuid_to_kafka(a.topic_id))
+            except _MultiFailed:
+                return self._load_topic_again(topic)
+        old = self._ctx.topics.get(topic)
+        self._ctx.topics[topic] = TopicInfo(a.topic_id, a.partitions, a.adding_replicas, a.removing_replicas,
+                                            version)
+        if old is not None:
+            for p in set(old.replicas) - set(a.partitions):
+                self._ctx.states.pop((topic, p), None)
+        unknown = [(topic, p) for p in sorted(a.partitions) if (topic, p) not in self._ctx.states]
+        self._refresh_states(unknown)
+        return True
+
+    def _load_topic_again(self, topic: str) -> bool:
+        """The assignment changed while we gave it a topic id: its watch brings the new one."""
+        self._enqueue(PARTITION_MODIFICATION, topic)
+        return False
+
+    def _refresh_states(self, tps: Iterable[TopicPartition]) -> None:
+        tps = [tp for tp in tps if tp[0] in self._ctx.topics]
+        reads = self._get_many([zl.partition_state_path(t, p) for t, p in tps])
+        for t, p in tps:
+            got = reads[zl.partition_state_path(t, p)]
+            if got is None:
+                self._ctx.states.pop((t, p), None)
+                continue
+            try:
+                self._ctx.states[(t, p)] = zl.decode_partition_state(got[0], int(got[1].version))
+            except (ValueError, KeyError, TypeError) as e:
+                log.error("%s-%d: unreadable state znode (%r)", t, p, e)
+
+    # --- partition state writes ---------------------------------------------------------------
+
+    def _next_state(self, state: PartitionState, leader: int, isr: list[int]) -> PartitionState:
+        """Every leader or ISR change the controller makes bumps the leader epoch."""
+        return replace(state, leader=leader, isr=list(isr), leader_epoch=state.leader_epoch + 1,
+                       controller_epoch=self._ctx.epoch)
+
+    def _write_states(self, compute: dict[TopicPartition, Callable[[PartitionState | None], PartitionState | None]],
+                      reason: str) -> int:
+        """Write the new state ``compute`` gives each partition (None: leave it), in fenced multis.
+
+        A conflicting write (a leader's ISR change) makes us re-read that state and compute again.
+        Returns how many states were written.
+        """
+        planned: dict[TopicPartition, PartitionState] = {}
+        for tp, fn in compute.items():
+            new = fn(self._ctx.states.get(tp))
+            if new is not None:
+                planned[tp] = new
+        existing_parents: dict[str, set[int] | None] = {}  # topic -> partition znodes that exist
+        written = 0
+        items = collections.deque(planned.items())
+        while items:
+            batch: list[tuple[TopicPartition, PartitionState]] = []
+            ops: list[_Op] = []
+            owners: list[TopicPartition] = []
+            while items and len(ops) < MAX_MULTI_OPS - 4:
+                tp, new = items.popleft()
+                group = self._state_ops(tp, new, existing_parents)
+                batch.append((tp, new))
+                ops.extend(group)
+                owners.extend([tp] * len(group))
+            written += self._commit_states(batch, ops, owners, compute, existing_parents, reason)
+        return written
+
+    def _state_ops(self, tp: TopicPartition, new: PartitionState,
+                   existing_parents: dict[str, set[int] | None]) -> list[_Op]:
+        topic, p = tp
+        data = zl.encode_partition_state(new)
+        current = self._ctx.states.get(tp)
+        if current is not None:
+            return [_Op("set", zl.partition_state_path(topic, p), data, current.zk_version)]
+        if topic not in existing_parents:
+            try:
+                existing_parents[topic] = {int(c) for c in self._children(zl.partitions_path(topic)) if c.isdigit()}
+            except NoNodeError:
+                existing_parents[topic] = None
+        ops = []
+        parts = existing_parents[topic]
+        if parts is None:
+            ops.append(_Op("create", zl.partitions_path(topic)))
+            parts = existing_parents[topic] = set()
+        if p not in parts:
+            ops.append(_Op("create", zl.partition_path(topic, p)))
+            parts.add(p)
+        ops.append(_Op("create", zl.partition_state_path(topic, p), data))
+        return ops
+
+    def _commit_states(self, batch: list[tuple[TopicPartition, PartitionState]], ops: list[_Op],
+                       owners: list[TopicPartition],
+                       compute: dict[TopicPartition, Callable[[PartitionState | None], PartitionState | None]],
+                       existing_parents: dict[str, set[int] | None], reason: str) -> int:
+        for _ in range(MAX_WRITE_ROUNDS):
+            if not batch:
+                return 0
+            try:
+                results = self._multi(ops)
+            except _MultiFailed as f:
+                tp = owners[f.index]
+                op = ops[f.index]
+                log.debug("%s-%d: %s of %s failed (%r): re-reading and computing again", tp[0], tp[1], op.kind,
+                          op.path, f.error)
+                if isinstance(f.error, NodeExistsError) and not op.path.endswith("/state"):
+                    existing_parents.pop(tp[0], None)  # a parent we thought missing exists: list again
+                elif isinstance(f.error, BadVersionError | NodeExistsError):
+                    self._refresh_states([tp])
+                elif isinstance(f.error, NoNodeError):
+                    self._ctx.states.pop(tp, None)
+                    compute = {**compute, tp: lambda _s: None}  # the topic went away meanwhile
+                else:
+                    raise f.error from None
+                for btp, _new in batch:  # parents listed as created by the rolled-back multi: list again
+                    if self._ctx.states.get(btp) is None:
+                        existing_parents.pop(btp[0], None)
+                # Recompute the batch from the refreshed context and rebuild its ops.
+                rebuilt: list[tuple[TopicPartition, PartitionState]] = []
+                for btp, _old in batch:
+                    new = compute[btp](self._ctx.states.get(btp))
+                    if new is not None:
+                        rebuilt.append((btp, new))
+                batch, ops, owners = rebuilt, [], []
+                for btp, new in batch:
+                    group = self._state_ops(btp, new, existing_parents)
+                    ops.extend(group)
+                    owners.extend([btp] * len(group))
+                continue
+            versions: dict[TopicPartition, int] = {}
+            for op, owner, r in zip(ops, owners, results, strict=True):
+                if op.path.endswith("/state"):
+                    versions[owner] = int(r.version) if op.kind == "set" else 0
+            created = 0
+            for tp, new in batch:
+                old = self._ctx.states.get(tp)
+                stored = replace(new, zk_version=versions[tp])
+                self._ctx.states[tp] = stored
+                self._log_change(tp, old, stored, reason)
+                created += old is None
+            if created:
+                log.info("controller %d epoch %d: initialized %d partition states (%s)", self.broker_id,
+                         self._ctx.epoch, created, reason)
+            return len(batch)
+        log.warning("controller %d: gave up writing %d partition states (%s) after %d conflicting rounds",
+                    self.broker_id, len(batch), reason, MAX_WRITE_ROUNDS)
+        return 0
+
+    def _log_change(self, tp: TopicPartition, old: PartitionState | None, new: PartitionState, reason: str) -> None:
+        if old is None:  # one summary line per batch at INFO
+            log.debug("%s-%d: initial leader %d, leader epoch %d, isr %s (%s)", tp[0], tp[1], new.leader,
+                     new.leader_epoch, new.isr, reason)
+        elif old.leader != new.leader:
+            log.info("%s-%d: leader %d -> %d, leader epoch %d, isr %s (%s)", tp[0], tp[1], old.leader, new.leader,
+                     new.leader_epoch, new.isr, reason)
+        else:
+            log.info("%s-%d: leader %d, leader epoch %d, isr %s -> %s (%s)", tp[0], tp[1], new.leader,
+                     new.leader_epoch, old.isr, new.isr, reason)
+
+    # --- reconciliation: new partitions, offline leaders, offline replicas --------------------
+
+    def _unclean_allowed(self, topic: str, cache: dict[str, bool]) -> bool:
+        """unclean.leader.election.enable: the topic's config, else the dynamic broker config, else ours."""
+        if topic in cache:
+            return cache[topic]
+        value: object = None
+        for path in (zl.topic_config_path(topic), f"/config/brokers/{self.broker_id}",
+                     f"/config/brokers/{zl.DEFAULT_BROKER_ENTITY}"):
+            try:
+                value = zl.decode_entity_config(self._get(path)[0]).get(UNCLEAN_KEY)
+            except (NoNodeError, ValueError, AttributeError):
+                value = None
+            if value is not None:
+                break
+        allowed = _bool(value) if value is not None else bool(self._config[UNCLEAN_KEY])
+        cache[topic] = allowed
+        return allowed
+
+    def _reconcile(self, tps: Iterable[TopicPartition], reason: str, live: set[int] | None = None) -> int:
+        """Initialize new partitions, elect leaders for partitions without a live one, drop replicas that are
+        down (and replicas no longer assigned) from ISRs.
+
+        Brokers in controlled shutdown count as live (their partitions are not offline) but are not
+        elected and do not join a new leader's ISR, as in Kafka.
+        """
+        live_now = set(self._ctx.live_brokers) if live is None else live
+        online_now = live_now - self._ctx.shutting_down
+        unclean: dict[str, bool] = {}
+
+        def compute(tp: TopicPartition) -> Callable[[PartitionState | None], PartitionState | None]:
+            def fn(state: PartitionState | None) -> PartitionState | None:
+                replicas = self._ctx.replicas(tp)
+                if not replicas or tp[0] in self._ctx.deleting:
+                    return None
+                if state is None:
+                    live = [b for b in replicas if b in online_now]
+                    if not live:
+                        log.warning("%s-%d: no assigned replica is alive (replicas %s, live brokers %s); it stays "
+                                    "offline until one is", tp[0], tp[1], replicas, sorted(online_now))
+                        return None
+                    return PartitionState(live[0], 0, live, self._ctx.epoch)
+                leader = state.leader if state.leader in replicas else election.NO_LEADER
+                isr = [b for b in state.isr if b in replicas] or list(state.isr)
+                result = election.on_replicas_offline(replicas, leader, isr, live_now, False, online_now)
+                if result is not None and result.leader == election.NO_LEADER and any(
+                        b in online_now for b in replicas) and self._unclean_allowed(tp[0], unclean):
+                    result = election.on_replicas_offline(replicas, leader, isr, live_now, True, online_now)
+                    if result is not None and result.leader != election.NO_LEADER:
+                        log.warning("%s-%d: unclean leader election of %d (isr was %s)", tp[0], tp[1],
+                                    result.leader, state.isr)
+                if result is None:
+                    result = election.LeaderAndIsr(leader, isr)
+                if result.leader == state.leader and result.isr == state.isr:
+                    return None
+                return self._next_state(state, result.leader, result.isr)
+            return fn
+
+        return self._write_states({tp: compute(tp) for tp in tps}, reason)
+
+    # --- events -------------------------------------------------------------------------------
+
+    def _on_broker_change(self) -> None:
+        racks, czxids = self._read_brokers()
+        old = self._ctx.broker_czxid
+        dead = sorted(set(old) - set(czxids))
+        bounced = sorted(b for b in set(old) & set(czxids) if old[b] != czxids[b])
+        new = sorted(set(czxids) - set(old))
+        if dead or bounced:
+            log.info("controller %d: brokers gone %s, restarted %s", self.broker_id, dead, bounced)
+            for b in dead:
+                self._ctx.shutting_down.discard(b)
+                self._ctx.live_brokers.pop(b, None)
+            # A restarted broker lost its state: its leaderships and ISR memberships go first.
+            self._reconcile(self._ctx.partitions(), f"brokers {dead + bounced} offline",
+                            live=set(self._ctx.live_brokers) - set(bounced))
+        if new or bounced:
+            log.info("controller %d: brokers started %s", self.broker_id, sorted(new + bounced))
+        self._ctx.live_brokers, self._ctx.broker_czxid = racks, czxids
+        self._ctx.shutting_down &= set(racks)
+        if new or bounced or dead:
+            self._reconcile(self._ctx.partitions(), "broker change")
+
+    def _on_topic_change(self) -> None:
+        children = set(self._children(zl.BROKER_TOPICS, watch=self._watch_children))
+        for gone in sorted(set(self._ctx.topics) - children):
+            log.info("topic %s: assignment znode removed", gone)
+            self._ctx.remove_topic(gone)
+        added = sorted(children - set(self._ctx.topics))
+        for topic in added:
+            self._load_topic(topic)
+        if added:
+            self._reconcile([tp for t in added for tp in self._ctx.partitions_of(t)], "new topic")
+
+    def _on_partition_modification(self, topic: str) -> None:
+        if topic in self._ctx.deleting or not self._load_topic(topic):
+            return
+        tps = self._ctx.partitions_of(topic)
+        self._reconcile(tps, "partition modification")
+        self._check_reassignments([tp for tp in tps if self._ctx.topics[topic].is_reassigning(tp[1])])
+
+    def _on_isr_change(self) -> None:
+        children = sorted(self._children(zl.ISR_CHANGE_NOTIFICATION, watch=self._watch_children))
+        if not children:
+            return
+        paths = [f"{zl.ISR_CHANGE_NOTIFICATION}/{c}" for c in children]
+        named: set[TopicPartition] = set()
+        for got in self._get_many(paths).values():
+            if got is not None:
+                try:
+                    named.update(zl.decode_partition_list(got[0]))
+                except (ValueError, KeyError, TypeError):
+                    pass
+        self._refresh_states(sorted(named))
+        self._delete_znodes(paths)
+        self._check_reassignments([tp for tp in sorted(named) if tp[0] in self._ctx.topics
+                                   and self._ctx.topics[tp[0]].is_reassigning(tp[1])])
+        # A broker shutting down may now have another ISR member to hand its leaderships to.
+        for b in sorted(self._ctx.shutting_down):
+            self._controlled_shutdown(b, [tp for tp in named if (s := self._ctx.states.get(tp)) and s.leader == b])
+
+    def _delete_znodes(self, paths: list[str]) -> None:
+        """Fenced deletes, batched; znodes already gone are skipped."""
+        todo = list(paths)
+        for _ in range(len(todo) + MAX_WRITE_ROUNDS):
+            if not todo:
+                return
+            chunk = todo[:MAX_MULTI_OPS - 1]
+            try:
+                self._multi([_Op("delete", p) for p in chunk])
+            except _MultiFailed as f:
+                if not isinstance(f.error, NoNodeError | NodeExistsError):
+                    raise f.error from None
+                todo.remove(chunk[f.index])
+                continue
+            del todo[:len(chunk)]
+
+    def _on_topic_deletion(self) -> None:
+        children = sorted(self._children(zl.DELETE_TOPICS, watch=self._watch_children))
+        if not children:
+            return
+        if not self._config["delete.topic.enable"]:
+            log.info("controller %d: topic deletion is disabled (delete.topic.enable=false); dropping requests %s",
+                     self.broker_id, children)
+            self._delete_znodes([zl.delete_topic_path(t) for t in children])
+            return
+        for topic in children:
+            self._delete_topic(topic)
+
+    def _delete_topic(self, topic: str) -> None:
+        started = time.monotonic()
+        if topic in self._ctx.topics:
+            self._ctx.deleting.add(topic)
+            tps = self._ctx.partitions_of(topic)
+
+            def offline(state: PartitionState | None) -> PartitionState | None:
+                if state is None or state.leader == election.NO_LEADER:
+                    return None
+                return self._next_state(state, election.NO_LEADER, state.isr)
+
+            self._write_states({tp: offline for tp in tps}, f"topic {topic} deletion")
+        paths: list[str] = []  # leaves first
+        try:
+            for p in self._children(zl.partitions_path(topic)):
+                base = f"{zl.partitions_path(topic)}/{p}"
+                paths.extend(f"{base}/{c}" for c in self._children(base))
+                paths.append(base)
+            paths.append(zl.partitions_path(topic))
+        except NoNodeError:
+            pass
+        for path in (zl.topic_path(topic), zl.topic_config_path(topic)):
+            if self._exists(path) is not None:
+                paths.append(path)
+        # Stray children (anything else under the topic znode) must go before it.
+        try:
+            extra = [f"{zl.topic_path(topic)}/{c}" for c in self._children(zl.topic_path(topic)) if c != "partitions"]
+            paths[:0] = extra
+        except NoNodeError:
+            pass
+        paths.append(zl.delete_topic_path(topic))
+        self._delete_znodes(paths)
+        self._ctx.remove_topic(topic)
+        log.info("topic %s deleted (%d znodes) in %.3fs", topic, len(paths), time.monotonic() - started)
+
+    def _on_controlled_shutdown(self) -> None:
+        requested = {int(c) for c in self._children(zl.CONTROLLED_SHUTDOWN, watch=self._watch_children)
+                     if c.isdigit()}
+        requested &= set(self._ctx.live_brokers)
+        started = sorted(requested - self._ctx.shutting_down)
+        ended = sorted(self._ctx.shutting_down - requested)
+        self._ctx.shutting_down = requested
+        for b in started:
+            log.info("controller %d: broker %d is shutting down", self.broker_id, b)
+            self._controlled_shutdown(b)
+        if ended:
+            log.info("controller %d: brokers %s no longer shutting down", self.broker_id, ended)
+            self._reconcile(self._ctx.partitions(), "broker back from controlled shutdown")
+
+    def _controlled_shutdown(self, broker: int, only: list[TopicPartition] | None = None) -> None:
+        """Move ``broker``'s leaderships to other ISR members and take it out of the ISRs it follows."""
+        tps = only if only is not None else self._ctx.partitions_on(broker)
+        live = set(self._ctx.live_brokers)
+
+        def compute(tp: TopicPartition) -> Callable[[PartitionState | None], PartitionState | None]:
+            def fn(state: PartitionState | None) -> PartitionState | None:
+                replicas = self._ctx.replicas(tp)
+                if state is None or len(replicas) <= 1 or broker not in self._ctx.shutting_down:
+                    return None
+                if state.leader == broker:
+                    e = election.elect_controlled_shutdown(replicas, state.isr, live, self._ctx.shutting_down)
+                    return None if e is None else self._next_state(state, e.leader, e.isr)
+                if broker in state.isr:
+                    r = election.remove_from_isr(state.leader, state.isr, {broker})
+                    return None if r.isr == state.isr else self._next_state(state, r.leader, r.isr)
+                return None
+            return fn
+
+        self._write_states({tp: compute(tp) for tp in tps}, f"controlled shutdown of broker {broker}")
+
+    def _on_election_requests(self) -> None:
+        children = sorted(self._children(ELECTIONS, watch=self._watch_children))
+        for child in children:
+            path = f"{ELECTIONS}/{child}"
+            try:
+                data, _ = self._get(path)
+                doc = zl._loads(data) or {}
+                kind = int(doc.get("election_type", 0))
+                raw = doc.get("partitions")
+                tps = None if raw is None else [(str(e["topic"]), int(e["partition"])) for e in raw]
+            except NoNodeError:
+                continue
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
+                log.error("election request %s unreadable (%r); dropped", child, e)
+                self._delete_znodes([path])
+                continue
+            self._run_election(kind, tps, f"election request {child}")
+            self._delete_znodes([path])
+        if self._exists(zl.PREFERRED_REPLICA_ELECTION, watch=self._watch_preferred) is not None:
+            try:
+                data, _ = self._get(zl.PREFERRED_REPLICA_ELECTION)
+                tps = zl.decode_partition_list(data)
+            except NoNodeError:
+                return
+            except (ValueError, KeyError, TypeError, AttributeError):
+                tps = []
+            self._run_election(0, tps, "preferred replica election request")
+            self._delete_znodes([zl.PREFERRED_REPLICA_ELECTION])
+
+    def _run_election(self, election_type: int, tps: list[TopicPartition] | None, reason: str) -> int:
+        """Preferred (0) or unclean (1) elections; None means every partition, as ElectLeaders."""
+        known = set(self._ctx.partitions())
+        targets = [tp for tp in (self._ctx.partitions() if tps is None else tps) if tp in known]
+        online = self._ctx.online()
+
+        def fn_for(tp: TopicPartition) -> Callable[[PartitionState | None], PartitionState | None]:
+            def fn(state: PartitionState | None) -> PartitionState | None:
+                if state is None:
+                    return None
+                replicas = self._ctx.replicas(tp)
+                if election_type == 1:
+                    if state.leader in self._ctx.live_brokers:
+                        return None
+                    e = election.elect_offline(replicas, state.isr, online, True)
+                else:
+                    if replicas[:1] == [state.leader]:
+                        return None
+                    e = election.elect_preferred(replicas, state.isr, online)
+                return None if e is None else self._next_state(state, e.leader, e.isr)
+            return fn
+
+        return self._write_states({tp: fn_for(tp) for tp in targets}, reason)
+
+    def _on_rebalance(self) -> None:
+        interval = float(self._config["leader.imbalance.check.interval.seconds"])
+        self._next_rebalance = time.monotonic() + interval
+        if not self._config["auto.leader.rebalance.enable"]:
+            return
+        threshold = self._config["leader.imbalance.per.broker.percentage"] / 100
+        online = self._ctx.online()
+        for broker in sorted(online):
+            ratio, others = self._ctx.preferred_imbalance(broker)
+            if ratio <= threshold:
+                continue
+            candidates = [tp for tp in others if not self._ctx.topics[tp[0]].is_reassigning(tp[1])
+                          and broker in self._ctx.states[tp].isr]
+            if candidates:
+                log.info("controller %d: broker %d leads %.0f%% fewer of its preferred partitions than it should; "
+                         "preferred elections for %d", self.broker_id, broker, ratio * 100, len(candidates))
+                self._run_election(0, candidates, "auto leader rebalance")
+
+    def _check_reassignments(self, tps: list[TopicPartition]) -> None:
+        """Complete the reassignments whose target replicas are all in the ISR (KIP-455)."""
+        by_topic: dict[str, list[TopicPartition]] = {}
+        for tp in tps:
+            if self._ctx.reassignment_complete(tp):
+                by_topic.setdefault(tp[0], []).append(tp)
+        for topic, done in sorted(by_topic.items()):
+            for i in range(0, len(done), MAX_MULTI_OPS - 2):
+                self._complete_reassignments(topic, done[i:i + MAX_MULTI_OPS - 2])
+
+    def _complete_reassignments(self, topic: str, tps: list[TopicPartition]) -> None:
+        for _ in range(MAX_WRITE_ROUNDS):
+            info = self._ctx.topics.get(topic)
+            if info is None:
+                return
+            online = self._ctx.online()
+            ops: list[_Op] = []
+            planned: list[tuple[TopicPartition, PartitionState]] = []
+            final = TopicInfo(info.topic_id, {p: list(r) for p, r in info.replicas.items()},
+                              dict(info.adding), dict(info.removing), info.zk_version)
+            for tp in tps:
+                state = self._ctx.states.get(tp)
+                if state is None or not info.is_reassigning(tp[1]) or not self._ctx.reassignment_complete(tp):
+                    continue
+                target = info.target(tp[1])
+                leader = state.leader
+                if leader not in target or leader not in online:
+                    e = election.elect_reassignment(target, state.isr, online)
+                    if e is None:
+                        log.warning("%s-%d: reassignment to %s waits: no target replica is online and in the isr %s",
+                                    tp[0], tp[1], target, state.isr)
+                        continue
+                    leader = e.leader
+                new = self._next_state(state, leader, [b for b in state.isr if b in target])
+                planned.append((tp, new))
+                ops.append(_Op("set", zl.partition_state_path(*tp), zl.encode_partition_state(new), state.zk_version))
+                final.replicas[tp[1]] = target
+                final.adding.pop(tp[1], None)
+                final.removing.pop(tp[1], None)
+            if not planned:
+                return
+            assignment = zl.TopicAssignment(final.topic_id, final.replicas, final.adding, final.removing)
+            ops.append(_Op("set", zl.topic_path(topic), zl.encode_topic_assignment(assignment), info.zk_version))
+            try:
+                results = self._multi(ops)
+            except _MultiFailed as f:
+                if not isinstance(f.error, BadVersionError):
+                    raise f.error from None
+                if f.index == len(ops) - 1:
+                    self._load_topic(topic)
+                else:
+                    self._refresh_states([planned[f.index][0]])
+                continue
+            for (tp, new), r in zip(planned, results, strict=False):
+                old = self._ctx.states.get(tp)
+                self._ctx.states[tp] = replace(new, zk_version=int(r.version))
+                self._log_change(tp, old, self._ctx.states[tp], "reassignment completed")
+                log.info("%s-%d: reassignment completed, replicas %s", tp[0], tp[1], final.replicas[tp[1]])
+            final.zk_version = int(results[-1].version)
+            self._ctx.topics[topic] = final
+            return
+
+    # --- Kafka's legacy /admin/reassign_partitions --------------------------------------------
+
+    def _on_legacy_reassignment(self) -> None:
+        """Start the reassignments an old tool wrote to /admin/reassign_partitions, then drop the znode.
+
+        They become KIP-455 reassignments in the assignment znodes and complete like those.
+        """
+        if self._exists(zl.REASSIGN_PARTITIONS, watch=self._watch_reassign) is None:
+            return
+        try:
+            moves = zl.decode_reassignment(self._get(zl.REASSIGN_PARTITIONS)[0])
+        except NoNodeError:
+            return
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            log.error("/admin/reassign_partitions unreadable (%r); dropped", e)
+            moves = {}
+        by_topic: dict[str, dict[int, list[int]]] = {}
+        for (topic, p), target in moves.items():
+            by_topic.setdefault(topic, {})[p] = target
+        for topic, targets in sorted(by_topic.items()):
+            self._start_reassignments(topic, targets)
+        self._delete_znodes([zl.REASSIGN_PARTITIONS])
+
+    def _start_reassignments(self, topic: str, targets: dict[int, list[int]]) -> None:
+        for _ in range(MAX_WRITE_ROUNDS):
+            info = self._ctx.topics.get(topic)
+            if info is None or topic in self._ctx.deleting:
+                log.warning("reassignment of unknown topic %s ignored", topic)
+                return
+            new = TopicInfo(info.topic_id, {p: list(r) for p, r in info.replicas.items()},
+                            {p: list(r) for p, r in info.adding.items()},
+                            {p: list(r) for p, r in info.removing.items()}, info.zk_version)
+            for p, target in sorted(targets.items()):
+                if p not in info.replicas or not target or len(set(target)) != len(target):
+                    log.warning("reassignment of %s-%d to %s ignored: no such partition or bad replicas",
+                                topic, p, target)
+                    continue
+                original = [b for b in info.replicas[p] if b not in info.adding.get(p, [])]
+                new.adding.pop(p, None)
+                new.removing.pop(p, None)
+                new.replicas[p] = list(target) if target == original else \
+                    list(target) + [b for b in original if b not in target]
+                if target != original:
+                    if adding := [b for b in target if b not in original]:
+                        new.adding[p] = adding
+                    if removing := [b for b in original if b not in target]:
+                        new.removing[p] = removing
+            if (new.replicas, new.adding, new.removing) == (info.replicas, info.adding, info.removing):
+                return
+            assignment = zl.TopicAssignment(new.topic_id, new.replicas, new.adding, new.removing)
+            try:
+                results = self._multi([_Op("set", zl.topic_path(topic), zl.encode_topic_assignment(assignment),
+                                           info.zk_version)])
+            except _MultiFailed as f:
+                if not isinstance(f.error, BadVersionError):
+                    raise f.error from None
+                self._load_topic(topic)
+                continue
+            new.zk_version = int(results[0].version)
+            self._ctx.topics[topic] = new
+            log.info("topic %s: reassignments started %s", topic,
+                     {p: new.target(p) for p in sorted(targets) if p in new.replicas})
+            tps = self._ctx.partitions_of(topic)
+            self._reconcile(tps, "reassignment")
+            self._check_reassignments([tp for tp in tps if new.is_reassigning(tp[1])])
+            return

@@ -1,0 +1,107 @@
+"""An async connection to another broker: Kafka request/response framing over anyio TCP.
+
+One request at a time per connection (the replica fetcher's pattern), a correlation id
+per request checked on the response, and a time limit per request
+(``replica.socket.timeout.ms``); any failure closes the connection and the caller reconnects
+after ``replica.fetch.backoff.ms``.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from pykbroker.protocol import codec
+from pykbroker.protocol.header import skip_tagged_fields
+
+_SIZE = struct.Struct(">i")
+_HEADER = struct.Struct(">hhih")
+MAX_RESPONSE_BYTES = 1 << 30
+
+
+class BrokerConnectionError(Exception):
+    """The connection failed or answered out of step; it is closed."""
+
+
+class BrokerClient:
+    """Requests to one broker endpoint; flexible API versions only (request header v2)."""
+
+    def __init__(self, host: str, port: int, *, client_id: str, timeout_s: float) -> None:
+        self.host = host
+        self.port = port
+        self.client_id = client_id.encode()
+        self.timeout_s = timeout_s
+        self._stream: anyio.abc.SocketStream | None = None
+        self._buf = bytearray()
+        self._correlation_id = 0
+
+    @property
+    def connected(self) -> bool:
+        return self._stream is not None
+
+    async def connect(self) -> None:
+        try:
+            with anyio.fail_after(self.timeout_s):
+                self._stream = await anyio.connect_tcp(self.host, self.port)
+        except (OSError, TimeoutError) as exc:
+            raise BrokerConnectionError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
+        self._buf.clear()
+
+    async def close(self) -> None:
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            with anyio.CancelScope(shield=True):
+                await stream.aclose()
+
+    def encode_request(self, api_key: int, version: int, body: Mapping[str, Any]) -> tuple[int, bytes]:
+        """(correlation id, framed request bytes)."""
+        if not codec.is_flexible(api_key, version):
+            raise ValueError("only flexible versions are supported")
+        self._correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
+        cid = self._correlation_id
+        header = _HEADER.pack(api_key, version, cid, len(self.client_id)) + self.client_id + b"\x00"
+        payload = header + codec.encode_entity(codec.build(codec.request_class(api_key, version), body))
+        return cid, _SIZE.pack(len(payload)) + payload
+
+    async def request(self, api_key: int, version: int, body: Mapping[str, Any],
+                      timeout_s: float | None = None) -> Any:
+        """Send one request and decode its response; raises BrokerConnectionError (connection closed)."""
+        if self._stream is None:
+            await self.connect()
+        assert self._stream is not None
+        cid, frame = self.encode_request(api_key, version, body)
+        try:
+            with anyio.fail_after(timeout_s if timeout_s is not None else self.timeout_s):
+                await self._stream.send(frame)
+                payload = await self._read_frame()
+        except (OSError, TimeoutError, anyio.EndOfStream, anyio.BrokenResourceError,
+                anyio.ClosedResourceError) as exc:
+            await self.close()
+            raise BrokerConnectionError(f"request to {self.host}:{self.port} failed: {exc!r}") from exc
+        got = _SIZE.unpack_from(payload, 0)[0]
+        if got != cid:
+            await self.close()
+            raise BrokerConnectionError(f"correlation id {got} does not match the request's {cid}")
+        try:
+            offset = skip_tagged_fields(payload, 4)  # response header v1
+            return codec.decode_response(api_key, version, payload, offset)
+        except Exception as exc:
+            await self.close()
+            raise BrokerConnectionError(f"undecodable response from {self.host}:{self.port}: {exc}") from exc
+
+    async def _read_frame(self) -> bytes:
+        assert self._stream is not None
+        while len(self._buf) < 4:
+            self._buf += await self._stream.receive()
+        size = _SIZE.unpack_from(self._buf, 0)[0]
+        if size < 4 or size > MAX_RESPONSE_BYTES:
+            raise OSError(f"bad response size {size}")
+        while len(self._buf) < 4 + size:
+            self._buf += await self._stream.receive()
+        frame = bytes(self._buf[4 : 4 + size])
+        del self._buf[: 4 + size]
+        return frame

@@ -1,0 +1,158 @@
+"""Real ZooKeeper servers (Debian's `zookeeper` package) for the cluster tests.
+
+A standalone server or an ensemble of N servers on free loopback ports, each with its own
+data directory under the test's temp dir, started as subprocesses so tests can stop, restart
+or SIGKILL them. Every wait is bounded in time and in rounds.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
+JAVA = "/usr/bin/java"
+MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+
+
+def zookeeper_available() -> bool:
+    return ZOOKEEPER_JAR.exists() and Path(JAVA).exists()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _ruok(port: int, timeout: float = 1.0) -> bool:
+    """ZooKeeper's four-letter `srvr` answers once the server serves clients (ruok answers earlier)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.sendall(b"srvr")
+            s.settimeout(timeout)
+            data = b""
+            for _ in range(20):
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+            return b"Mode:" in data
+    except OSError:
+        return False
+
+
+class ZooKeeperServer:
+    """One ZooKeeper server process (standalone, or one member of an ensemble)."""
+
+    def __init__(self, base: Path, myid: int, client_port: int, peers: dict[int, tuple[int, int]] | None) -> None:
+        self.dir = base / f"zk{myid}"
+        self.myid = myid
+        self.port = client_port
+        self.peers = peers  # myid -> (quorum port, election port); None for standalone
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def _write_config(self) -> Path:
+        data = self.dir / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        lines = [
+            "tickTime=500", "initLimit=20", "syncLimit=10",
+            f"dataDir={data}", f"clientPort={self.port}", "clientPortAddress=127.0.0.1",
+            "4lw.commands.whitelist=srvr,ruok,stat,mntr", "admin.enableServer=false",
+            "maxSessionTimeout=60000", "minSessionTimeout=1000",
+        ]
+        if self.peers:
+            (data / "myid").write_text(f"{self.myid}\n")
+            for sid, (qport, eport) in sorted(self.peers.items()):
+                lines.append(f"server.{sid}=127.0.0.1:{qport}:{eport}")
+        cfg = self.dir / "zoo.cfg"
+        cfg.write_text("\n".join(lines) + "\n")
+        (self.dir / "log4j.properties").write_text(
+            "log4j.rootLogger=INFO, F\nlog4j.appender.F=org.apache.log4j.FileAppender\n"
+            f"log4j.appender.F.File={self.dir / 'zookeeper.log'}\n"
+            "log4j.appender.F.layout=org.apache.log4j.PatternLayout\n"
+            "log4j.appender.F.layout.ConversionPattern=%d %p [%t] %c{1}: %m%n\n")
+        return cfg
+
+    def start(self) -> ZooKeeperServer:
+        cfg = self._write_config()
+        out = open(self.dir / "stdout.log", "ab")  # noqa: SIM115 - owned by the process
+        self.proc = subprocess.Popen(
+            [JAVA, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+             f"-Dlog4j.configuration=file:{self.dir / 'log4j.properties'}",
+             "-Dzookeeper.jmx.log4j.disable=true",
+             "-cp", f"{self.dir}:{ZOOKEEPER_JAR}", MAIN, str(cfg)],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        out.close()
+        return self
+
+    def wait_serving(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        for _ in range(int(timeout / 0.1) + 1):
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"zookeeper {self.myid} exited with {self.proc.returncode}:\n{self.log()}")
+            if _ruok(self.port):
+                return
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        raise TimeoutError(f"zookeeper {self.myid} not serving on {self.port} within {timeout}s:\n{self.log()}")
+
+    def log(self) -> str:
+        parts = []
+        for name in ("stdout.log", "zookeeper.log"):
+            p = self.dir / name
+            if p.exists():
+                parts.append(p.read_text(errors="replace")[-4000:])
+        return "\n".join(parts)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def kill(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+
+class ZooKeeperEnsemble:
+    """``size`` servers (1 = standalone). ``connect`` is the zookeeper.connect string."""
+
+    def __init__(self, base: Path, size: int = 1) -> None:
+        ports = {i: _free_port() for i in range(1, size + 1)}
+        peers = {i: (_free_port(), _free_port()) for i in range(1, size + 1)} if size > 1 else None
+        self.servers = [ZooKeeperServer(base, i, ports[i], peers) for i in range(1, size + 1)]
+
+    @property
+    def connect(self) -> str:
+        return ",".join(f"127.0.0.1:{s.port}" for s in self.servers)
+
+    def start(self, timeout: float = 45.0) -> ZooKeeperEnsemble:
+        for s in self.servers:
+            s.start()
+        for s in self.servers:
+            s.wait_serving(timeout)
+        return self
+
+    def restart(self, timeout: float = 45.0) -> None:
+        self.stop()
+        self.start(timeout)
+
+    def stop(self) -> None:
+        for s in self.servers:
+            s.stop()
+
+    def kill(self) -> None:
+        for s in self.servers:
+            s.kill()
