@@ -361,7 +361,8 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         _D("replica.fetch.wait.max.ms", "int", 500, validator=at_least(0)),
         _D("replica.fetch.backoff.ms", "int", 1000, validator=at_least(0)),
         _D("replica.socket.timeout.ms", "int", 30000, validator=at_least(1)),
-        _D("replica.socket.receive.buffer.bytes", "int", 65536),
+        _D("replica.socket.receive.buffer.bytes", "int", 65536,
+           no_effect="follower connections use the operating system's default receive buffer"),
         _D("replica.high.watermark.checkpoint.interval.ms", "long", 5000, validator=at_least(1)),
         _D("request.timeout.ms", "int", 30000, "Timeout of requests to other brokers.", at_least(1)),
         _D("controlled.shutdown.enable", "bool", True, "On SIGTERM, move this broker's leaderships to other "

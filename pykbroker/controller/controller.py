@@ -54,10 +54,12 @@ ELECT, CONTROLLER_CHANGE, RESIGN, STOP = "elect", "controller_change", "resign",
 BROKER_CHANGE, TOPIC_CHANGE, PARTITION_MODIFICATION = "broker_change", "topic_change", "partition_modification"
 TOPIC_DELETION, ISR_CHANGE, CONTROLLED_SHUTDOWN = "topic_deletion", "isr_change", "controlled_shutdown"
 ELECTION_REQUESTS, REBALANCE, LEGACY_REASSIGNMENT = "election_requests", "rebalance", "legacy_reassignment"
+CONFIG_CHANGE = "config_change"
 
 _CHILD_EVENTS = {
     zl.BROKER_IDS: BROKER_CHANGE, zl.BROKER_TOPICS: TOPIC_CHANGE, zl.DELETE_TOPICS: TOPIC_DELETION,
     zl.ISR_CHANGE_NOTIFICATION: ISR_CHANGE, zl.CONTROLLED_SHUTDOWN: CONTROLLED_SHUTDOWN, ELECTIONS: ELECTION_REQUESTS,
+    zl.CONFIG_CHANGES: CONFIG_CHANGE,
 }
 
 
@@ -210,6 +212,7 @@ class ZkController:
             CONTROLLED_SHUTDOWN: lambda _: self._on_controlled_shutdown(),
             ELECTION_REQUESTS: lambda _: self._on_election_requests(), REBALANCE: lambda _: self._on_rebalance(),
             LEGACY_REASSIGNMENT: lambda _: self._on_legacy_reassignment(),
+            CONFIG_CHANGE: lambda _: self._on_config_change(),
         }
         while True:
             wait = None
@@ -404,6 +407,7 @@ class ZkController:
         self._on_legacy_reassignment()
         self._on_isr_change()
         self._on_election_requests()
+        self._on_config_change()
         if self._config["auto.leader.rebalance.enable"]:
             self._next_rebalance = time.monotonic() + min(
                 FIRST_REBALANCE_DELAY_S, float(self._config["leader.imbalance.check.interval.seconds"]))
@@ -646,8 +650,10 @@ class ZkController:
                 leader = state.leader if state.leader in replicas else election.NO_LEADER
                 isr = [b for b in state.isr if b in replicas] or list(state.isr)
                 result = election.on_replicas_offline(replicas, leader, isr, live_now, False, online_now)
-                if result is not None and result.leader == election.NO_LEADER and any(
-                        b in online_now for b in replicas) and self._unclean_allowed(tp[0], unclean):
+                # Still leaderless (None: already so, e.g. an out-of-ISR replica just came back): unclean
+                # election if the topic allows it.
+                leaderless = (leader if result is None else result.leader) == election.NO_LEADER
+                if leaderless and any(b in online_now for b in replicas) and self._unclean_allowed(tp[0], unclean):
                     result = election.on_replicas_offline(replicas, leader, isr, live_now, True, online_now)
                     if result is not None and result.leader != election.NO_LEADER:
                         log.warning("%s-%d: unclean leader election of %d (isr was %s)", tp[0], tp[1],
@@ -701,6 +707,14 @@ class ZkController:
         tps = self._ctx.partitions_of(topic)
         self._reconcile(tps, "partition modification")
         self._check_reassignments([tp for tp in tps if self._ctx.topics[topic].is_reassigning(tp[1])])
+
+    def _on_config_change(self) -> None:
+        """A config change may have enabled unclean.leader.election.enable (topic or broker default): as
+        Kafka's controller, give leaderless partitions that election now rather than at the next broker change."""
+        self._children(zl.CONFIG_CHANGES, watch=self._watch_children)
+        leaderless = [tp for tp, s in self._ctx.states.items() if s.leader not in self._ctx.live_brokers]
+        if leaderless:
+            self._reconcile(leaderless, "config change")
 
     def _on_isr_change(self) -> None:
         children = sorted(self._children(zl.ISR_CHANGE_NOTIFICATION, watch=self._watch_children))

@@ -4,7 +4,8 @@ A transaction spans partitions led by several brokers: its coordinator writes th
 the partitions it does not lead with WriteTxnMarkers to their leaders, and a partition leader
 checks a transaction's first batch with its coordinator (AddPartitionsToTxn v4, ``verify_only``,
 KIP-890) when that coordinator is another broker, as Kafka's brokers do. One connection per
-broker, one request at a time on it; a failure closes it and the caller's retry reconnects.
+broker, one request at a time on it; a failure closes it and the caller's retry reconnects, except
+that a kept connection the peer closed (it restarted) is retried at once on a new one.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ ADD_PARTITIONS_TO_TXN = 24
 ADD_PARTITIONS_TO_TXN_VERSION = 4  # the first with verify_only (KIP-890)
 
 TopicPartition = tuple[str, int]
+# How a connection opened before the peer restarted fails on its next request.
+_CLOSED_BY_PEER = (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionResetError, BrokenPipeError)
 
 
 class InterBrokerClients:
@@ -97,11 +100,16 @@ class InterBrokerClients:
             return None
         client, lock = known
         async with lock:
-            try:
-                return await client.request(api_key, version, body)
-            except BrokerConnectionError as e:
-                log.info("request %d to broker %d failed: %s", api_key, broker_id, e)
-                return None
+            for attempt in range(2):
+                reused = client.connected
+                try:
+                    return await client.request(api_key, version, body)
+                except BrokerConnectionError as e:
+                    if attempt == 0 and reused and isinstance(e.__cause__, _CLOSED_BY_PEER):
+                        continue  # kept from before the peer restarted: once more on a new connection
+                    log.info("request %d to broker %d failed: %s", api_key, broker_id, e)
+                    return None
+        return None
 
     async def close(self) -> None:
         for client, _ in self._clients.values():

@@ -124,20 +124,54 @@ async def flush_partition(replicas: ReplicaManager, topic: str, partition: int) 
         await anyio.to_thread.run_sync(p.log.flush)
 
 
-async def wait_replicated(replicas: ReplicaManager, topic: str, partition: int, timeout_s: float) -> bool:
-    """Cluster mode: until the ISR has every record appended so far (Kafka's coordinators write with
-    acks=all); False on timeout or lost leadership, and the caller answers anyway."""
+def min_insync_replicas(store: MetadataStore, topic: str, default: int) -> int:
+    """The topic's ``min.insync.replicas``, else the broker's (``__consumer_offsets`` has none of its own)."""
+    rec = store.topic(topic)
+    value = rec.configs.get("min.insync.replicas") if rec is not None else None
+    return int(value) if value else default
+
+
+def can_append(replicas: ReplicaManager, topic: str, partition: int, min_isr: int) -> ErrorCode:
+    """Kafka's checks before an acks=all append: this broker leads the partition and its ISR is large enough
+    (NOT_ENOUGH_REPLICAS: nothing is written, the coordinator answers COORDINATOR_NOT_AVAILABLE)."""
     p = replicas.partition(topic, partition)
-    if p is None or p.offline:
-        return False
+    if p is None or p.offline or p.leader_id != replicas.broker_id:
+        return ErrorCode.not_leader_or_follower
+    if len(p.isr) < min_isr:
+        return ErrorCode.not_enough_replicas
+    return ErrorCode.none
+
+
+async def wait_replicated(replicas: ReplicaManager, topic: str, partition: int, timeout_s: float,
+                          min_isr: int = 1) -> ErrorCode:
+    """Cluster mode: until the ISR has every record appended so far, as an acks=all produce (Kafka's
+    coordinators and markers write with acks=all); its outcome as a produce would answer it."""
+    p = replicas.partition(topic, partition)
+    if p is None or p.offline or not p.is_leader:
+        return ErrorCode.not_leader_or_follower
     end = p.log.log_end_offset
-    if p.high_watermark >= end:
-        return True
-    ok = await replicas.wait_for_high_watermark(p, end, timeout_s)
-    if not ok:
+    if p.high_watermark < end and not await replicas.wait_for_high_watermark(p, end, timeout_s):
+        if replicas.partition(topic, partition) is not p or not p.is_leader:
+            return ErrorCode.not_leader_or_follower
         log.warning("%s-%d: records up to offset %d not replicated to the ISR %s within %.1f s", topic, partition,
                     end, p.isr, timeout_s)
-    return ok
+        return ErrorCode.request_timed_out
+    if len(p.isr) < min_isr:
+        return ErrorCode.not_enough_replicas_after_append
+    return ErrorCode.none
+
+
+def coordinator_error(code: ErrorCode) -> ErrorCode:
+    """What a coordinator answers when its acks=all append failed with ``code`` (Kafka's mapping): retriable
+    COORDINATOR_NOT_AVAILABLE, or NOT_COORDINATOR (rediscover) when it no longer leads the partition."""
+    if code in (ErrorCode.none, ErrorCode.not_coordinator, ErrorCode.coordinator_not_available):
+        return code
+    if code in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
+        return ErrorCode.not_coordinator
+    if code in (ErrorCode.unknown_topic_or_partition, ErrorCode.not_enough_replicas,
+                ErrorCode.not_enough_replicas_after_append, ErrorCode.request_timed_out):
+        return ErrorCode.coordinator_not_available
+    return ErrorCode.unknown_server_error
 
 
 def read_records(p: Partition, feed: BatchFeed | None = None) -> list[KV]:

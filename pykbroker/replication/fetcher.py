@@ -285,7 +285,7 @@ class ReplicaFetcherManager:
         if offset < lg.log_end_offset:
             log.info("Truncating %s-%d to %d after the leader's diverging epoch %s (LEO was %d)", p.topic, p.index,
                      offset, diverging, lg.log_end_offset)
-            lg.truncate_to(offset)
+        lg.truncate_to(offset)  # at the log end it still drops epochs we started there and never wrote
         p.high_watermark = min(p.high_watermark, lg.log_end_offset)
 
     async def _handle_out_of_range(self, client: BrokerClient, st: _FetchState) -> None:
@@ -308,8 +308,11 @@ class ReplicaFetcherManager:
 
     async def _list_offset(self, client: BrokerClient, st: _FetchState, timestamp: int) -> int | None:
         p = st.partition
-        body = {"replica_id": -1, "isolation_level": 0, "topics": [{"name": p.topic, "partitions": [
-            {"partition_index": p.index, "current_leader_epoch": st.leader_epoch, "timestamp": timestamp}]}]}
+        assert self.settings is not None
+        # As a replica: the leader answers LATEST with its log end offset, not its high watermark.
+        spec = {"partition_index": p.index, "current_leader_epoch": st.leader_epoch, "timestamp": timestamp}
+        body = {"replica_id": self.settings.broker_id, "isolation_level": 0,
+                "topics": [{"name": p.topic, "partitions": [spec]}]}
         resp = await client.request(LIST_OFFSETS_API, LIST_OFFSETS_VERSION, body)
         for t in resp.topics:
             for pr in t.partitions:

@@ -986,6 +986,10 @@ class Log:
             if offset < 0:
                 raise ValueError(f"cannot truncate to negative offset {offset}")
             if offset >= self.log_end_offset:
+                # No data to cut, but an epoch this replica started at its log end as leader and
+                # never wrote must go: left in place, the follower would keep sending it as its
+                # last fetched epoch and the leader would answer the same divergence forever.
+                self.leader_epoch_cache.truncate_from_end(offset)
                 return
             log.info("Truncating %s to offset %d (LEO was %d)", self.dir.name, offset, self.log_end_offset)
             if offset < self._segments[0].base_offset:

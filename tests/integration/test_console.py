@@ -60,11 +60,11 @@ def _stop(proc: subprocess.Popen[bytes]) -> int:
 
 
 def test_unimplemented_setting_fails_at_start_with_the_message_once(tmp_path: Path) -> None:
-    r = _serve("zookeeper.connect=127.0.0.1:2181", f"log.dirs={tmp_path}", f"listeners=PLAINTEXT://127.0.0.1:{free_port()}")
+    r = _serve(f"log.dirs={tmp_path}", f"listeners=SSL://127.0.0.1:{free_port()}")
     assert r.returncode == 2
     lines = (r.stdout + r.stderr).splitlines()
-    message = ("zookeeper.connect is not supported yet: pykbroker runs with embedded metadata only "
-               "(see README 'Settings not implemented')")
+    message = ("listener SSL uses security protocol SSL, which is not supported yet: pykbroker serves PLAINTEXT "
+               "listeners only, without SSL or SASL (see README 'Settings not implemented')")
     assert len(lines) == 1, lines
     assert lines[0].endswith("ERROR   pykbroker: invalid configuration: " + message)
     assert list(tmp_path.iterdir()) == []  # refused before touching the data directory

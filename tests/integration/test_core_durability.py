@@ -179,7 +179,8 @@ def test_sigkill_mid_produce_keeps_every_acknowledged_message(broker_factory: Br
 
 def _produce_batches(b: BrokerProcess, topic: str, batches: int, per_batch: int, tag: str = "") -> list[bytes]:
     """Produce ``batches`` separate batches (flushed one by one); returns every value in offset order."""
-    producer = make_producer(b, **{"linger.ms": 100})
+    # Each flush sends what is queued at once; a long linger keeps a slow loop from splitting a batch.
+    producer = make_producer(b, **{"linger.ms": 5000})
     values: list[bytes] = []
     for n in range(batches):
         chunk = [f"{tag}batch {n} record {i} ".encode() * 4 for i in range(per_batch)]

@@ -146,3 +146,23 @@ def test_high_watermark_checkpoint_file(tmp_path: Path) -> None:
 
 async def _never_writes(topic: str, index: int, epoch: int, isr: list[int], version: int) -> int:
     raise AssertionError("no ISR change expected")
+
+
+def test_truncating_at_the_log_end_drops_an_epoch_never_written(tmp_path: Path) -> None:
+    """A leader that wrote nothing in its epoch and then follows a newer leader must forget that epoch.
+
+    Otherwise it keeps sending it as its last fetched epoch, the leader (which never saw it) keeps
+    answering the same diverging epoch, and the follower never fetches again (seen after a preferred
+    leader election moved leadership back to a restarted broker).
+    """
+    lg = Log.open(tmp_path / "t-0", LogConfig(), recover=False)
+    lg.become_leader(1)
+    _append(lg, 3)
+    lg.become_leader(2)  # leader again at offset 3, but nothing written in epoch 2
+    assert lg.leader_epoch_cache.latest_epoch() == 2
+    lg.truncate_to(3)  # the diverging answer (epoch 1 ends at 3): no data to cut
+    assert lg.log_end_offset == 3
+    assert lg.leader_epoch_cache.latest_epoch() == 1
+    lg.truncate_to(5)  # beyond the end: nothing at all changes
+    assert lg.log_end_offset == 3 and lg.leader_epoch_cache.latest_epoch() == 1
+    lg.close()

@@ -165,7 +165,9 @@ async def handle_sync_group(svc: Services, ctx: RequestContext, req: Any) -> dic
                                   assignments, cb),
         bound, {"error_code": ErrorCode.rebalance_in_progress, "assignment": b""})
     if gc is not None and resp.get("error_code") == ErrorCode.none:
-        await gc.flush(req.group_id)
+        code = await gc.flush(req.group_id)  # the group's assignment must survive a coordinator failover
+        if code != ErrorCode.none:
+            resp = {"error_code": code, "assignment": b""}
     return {"throttle_time": 0, "error_code": resp["error_code"], "protocol_type": resp.get("protocol_type"),
             "protocol_name": resp.get("protocol_name"), "assignment": resp.get("assignment") or b""}
 
@@ -230,10 +232,16 @@ async def handle_offset_commit(svc: Services, ctx: RequestContext, req: Any) -> 
     if 2 <= v <= 4:
         retention = _ms(req.retention_time)
     entries, unknown = commit_entries(svc, req.topics)
+    refused = gc.writable(req.group_id) if gc is not None and entries else ErrorCode.none
+    if refused != ErrorCode.none:  # Kafka appends offsets with acks=all: nothing is committed
+        return {"throttle_time": 0, "topics": partition_errors(
+            req.topics, unknown, {(e.topic, e.partition): refused for e in entries})}
     results = mgr.commit_offsets(req.group_id, int(req.generation_id_or_member_epoch), req.member_id or "",
                                  req.group_instance_id if v >= 7 else None, entries, retention)
     if gc is not None and entries and any(c == ErrorCode.none for c in results.values()):
-        await gc.flush(req.group_id)
+        code = await gc.flush(req.group_id)
+        if code != ErrorCode.none:  # not replicated: the client retries (Kafka's mapping of the append error)
+            results = {tp: code if c == ErrorCode.none else c for tp, c in results.items()}
     return {"throttle_time": 0, "topics": partition_errors(req.topics, unknown, results)}
 
 

@@ -14,6 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import anyio
+from kio.schema.errors import ErrorCode
 
 from pykbroker.config import BrokerConfig
 from pykbroker.coordinator import internal_topic
@@ -145,14 +146,28 @@ class GroupCoordinator(PartitionLoader):
     def _write(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
         internal_topic.append_records(self.replicas, OFFSETS_TOPIC, partition, records)
 
-    async def flush(self, group_id: str) -> None:
+    def _min_isr(self) -> int:
+        return internal_topic.min_insync_replicas(self.store, OFFSETS_TOPIC, self.config["min.insync.replicas"])
+
+    def writable(self, group_id: str) -> ErrorCode:
+        """Cluster mode, before a write: as Kafka's acks=all append, refused (COORDINATOR_NOT_AVAILABLE) while
+        the offsets partition's ISR is below its min ISR, NOT_COORDINATOR once this broker no longer leads it."""
+        if not self.store.is_cluster():
+            return ErrorCode.none
+        return internal_topic.coordinator_error(internal_topic.can_append(
+            self.replicas, OFFSETS_TOPIC, self.partition_for(group_id), self._min_isr()))
+
+    async def flush(self, group_id: str) -> ErrorCode:
         """Make the group's latest writes durable before answering: fsync (log.flush.on.ack) and, in a
-        cluster, replication to the ISR (bounded by offsets.commit.timeout.ms)."""
+        cluster, replication to the ISR (bounded by offsets.commit.timeout.ms); the client's error if
+        that failed (COORDINATOR_NOT_AVAILABLE or NOT_COORDINATOR, as Kafka maps a failed append)."""
         if self.flush_on_ack:
             await internal_topic.flush_partition(self.replicas, OFFSETS_TOPIC, self.partition_for(group_id))
-        if self.store.is_cluster():
-            await internal_topic.wait_replicated(self.replicas, OFFSETS_TOPIC, self.partition_for(group_id),
-                                                 self.config["offsets.commit.timeout.ms"] / 1000)
+        if not self.store.is_cluster():
+            return ErrorCode.none
+        code = await internal_topic.wait_replicated(self.replicas, OFFSETS_TOPIC, self.partition_for(group_id),
+                                                    self.config["offsets.commit.timeout.ms"] / 1000, self._min_isr())
+        return internal_topic.coordinator_error(code)
 
     # --- loading --------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from pykbroker.coordinator.group.handlers import commit_entries, partition_errors
-from pykbroker.coordinator.internal_topic import wait_replicated
+from pykbroker.coordinator.internal_topic import min_insync_replicas, wait_replicated
 from pykbroker.coordinator.transaction.state import STATE_BY_NAME, TxnState
 from pykbroker.metadata.store import StoreUnavailable
 from pykbroker.server.context import RequestContext, Services
@@ -47,6 +47,12 @@ def abortable_compat(code: ErrorCode, version: int, abortable_since: int) -> Err
     return code
 
 
+def _writable(tc: TransactionCoordinator, txn_id: str) -> ErrorCode:
+    """COORDINATOR_NOT_AVAILABLE/NOT_COORDINATOR when the transaction log cannot take an acks=all write now
+    (checked only where this broker coordinates the id: other answers come from the state machine)."""
+    return tc.writable(txn_id) if tc.sm.coordinator_error(txn_id) is None else ErrorCode.none
+
+
 # --- InitProducerId -----------------------------------------------------------------------------
 
 async def handle_init_producer_id(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
@@ -57,11 +63,16 @@ async def handle_init_producer_id(svc: Services, ctx: RequestContext, req: Any) 
     except StoreUnavailable:
         return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available, "producer_id": -1,
                 "producer_epoch": -1}
+    refused = _writable(tc, txn_id) if txn_id else ErrorCode.none
+    if refused != ErrorCode.none:
+        return {"throttle_time": 0, "error_code": refused, "producer_id": -1, "producer_epoch": -1}
     result = tc.sm.init_producer_id(txn_id, _ms(req.transaction_timeout),
                                     int(getattr(req, "producer_id", -1)), int(getattr(req, "producer_epoch", -1)))
     if txn_id:
         if result.error == ErrorCode.none or result.job is not None:
-            await tc.flush(txn_id)
+            code = await tc.flush(txn_id)
+            if code != ErrorCode.none and result.error == ErrorCode.none:  # the client retries; the bump is kept
+                return {"throttle_time": 0, "error_code": code, "producer_id": -1, "producer_epoch": -1}
         if result.job is not None:
             await tc.finish(result.job)
     return {"throttle_time": 0, "error_code": _compat(result.error, ctx.version, 4),
@@ -109,9 +120,11 @@ async def _add_or_verify(tc: TransactionCoordinator, svc: Services, version: int
     if verify_only:
         codes = tc.sm.verify_partitions(txn_id, producer_id, epoch, wanted)
     else:
-        code = tc.sm.add_partitions(txn_id, producer_id, epoch, wanted)
+        code = _writable(tc, txn_id)
         if code == ErrorCode.none:
-            await tc.flush(txn_id)
+            code = tc.sm.add_partitions(txn_id, producer_id, epoch, wanted)
+        if code == ErrorCode.none:
+            code = await tc.flush(txn_id)
         codes = dict.fromkeys(everything, code)
     return {tp: abortable_compat(_compat(c, version, 2), version, 5) for tp, c in codes.items()}
 
@@ -142,9 +155,11 @@ async def handle_add_offsets_to_txn(svc: Services, ctx: RequestContext, req: Any
     if groups is None:
         return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available}
     tp = ("__consumer_offsets", groups.partition_for(req.group_id))
-    code = tc.sm.add_partitions(req.transactional_id, int(req.producer_id), int(req.producer_epoch), [tp])
+    code = _writable(tc, req.transactional_id)
     if code == ErrorCode.none:
-        await tc.flush(req.transactional_id)
+        code = tc.sm.add_partitions(req.transactional_id, int(req.producer_id), int(req.producer_epoch), [tp])
+    if code == ErrorCode.none:
+        code = await tc.flush(req.transactional_id)
     return {"throttle_time": 0, "error_code": _compat(code, ctx.version, 2)}
 
 
@@ -152,11 +167,17 @@ async def handle_add_offsets_to_txn(svc: Services, ctx: RequestContext, req: Any
 
 async def handle_end_txn(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
     tc = _tc(svc)
+    code = _writable(tc, req.transactional_id)
+    if code != ErrorCode.none:
+        return {"throttle_time": 0, "error_code": code}
     code, job = tc.sm.end_txn(req.transactional_id, int(req.producer_id), int(req.producer_epoch),
                               bool(req.committed))
     if job is not None:
-        await tc.flush(req.transactional_id)
-        await tc.finish(job)
+        # Not replicated: the client retries (CONCURRENT_TRANSACTIONS until the markers are written, by
+        # the retry task once the prepared state is replicated, then success).
+        code = await tc.flush(req.transactional_id)
+        if code == ErrorCode.none:
+            await tc.finish(job)
     return {"throttle_time": 0, "error_code": _compat(code, ctx.version, 2)}
 
 
@@ -170,9 +191,11 @@ async def handle_write_txn_markers(svc: Services, ctx: RequestContext, req: Any)
             for p in t.partition_indexes:
                 code = tc.write_one_marker(t.name, int(p), int(m.producer_id), int(m.producer_epoch),
                                            bool(m.transaction_result), int(m.coordinator_epoch))
+                if code == ErrorCode.none and svc.store.is_cluster():  # as Kafka: acks=all, the outcome answers
+                    min_isr = min_insync_replicas(svc.store, t.name, svc.config["min.insync.replicas"])
+                    code = await wait_replicated(svc.replicas, t.name, int(p), svc.config["request.timeout.ms"] / 1000,
+                                                 min_isr)
                 parts.append({"partition_index": int(p), "error_code": code})
-                if code == ErrorCode.none and svc.store.is_cluster():  # as Kafka: acks=all for markers
-                    await wait_replicated(svc.replicas, t.name, int(p), svc.config["request.timeout.ms"] / 1000)
             topics.append({"name": t.name, "partitions": parts})
         markers.append({"producer_id": int(m.producer_id), "topics": topics})
     return {"markers": markers}
@@ -209,7 +232,9 @@ async def handle_txn_offset_commit(svc: Services, ctx: RequestContext, req: Any)
                                         int(getattr(req, "generation_id", -1)), getattr(req, "member_id", "") or "",
                                         getattr(req, "group_instance_id", None), entries)
         if any(c == ErrorCode.none for c in results.values()):
-            await groups.flush(req.group_id)
+            code = await groups.flush(req.group_id)
+            if code != ErrorCode.none:  # not replicated: the producer retries the commit
+                results = {tp: code if c == ErrorCode.none else c for tp, c in results.items()}
     return {"throttle_time": 0, "topics": partition_errors(req.topics, unknown, results)}
 
 

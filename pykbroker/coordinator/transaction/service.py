@@ -148,14 +148,31 @@ class TransactionCoordinator(PartitionLoader):
     def _write(self, partition: int, key: bytes, value: bytes | None) -> None:
         internal_topic.append_records(self.replicas, TXN_TOPIC, partition, [(key, value)])
 
-    async def flush(self, transactional_id: str) -> None:
+    def writable(self, transactional_id: str) -> ErrorCode:
+        """Cluster mode, before a state change: as Kafka's acks=all append to the transaction log, refused
+        (COORDINATOR_NOT_AVAILABLE) while its partition's ISR is below its min ISR, NOT_COORDINATOR once
+        this broker no longer leads it."""
+        if not self.store.is_cluster():
+            return ErrorCode.none
+        partition = self.partition_for(transactional_id)
+        return internal_topic.coordinator_error(internal_topic.can_append(
+            self.replicas, TXN_TOPIC, partition, self._min_isr(TXN_TOPIC)))
+
+    def _min_isr(self, topic: str) -> int:
+        return internal_topic.min_insync_replicas(self.store, topic, self.config["min.insync.replicas"])
+
+    async def flush(self, transactional_id: str) -> ErrorCode:
         """Make the transaction's latest state durable before answering: fsync (log.flush.on.ack) and, in
-        a cluster, replication to the ISR (bounded by request.timeout.ms)."""
+        a cluster, replication to the ISR (bounded by request.timeout.ms); the client's error if that
+        failed (COORDINATOR_NOT_AVAILABLE or NOT_COORDINATOR, Kafka's mapping of a failed append)."""
         if self.flush_on_ack:
             await internal_topic.flush_partition(self.replicas, TXN_TOPIC, self.partition_for(transactional_id))
-        if self.store.is_cluster():
-            await internal_topic.wait_replicated(self.replicas, TXN_TOPIC, self.partition_for(transactional_id),
-                                                 self.config["request.timeout.ms"] / 1000)
+        if not self.store.is_cluster():
+            return ErrorCode.none
+        code = await internal_topic.wait_replicated(self.replicas, TXN_TOPIC, self.partition_for(transactional_id),
+                                                    self.config["request.timeout.ms"] / 1000,
+                                                    self._min_isr(TXN_TOPIC))
+        return internal_topic.coordinator_error(code)
 
     # --- markers -----------------------------------------------------------------------------
 
@@ -189,10 +206,10 @@ class TransactionCoordinator(PartitionLoader):
             for broker_id, tps in remote.items():
                 results.update(await self.remote.write_markers(
                     broker_id, job.producer_id, job.producer_epoch, job.commit, job.coordinator_epoch, tps))
-            for topic, index in local:  # as Kafka, markers are written with acks=all
+            for topic, index in local:  # as Kafka, markers are written with acks=all: retried until replicated
                 if results[(topic, index)] == ErrorCode.none:
-                    await internal_topic.wait_replicated(self.replicas, topic, index,
-                                                         self.config["request.timeout.ms"] / 1000)
+                    results[(topic, index)] = await internal_topic.wait_replicated(
+                        self.replicas, topic, index, self.config["request.timeout.ms"] / 1000, self._min_isr(topic))
         failed: dict[tuple[str, int], ErrorCode] = {}
         for (topic, index), code in results.items():
             if code == ErrorCode.unknown_topic_or_partition and self.store.topic(topic) is None:
@@ -203,6 +220,11 @@ class TransactionCoordinator(PartitionLoader):
 
     def write_one_marker(self, topic: str, index: int, producer_id: int, producer_epoch: int, commit: bool,
                          coordinator_epoch: int) -> ErrorCode:
+        if self.store.is_cluster() and self.replicas.partition(topic, index) is not None:
+            # acks=all: not below the partition's min ISR (NOT_ENOUGH_REPLICAS: the coordinator retries)
+            code = internal_topic.can_append(self.replicas, topic, index, self._min_isr(topic))
+            if code != ErrorCode.none:
+                return code
         code = write_marker(self.replicas, topic, index, producer_id, producer_epoch, commit, coordinator_epoch)
         if code == ErrorCode.none and topic == OFFSETS_TOPIC and self.txn_offsets is not None:
             self.txn_offsets.complete(index, producer_id, commit)
@@ -219,6 +241,13 @@ class TransactionCoordinator(PartitionLoader):
                 await self.flush(job.transactional_id)
                 log.warning("fault injection: halting after PrepareCommit of %s", job.transactional_id)
                 os._exit(137)
+            # The PrepareCommit/PrepareAbort record first: were it lost in a failover, a new coordinator could
+            # decide otherwise (abort on timeout) after some markers said commit.
+            prepared = await self.flush(job.transactional_id) if self.store.is_cluster() else ErrorCode.none
+            if prepared != ErrorCode.none:
+                log.warning("transaction %s: its prepared state is not replicated (%s); markers will be retried",
+                            job.transactional_id, prepared.name)
+                return False
             failed = await self.write_markers(job)
             if failed:
                 log.warning("markers of transaction %s not written to %s; will retry", job.transactional_id,

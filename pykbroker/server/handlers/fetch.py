@@ -95,15 +95,17 @@ def _read_all(svc: Services, ctx: RequestContext, req: Any, by_id: bool, replica
                 entry["error_code"] = ErrorCode.kafka_storage_error
                 plan.errors = True
                 continue
-            if p.leader_id != svc.broker_id:
-                entry["error_code"] = ErrorCode.not_leader_or_follower
-                plan.errors = True
-                continue
+            # Kafka checks the fetcher's leader epoch before leadership: a stale epoch is fenced
+            # on any replica, a newer one is unknown here until the metadata catches up.
             leader_epoch = int(getattr(fp, "current_leader_epoch", -1))
             if leader_epoch != -1 and leader_epoch != p.leader_epoch:
                 entry["error_code"] = (
                     ErrorCode.fenced_leader_epoch if leader_epoch < p.leader_epoch else ErrorCode.unknown_leader_epoch
                 )
+                plan.errors = True
+                continue
+            if p.leader_id != svc.broker_id:
+                entry["error_code"] = ErrorCode.not_leader_or_follower
                 plan.errors = True
                 continue
             lg = p.log

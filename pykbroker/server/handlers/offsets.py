@@ -23,15 +23,22 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
 READ_COMMITTED = 1
+CONSUMER_REPLICA_ID, DEBUGGING_REPLICA_ID = -1, -2
 # The first version that may ask for each special timestamp, as Kafka 3.9 checks it; any other negative
 # timestamp is UNSUPPORTED_VERSION at every version.
 _MIN_VERSION = {LATEST: 1, EARLIEST: 1, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9}
 
 
-def _lookup(p: Partition, timestamp: int, read_committed: bool) -> tuple[int, int, int]:
-    """(timestamp, offset, leader epoch) per ListOffsets semantics; (-1, -1, -1) when nothing matches."""
+def _lookup(p: Partition, timestamp: int, read_committed: bool, replica: bool = False) -> tuple[int, int, int]:
+    """(timestamp, offset, leader epoch) per ListOffsets semantics; (-1, -1, -1) when nothing matches.
+
+    ``replica``: asked by another broker (or a debugging tool), which Kafka answers from the whole log,
+    the log end offset included, not only up to the high watermark.
+    """
     lg = p.log
     if timestamp == LATEST:
+        if replica:
+            return -1, lg.log_end_offset, p.leader_epoch
         return -1, p.last_stable_offset if read_committed else p.high_watermark, p.leader_epoch
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         # The epoch that wrote the first offset, as Kafka's epoch cache answers (-1 on an empty log).
@@ -45,7 +52,7 @@ def _lookup(p: Partition, timestamp: int, read_committed: bool) -> tuple[int, in
     if hit is None:
         return -1, -1, -1
     off, ts = hit
-    limit = p.last_stable_offset if read_committed else p.high_watermark
+    limit = lg.log_end_offset if replica else p.last_stable_offset if read_committed else p.high_watermark
     if off >= limit:
         return -1, -1, -1
     return ts, off, p.leader_epoch
@@ -55,6 +62,13 @@ async def handle_list_offsets(svc: Services, ctx: RequestContext, req: Any) -> d
     if ctx.version == 0:  # segment offsets, not (timestamp, offset): clients from before Kafka 0.10.1
         return await handle_list_offsets_v0(svc, ctx, req)
     read_committed = int(getattr(req, "isolation_level", 0)) == READ_COMMITTED
+    # Cluster mode, as Kafka: a replica id other than the consumer's (-1) reads to the log end, the
+    # debugging id (-2) from any replica; with embedded metadata every request is a consumer's, as before.
+    replica_id = int(getattr(req, "replica_id", CONSUMER_REPLICA_ID)) if svc.replicas.replicating \
+        else CONSUMER_REPLICA_ID
+    replica = replica_id != CONSUMER_REPLICA_ID
+    if replica:
+        read_committed = False
     topics = []
     seen: set[tuple[str, int]] = set()
     for t in req.topics or ():  # null never gets past the bounds pre-pass; be safe anyway
@@ -79,8 +93,13 @@ async def handle_list_offsets(svc: Services, ctx: RequestContext, req: Any) -> d
                     ErrorCode.fenced_leader_epoch if epoch < p.leader_epoch else ErrorCode.unknown_leader_epoch
                 )
                 continue
-            if p.leader_id != svc.broker_id:  # a follower's replica (cluster mode)
+            if p.leader_id != svc.broker_id and replica_id != DEBUGGING_REPLICA_ID:  # a follower's replica
                 entry["error_code"] = ErrorCode.not_leader_or_follower
+                continue
+            if not replica and svc.replicas.replicating and p.leader_epoch_start_offset > p.high_watermark:
+                # KIP-207: a new leader's high watermark may still trail the old leader's; answering it
+                # would move a consumer's "latest" backwards. Retriable until the followers catch up.
+                entry["error_code"] = ErrorCode.offset_not_available
                 continue
             ts = int(rp.timestamp)
             if ts < 0 and ctx.version < _MIN_VERSION.get(ts, 1 << 15):
@@ -88,7 +107,7 @@ async def handle_list_offsets(svc: Services, ctx: RequestContext, req: Any) -> d
                 entry["error_code"] = ErrorCode.unsupported_version
                 continue
             try:
-                ts_out, offset, leader_epoch = _lookup(p, ts, read_committed)
+                ts_out, offset, leader_epoch = _lookup(p, ts, read_committed, replica)
             except KafkaStorageError:
                 entry["error_code"] = ErrorCode.kafka_storage_error
                 continue
