@@ -249,6 +249,9 @@ class Broker:
                     * self.config["controlled.shutdown.retry.backoff.ms"] / 1000)
         led = self._leads_with_other_live_isr()
         log.info("controlled shutdown: asking the controller to move %d leadership(s) away", len(led))
+        # The controller takes us out of the ISRs of the partitions we follow; fetching on would let
+        # their leaders add us straight back.
+        self.replicas.stop_fetching()
         try:
             await run_store(self.store, self.store.begin_controlled_shutdown)  # type: ignore[attr-defined]
         except StoreUnavailable as e:

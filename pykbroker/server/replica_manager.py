@@ -197,6 +197,9 @@ class ReplicaManager:
         self._isr_writer: IsrWriter | None = None
         self._replication_group: anyio.abc.TaskGroup | None = None
         self.fetchers: ReplicaFetcherManager | None = None
+        # Controlled shutdown: no more follower fetching, so that no leader re-adds us to an ISR the
+        # controller just took us out of (Kafka's controller stops the fetchers with StopReplica).
+        self.fetching_stopped = False
         self.lag_time_max_ms = 30000
 
     def set_cluster(self, endpoint_of: Callable[[int], tuple[str, int] | None], isr_writer: IsrWriter) -> None:
@@ -427,7 +430,7 @@ class ReplicaManager:
             from pykbroker.replication.fetcher import ReplicaFetcherManager
 
             self.fetchers = ReplicaFetcherManager(self, None)
-        if leader_id < 0 or p.log.offline:
+        if leader_id < 0 or p.log.offline or self.fetching_stopped:
             self.fetchers.remove(tp)  # no live leader yet: the next metadata change names one
         elif changed or not self.fetchers.has(tp):
             self.fetchers.add(p)
@@ -466,6 +469,13 @@ class ReplicaManager:
             self.fetch_waiters.notify(partition.tp)
             self.produce_waiters.notify(partition.tp)
         self.replica_fetch_waiters.notify(partition.tp)
+
+    def stop_fetching(self) -> None:
+        """Controlled shutdown: stop following every partition, now and after later role changes."""
+        self.fetching_stopped = True
+        if self.fetchers is not None:
+            for tp in list(self.fetchers.partitions()):
+                self.fetchers.remove(tp)
 
     def wake_all_waiters(self) -> None:
         """Shutdown: every waiting fetch and acks=all produce re-checks now (and sees shutting_down)."""

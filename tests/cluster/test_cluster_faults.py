@@ -87,6 +87,13 @@ def test_controlled_shutdown_moves_leaders_first(tmp_path: Path) -> None:
             assert victim not in now.values()
             acked = producer.acked_count()
             wait_for(lambda: producer.acked_count() > acked + 200, timeout=30, what="produce to go on")
+            # Once out of the ISRs it follows, a stopping broker stays out (it no longer fetches).
+            began = next(line[:24] for line in log.splitlines() if "asking the controller" in line)
+            for i in others:
+                readded = [line for line in cluster.broker(i).log().splitlines()
+                           if line[:24] >= began and "Expanding ISR" in line
+                           and line.rstrip().endswith(("]",)) and str(victim) in line.rsplit(" to ", 1)[-1]]
+                assert not readded, readded[:3]
             cluster.broker(victim).start()
             cluster.wait_registered(list(cluster.brokers))
             # It catches up and rejoins every ISR.
