@@ -24,12 +24,10 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from pykbroker.protocol import codec
 from tests.support.broker import free_port
 from tests.support.cluster import Cluster, metadata, wait_for
-from tests.support.zookeeper import zookeeper_available
 
 pytestmark = [
     pytest.mark.timeout(300),
     pytest.mark.xdist_group("cluster-admin"),
-    pytest.mark.skipif(not zookeeper_available(), reason="needs Debian's zookeeper package (scripts/install.sh)"),
 ]
 
 PARTITIONS = 6

@@ -32,10 +32,9 @@ from pykbroker.metadata.store import (
     UnknownTopic,
 )
 from pykbroker.metadata.zookeeper import DuplicateBrokerId, ZkConnectError, ZkMetadataStore
-from tests.support.zookeeper import ZooKeeperEnsemble, _free_port, zookeeper_available
+from tests.support.zookeeper import ZooKeeperEnsemble, _free_port
 
 pytestmark = [
-    pytest.mark.skipif(not zookeeper_available(), reason="ZooKeeper (Debian package zookeeper) not installed"),
     pytest.mark.xdist_group("zk-store"),
     pytest.mark.timeout(120),
 ]
