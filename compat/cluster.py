@@ -49,10 +49,23 @@ def cluster_overrides(size: int) -> dict[str, str]:
     }
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free loopback port not handed out before in this process.
+
+    The kernel may give the same ephemeral port to two bind-and-close probes in a row, and a
+    cluster asks for several ports before anything listens on them.
+    """
+    for _ in range(1000):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+    raise RuntimeError("no unused loopback port found in 1000 tries")
 
 
 @dataclass

@@ -14,6 +14,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from tests.support.broker import free_port
+
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 JAVA = "/usr/bin/java"
 MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
@@ -24,9 +26,7 @@ def zookeeper_available() -> bool:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_port()
 
 
 def _ruok(port: int, timeout: float = 1.0) -> bool:
