@@ -26,7 +26,6 @@ import os
 import platform
 import socket
 import statistics
-import struct
 import sys
 import tempfile
 import time
@@ -41,8 +40,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from kazoo.client import KazooClient  # noqa: E402
 
 from pykbroker.metadata import zk_layout  # noqa: E402
-from pykbroker.protocol import codec  # noqa: E402
-from tests.support.cluster import Cluster, metadata, wait_for  # noqa: E402
+from tests.support.cluster import Cluster, metadata, read_frame, request_frame, wait_for  # noqa: E402
 
 
 def create_topic(bootstrap: str, name: str, partitions: int, rf: int, timeout: float = 120.0) -> None:
@@ -114,37 +112,19 @@ def bench_create(base: Path, partitions: int) -> dict[str, float]:
     return out
 
 
-def _metadata_frame(topics: list[str] | None, correlation_id: int) -> bytes:
-    body = {"topics": None if topics is None else [{"name": t, "topic_id": None} for t in topics],
-            "allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
-    cid = b"bench"
-    header = struct.pack(">hhih", 3, 12, correlation_id, len(cid)) + cid + b"\x00"
-    payload = header + codec.encode_entity(codec.build(codec.request_class(3, 12), body))
-    return struct.pack(">i", len(payload)) + payload
-
-
-def _recv_exact(s: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    for _ in range(n + 1):
-        if len(buf) >= n:
-            break
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return bytes(buf)
 
 
 def metadata_latency(bootstrap: str, topics: list[str] | None, rounds: int) -> tuple[float, float, int]:
     host, port = bootstrap.rsplit(":", 1)
     times = []
     size = 0
+    body = {"topics": None if topics is None else [{"name": t, "topic_id": None} for t in topics],
+            "allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
     with socket.create_connection((host, int(port)), timeout=60) as s:
         for i in range(rounds):
             t0 = time.perf_counter()
-            s.sendall(_metadata_frame(topics, i + 1))
-            size = struct.unpack(">i", _recv_exact(s, 4))[0]
-            _recv_exact(s, size)
+            s.sendall(request_frame(3, 12, body, i + 1, client_id="bench"))
+            size = len(read_frame(s))
             times.append(time.perf_counter() - t0)
     return statistics.median(times) * 1000, percentile(times, 99) * 1000, size
 

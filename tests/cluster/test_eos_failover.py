@@ -12,8 +12,6 @@ and the idempotent producer's acknowledged records are all in the input once, at
 from __future__ import annotations
 
 import contextlib
-import socket
-import struct
 import threading
 import time
 import uuid
@@ -27,9 +25,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
 from pykbroker.coordinator.internal_topic import partition_for
-from pykbroker.protocol import codec
 from tests.cluster.steady import SteadyProducer, assert_nothing_lost, read_all
-from tests.support.cluster import Cluster, _recv_exact, wait_for
+from tests.support.cluster import Cluster, raw_request, wait_for
 
 pytestmark = [pytest.mark.timeout(420)]
 
@@ -324,17 +321,7 @@ def test_exactly_once_pipeline_across_leader_and_coordinator_failovers(tmp_path:
 
 
 def _request(bootstrap: str, api_key: int, version: int, body: dict[str, Any], timeout: float = 45.0) -> Any:
-    """One request (flexible version, header v2) on a fresh connection; its decoded response."""
-    host, port = bootstrap.rsplit(":", 1)
-    cid = b"eos-test"
-    header = struct.pack(">hhih", api_key, version, 1, len(cid)) + cid + b"\x00"
-    payload = header + codec.encode_entity(codec.build(codec.request_class(api_key, version), body))
-    with socket.create_connection((host, int(port)), timeout=timeout) as s:
-        s.settimeout(timeout)
-        s.sendall(struct.pack(">i", len(payload)) + payload)
-        size = struct.unpack(">i", _recv_exact(s, 4))[0]
-        frame = _recv_exact(s, size)
-    return codec.decode_response(api_key, version, frame, 5)
+    return raw_request(bootstrap, api_key, version, body, timeout=timeout, client_id="eos-test")
 
 
 def _coordinator(bootstrap: str, key: str, key_type: int) -> int | None:

@@ -9,7 +9,6 @@ segment files of the partition; every wait is bounded.
 from __future__ import annotations
 
 import datetime
-import socket
 import struct
 import time
 import uuid
@@ -19,10 +18,9 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
-from pykbroker.protocol import codec
 from pykbroker.protocol.records import build_batch, parse_batch_header
 from tests.cluster.steady import SteadyProducer, assert_nothing_lost, read_all
-from tests.support.cluster import Cluster, metadata, wait_for
+from tests.support.cluster import Cluster, metadata, raw_request, wait_for
 
 pytestmark = [pytest.mark.timeout(300)]
 
@@ -37,30 +35,7 @@ LATEST = -1
 
 
 def _request(bootstrap: str, api_key: int, version: int, body: dict[str, Any], timeout: float = 15.0) -> Any:
-    """One request on a fresh connection (flexible versions only: request header v2, response header v1)."""
-    host, port = bootstrap.rsplit(":", 1)
-    cid = b"replication-test"
-    header = struct.pack(">hhih", api_key, version, 7, len(cid)) + cid + b"\x00"
-    payload = header + codec.encode_entity(codec.build(codec.request_class(api_key, version), body))
-    with socket.create_connection((host, int(port)), timeout=timeout) as s:
-        s.settimeout(timeout)
-        s.sendall(struct.pack(">i", len(payload)) + payload)
-        size = struct.unpack(">i", _recv(s, 4))[0]
-        frame = _recv(s, size)
-    assert struct.unpack_from(">i", frame, 0)[0] == 7
-    return codec.decode_response(api_key, version, frame, 5)
-
-
-def _recv(s: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    for _ in range(n + 1):
-        if len(buf) >= n:
-            break
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("connection closed")
-        buf += chunk
-    return bytes(buf)
+    return raw_request(bootstrap, api_key, version, body, timeout=timeout, client_id="replication-test")
 
 
 def _produce(bootstrap: str, topic: str, values: list[bytes], acks: int, timeout_ms: int = 5000) -> tuple[int, int]:

@@ -7,8 +7,6 @@ reach ZooKeeper, or whose id is taken, exits at once with one clear line.
 
 from __future__ import annotations
 
-import socket
-import struct
 import subprocess
 import sys
 import time
@@ -21,9 +19,8 @@ import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, ElectionType, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, NewTopic
 
-from pykbroker.protocol import codec
 from tests.support.broker import free_port
-from tests.support.cluster import Cluster, metadata, wait_for
+from tests.support.cluster import Cluster, metadata, raw_request, wait_for
 
 pytestmark = [
     pytest.mark.timeout(300),
@@ -65,30 +62,7 @@ def _view(bootstrap: str, topic: str) -> list[tuple[int, int, int, tuple[int, ..
 
 
 def _request(bootstrap: str, api_key: int, version: int, body: dict[str, Any], timeout: float = 10.0) -> Any:
-    """One flexible-version request on a fresh connection (header v2, response header v1)."""
-    host, port = bootstrap.rsplit(":", 1)
-    cid = b"cluster-admin-test"
-    header = struct.pack(">hhih", api_key, version, 7, len(cid)) + cid + b"\x00"
-    payload = header + codec.encode_entity(codec.build(codec.request_class(api_key, version), body))
-    with socket.create_connection((host, int(port)), timeout=timeout) as s:
-        s.settimeout(timeout)
-        s.sendall(struct.pack(">i", len(payload)) + payload)
-        size = struct.unpack(">i", _recv(s, 4))[0]
-        frame = _recv(s, size)
-    assert struct.unpack_from(">i", frame)[0] == 7 and frame[4] == 0
-    return codec.decode_response(api_key, version, frame, 5)
-
-
-def _recv(s: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    for _ in range(n + 1):
-        if len(buf) >= n:
-            break
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("connection closed")
-        buf += chunk
-    return bytes(buf)
+    return raw_request(bootstrap, api_key, version, body, timeout=timeout, client_id="cluster-admin-test")
 
 
 def _find_coordinator(bootstrap: str, key: str, key_type: int = 0) -> tuple[int, int]:

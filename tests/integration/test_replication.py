@@ -6,8 +6,6 @@ follower catches up and rejoins after a restart, and every replica's log holds t
 
 from __future__ import annotations
 
-import socket
-import struct
 import time
 from pathlib import Path
 from typing import Any
@@ -16,11 +14,10 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from compat.clients import make_client
-from pykbroker.protocol import codec
 from pykbroker.protocol.records import build_batch
 from pykbroker.storage.log import Log
 from pykbroker.storage.log_config import LogConfig
-from tests.support.cluster import Cluster, wait_for
+from tests.support.cluster import Cluster, raw_request, wait_for
 from tests.support.zookeeper import zookeeper_available
 
 if not zookeeper_available():  # scripts/install.sh --test installs Debian's zookeeper package
@@ -31,16 +28,6 @@ pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("replication")]
 T0 = 1_700_000_000_000
 
 
-def _recv_exact(s: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    for _ in range(n + 1):
-        if len(buf) >= n:
-            break
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("connection closed")
-        buf += chunk
-    return bytes(buf)
 
 
 def produce(bootstrap: str, topic: str, value: bytes, *, acks: int = -1, timeout_ms: int = 20_000) -> Any:
@@ -48,15 +35,8 @@ def produce(bootstrap: str, topic: str, value: bytes, *, acks: int = -1, timeout
     batch = build_batch([(b"k", value, [])], timestamp_ms=T0)
     body = {"transactional_id": None, "acks": acks, "timeout": timeout_ms, "topic_data": [
         {"name": topic, "partition_data": [{"index": 0, "records": batch}]}]}
-    cid = b"replication-test"
-    payload = struct.pack(">hhih", 0, 9, 7, len(cid)) + cid + b"\x00"
-    payload += codec.encode_entity(codec.build(codec.request_class(0, 9), body))
-    host, port = bootstrap.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=timeout_ms / 1000 + 10) as s:
-        s.sendall(struct.pack(">i", len(payload)) + payload)
-        size = struct.unpack(">i", _recv_exact(s, 4))[0]
-        frame = _recv_exact(s, size)
-    return codec.decode_response(0, 9, frame, 5).responses[0].partition_responses[0]
+    resp = raw_request(bootstrap, 0, 9, body, timeout=timeout_ms / 1000 + 10, client_id="replication-test")
+    return resp.responses[0].partition_responses[0]
 
 
 def log_bytes(path: Path) -> bytes:

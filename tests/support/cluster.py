@@ -48,23 +48,41 @@ def wait_for(fn: Callable[[], T | None], *, timeout: float = 20.0, interval: flo
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
-def metadata(bootstrap: str, topics: list[str] | None = None, timeout: float = 5.0) -> Any:
-    """One Metadata v12 request on a fresh connection (no client library caching in the way)."""
+def request_frame(api_key: int, version: int, body: dict[str, Any], correlation_id: int = 7,
+                  client_id: str = "cluster-test") -> bytes:
+    """A whole request frame (size prefix included) of a flexible version (request header v2)."""
+    cid = client_id.encode()
+    header = struct.pack(">hhih", api_key, version, correlation_id, len(cid)) + cid + b"\x00"
+    payload = header + codec.encode_entity(codec.build(codec.request_class(api_key, version), body))
+    return struct.pack(">i", len(payload)) + payload
+
+
+def read_frame(s: socket.socket) -> bytes:
+    """One size-prefixed response frame (correlation id and header included)."""
+    size = struct.unpack(">i", recv_exact(s, 4))[0]
+    return recv_exact(s, size)
+
+
+def raw_request(bootstrap: str, api_key: int, version: int, body: dict[str, Any], *, timeout: float = 10.0,
+                client_id: str = "cluster-test") -> Any:
+    """One flexible-version request on a fresh connection (no client library in the way); its response."""
     host, port = bootstrap.split(",")[0].rsplit(":", 1)
-    body = {"topics": None if topics is None else [{"name": t, "topic_id": None} for t in topics],
-            "allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
-    cid = b"cluster-test"
-    header = struct.pack(">hhih", 3, 12, 1, len(cid)) + cid + b"\x00"
-    payload = header + codec.encode_entity(codec.build(codec.request_class(3, 12), body))
     with socket.create_connection((host, int(port)), timeout=timeout) as s:
         s.settimeout(timeout)
-        s.sendall(struct.pack(">i", len(payload)) + payload)
-        size = struct.unpack(">i", _recv_exact(s, 4))[0]
-        frame = _recv_exact(s, size)
-    return codec.decode_response(3, 12, frame, 5)
+        s.sendall(request_frame(api_key, version, body, client_id=client_id))
+        frame = read_frame(s)
+    assert struct.unpack_from(">i", frame, 0)[0] == 7 and frame[4] == 0, "correlation id, no header tags"
+    return codec.decode_response(api_key, version, frame, 5)
 
 
-def _recv_exact(s: socket.socket, n: int) -> bytes:
+def metadata(bootstrap: str, topics: list[str] | None = None, timeout: float = 5.0) -> Any:
+    """One Metadata v12 request on a fresh connection (no client library caching in the way)."""
+    body = {"topics": None if topics is None else [{"name": t, "topic_id": None} for t in topics],
+            "allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
+    return raw_request(bootstrap, 3, 12, body, timeout=timeout)
+
+
+def recv_exact(s: socket.socket, n: int) -> bytes:
     buf = bytearray()
     for _ in range(n + 1):
         if len(buf) >= n:
