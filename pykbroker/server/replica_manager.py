@@ -163,6 +163,16 @@ class FetchWaiters:
                 if not waiters:
                     del self._by_partition[tp]
 
+    async def wait(self, tps: list[TopicPartition], timeout_s: float) -> None:
+        """Until one of ``tps`` is notified or ``timeout_s`` passes (the caller re-checks either way)."""
+        event = anyio.Event()
+        self.register(tps, event)
+        try:
+            with anyio.move_on_after(timeout_s):
+                await event.wait()
+        finally:
+            self.unregister(tps, event)
+
     def notify(self, tp: TopicPartition) -> None:
         waiters = self._by_partition.pop(tp, None)
         if waiters:
@@ -494,13 +504,7 @@ class ReplicaManager:
             remaining = deadline - anyio.current_time()
             if remaining <= 0:
                 return False
-            event = anyio.Event()
-            self.produce_waiters.register([p.tp], event)
-            try:
-                with anyio.move_on_after(remaining):
-                    await event.wait()
-            finally:
-                self.produce_waiters.unregister([p.tp], event)
+            await self.produce_waiters.wait([p.tp], remaining)
         return False
 
     def _hw_maybe_moved(self, p: Partition) -> None:

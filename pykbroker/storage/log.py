@@ -392,13 +392,7 @@ class Log:
                 partition_leader_epoch=leader_epoch,
             )
             # A new epoch's start is checkpointed before its data is written (as Kafka does).
-            cache = self.leader_epoch_cache
-            latest = cache.latest_epoch()
-            for b in batches:
-                epoch = b.partition_leader_epoch
-                if epoch >= 0 and (latest is None or epoch > latest):
-                    cache.assign(epoch, b.base_offset)
-                    latest = epoch
+            self._assign_epochs_locked(batches)
             offset_of_max = first_offset
             batch_max = -2
             for b in batches:
@@ -495,13 +489,7 @@ class Log:
             self._roll_locked()
             segment = self._segments[-1]
         markers = _decode_markers(bytearray(buf), batches) if any(b.is_control for b in batches) else None
-        cache = self.leader_epoch_cache
-        latest = cache.latest_epoch()
-        for b in batches:
-            epoch = b.partition_leader_epoch
-            if epoch >= 0 and (latest is None or epoch > latest):
-                cache.assign(epoch, b.base_offset)
-                latest = epoch
+        self._assign_epochs_locked(batches)
         with memoryview(buf) as view:
             segment.append(view[start:end], last_offset=last.last_offset, max_timestamp=max_ts,
                            offset_of_max_timestamp=offset_of_max)
@@ -514,6 +502,16 @@ class Log:
                 if completed is not None:
                     _index_completed_txn(segment, state, completed)
         state.map_end_offset = self.log_end_offset
+
+    def _assign_epochs_locked(self, batches: list[BatchHeader]) -> None:
+        """Record the start of every newer epoch the batches carry in the leader-epoch cache."""
+        cache = self.leader_epoch_cache
+        latest = cache.latest_epoch()
+        for b in batches:
+            epoch = b.partition_leader_epoch
+            if epoch >= 0 and (latest is None or epoch > latest):
+                cache.assign(epoch, b.base_offset)
+                latest = epoch
 
     def become_leader(self, leader_epoch: int) -> None:
         """Stamp ``leader_epoch`` into appended batches from now on; it starts at the log end.

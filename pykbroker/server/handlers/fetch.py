@@ -233,13 +233,7 @@ async def handle_fetch(svc: Services, ctx: RequestContext, req: Any) -> dict[str
             remaining = deadline - anyio.current_time()
             if remaining <= 0:
                 break
-            event = anyio.Event()
-            waiters.register(tps, event)
-            try:
-                with anyio.move_on_after(remaining):
-                    await event.wait()
-            finally:
-                waiters.unregister(tps, event)
+            await waiters.wait(tps, remaining)
             plan = _read_all(svc, ctx, req, by_id, replica_id, first_pass=False)
     if v <= 3:  # clients from before Kafka 0.11 read message format v0/v1; never on the modern path
         _down_convert(svc, req, plan.topics, 0 if v <= 1 else 1)

@@ -130,14 +130,7 @@ async def _await_replication(svc: Services, awaiting: list[tuple[Partition, int,
         remaining = deadline - anyio.current_time()
         if not pending or remaining <= 0 or svc.shutting_down.is_set():
             break
-        tps = [p.tp for p, *_ in pending]
-        event = anyio.Event()
-        waiters.register(tps, event)
-        try:
-            with anyio.move_on_after(remaining):
-                await event.wait()
-        finally:
-            waiters.unregister(tps, event)
+        await waiters.wait([p.tp for p, *_ in pending], remaining)
     for p, _required, parts, i, _min_isr in pending:
         parts[i] = _partition_error(p.index, ErrorCode.request_timed_out)
 
