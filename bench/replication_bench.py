@@ -73,6 +73,13 @@ def create_topic(cluster: Cluster, name: str, assignment: list[list[int]], confi
              what=f"{name} led by its preferred replicas")
 
 
+def delete_topic(cluster: Cluster, name: str, timeout: float = 60.0) -> None:
+    """Drop a finished phase's topic so that its files neither fill the disk nor wait for write-back."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for f in admin.delete_topics([name], request_timeout=timeout, operation_timeout=timeout).values():
+        f.result(timeout=timeout)
+
+
 def full_isr(cluster: Cluster, topic: str, replicas: list[int]) -> bool:
     try:
         states = cluster.partition_states(topic)
@@ -201,6 +208,8 @@ def bench_throughput(cluster: Cluster, args: argparse.Namespace, bargs: argparse
                 if rf > 1:
                     wait_for(partial(full_isr, cluster, topic, assignment[0]), timeout=60, what="full ISR")
                 warm_up(cluster, topic, args.partitions)
+                # Write back what earlier phases left dirty, so this phase's appends do not compete with it.
+                os.sync()
                 sampler = LagSampler(cluster, topic, assignment, args.lag_interval_ms / 1000) if rf > 1 else None
                 u0 = cluster_usage(cluster)
                 if sampler:
@@ -217,6 +226,7 @@ def bench_throughput(cluster: Cluster, args: argparse.Namespace, bargs: argparse
                 if sampler:
                     row.update(sampler.summary())
                 out.append(row)
+                delete_topic(cluster, topic)
                 bench.log(f"throughput size={size} rf={rf} acks={acks}: {r.get('msgs_per_s') or 0:,.0f} msg/s"
                           f"{' ERROR ' + r['error'] if r.get('error') else ''}")
     return out

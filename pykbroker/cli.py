@@ -29,7 +29,10 @@ def _serve(args: argparse.Namespace) -> int:
     if config.no_effect_keys():
         log.info("accepted with no effect on this broker: %s (see README 'Settings not implemented')",
                  ", ".join(config.no_effect_keys()))
+    from pykbroker.server.allocator import tune_allocator
     from pykbroker.server.broker import Broker, StartupError
+
+    tune_allocator()
 
     try:
         broker = Broker(config)

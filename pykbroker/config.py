@@ -651,6 +651,14 @@ class BrokerConfig:
         return [Path(d) for d in dirs]
 
     @property
+    def security_protocols(self) -> dict[str, str]:
+        """Each listener's security protocol (listener.security.protocol.map; a listener named after a
+        protocol, e.g. SSL, defaults to it)."""
+        protocols = parse_protocol_map(self["listener.security.protocol.map"])
+        return {lst.name: protocols.get(lst.name, lst.name if lst.name in SECURITY_PROTOCOLS else "PLAINTEXT")
+                for lst in self.listeners}
+
+    @property
     def listeners(self) -> list[Listener]:
         return [parse_listener(x) for x in self["listeners"]]
 

@@ -6,14 +6,24 @@ DescribeCluster, DescribeTopicPartitions) with a 32-bit field holding bit
 resource, out of the operations that apply to its resource type.  When the client
 did not ask, the field is ``AUTHORIZED_OPERATIONS_OMITTED`` (``INT32_MIN``).
 
-There is no authentication yet, so there is one allow-all authorizer; the
-security work replaces :data:`AUTHORIZER` with one that consults ACLs.
+Without ``authorizer.class.name`` the broker uses :class:`AllowAllAuthorizer` (Kafka then
+allows everything); with it, :mod:`pykbroker.security.acl_authorizer` consults ACLs.  Handlers
+ask through :func:`authorize` with their request context.
 """
 
 from __future__ import annotations
 
+import logging
 from enum import IntEnum
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+from pykbroker.security.principal import ANONYMOUS as ANONYMOUS_PRINCIPAL
+from pykbroker.security.principal import KafkaPrincipal
+
+if TYPE_CHECKING:
+    from pykbroker.server.context import RequestContext
+
+log = logging.getLogger("pykbroker.authorizer")
 
 __all__ = [
     "ANONYMOUS",
@@ -24,6 +34,7 @@ __all__ = [
     "AllowAllAuthorizer",
     "Authorizer",
     "ResourceType",
+    "authorize",
     "authorized_operations",
     "maybe_authorized_operations",
     "to_bit_field",
@@ -80,22 +91,48 @@ SUPPORTED_OPERATIONS: dict[ResourceType, frozenset[AclOperation]] = {
 
 
 class Authorizer(Protocol):
-    """Decides whether ``principal`` may perform ``operation`` on a resource."""
+    """Decides whether ``principal`` connecting from ``host`` may perform ``operation`` on a resource."""
 
-    def authorize(self, principal: str, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+    def authorize(self, principal: KafkaPrincipal, host: str, operation: AclOperation,
+                  resource_type: ResourceType, name: str) -> bool:
+        ...
+
+    def authorize_by_resource_type(self, principal: KafkaPrincipal, host: str, operation: AclOperation,
+                                   resource_type: ResourceType) -> bool:
+        """Kafka's authorizeByResourceType: allowed on at least one resource of the type (by some ALLOW
+        ACL not overridden by a DENY), e.g. WRITE on any transactional id for the idempotent producer."""
         ...
 
 
 class AllowAllAuthorizer:
     """No authorizer configured: Kafka then allows everything."""
 
-    def authorize(self, principal: str, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+    def authorize(self, principal: KafkaPrincipal, host: str, operation: AclOperation,
+                  resource_type: ResourceType, name: str) -> bool:
+        return True
+
+    def authorize_by_resource_type(self, principal: KafkaPrincipal, host: str, operation: AclOperation,
+                                   resource_type: ResourceType) -> bool:
         return True
 
 
 AUTHORIZER: Authorizer = AllowAllAuthorizer()
 
-ANONYMOUS = "User:ANONYMOUS"  # the principal of a PLAINTEXT connection
+ANONYMOUS = str(ANONYMOUS_PRINCIPAL)  # the principal of a PLAINTEXT connection
+
+
+def authorize(ctx: RequestContext, operation: AclOperation, resource_type: ResourceType, name: str,
+              *, log_denial: bool = True) -> bool:
+    """May the request's principal do ``operation`` on the resource?  Denials are logged as Kafka's
+    authorizer logger does (principal, host, operation, resource), at INFO."""
+    auth = ctx.authorizer if ctx.authorizer is not None else AUTHORIZER
+    session = ctx.session
+    ok = auth.authorize(session.principal, session.client_host, operation, resource_type, name)
+    if not ok and log_denial:
+        log.info("Principal = %s is Denied operation = %s from host = %s on resource = %s:LITERAL:%s "
+                 "for request = %s with resourceRefCount = 1", session.principal, operation.name,
+                 session.client_host, resource_type.name.title().replace("_", ""), name, ctx.api_name)
+    return ok
 
 
 def to_bit_field(operations: set[AclOperation] | frozenset[AclOperation]) -> int:
@@ -110,17 +147,22 @@ def authorized_operations(
     resource_type: ResourceType,
     name: str,
     *,
-    principal: str = ANONYMOUS,
-    authorizer: Authorizer | None = None,
+    ctx: RequestContext | None = None,
 ) -> int:
-    """The authorized-operations field for one resource, as Kafka computes it."""
-    auth = authorizer if authorizer is not None else AUTHORIZER
-    allowed = {op for op in SUPPORTED_OPERATIONS[resource_type] if auth.authorize(principal, op, resource_type, name)}
+    """The authorized-operations field for one resource, as Kafka computes it (no denial logged)."""
+    if ctx is None:
+        auth, principal, host = AUTHORIZER, ANONYMOUS_PRINCIPAL, ""
+    else:
+        auth = ctx.authorizer if ctx.authorizer is not None else AUTHORIZER
+        principal, host = ctx.session.principal, ctx.session.client_host
+    allowed = {op for op in SUPPORTED_OPERATIONS[resource_type]
+               if auth.authorize(principal, host, op, resource_type, name)}
     return to_bit_field(allowed)
 
 
-def maybe_authorized_operations(requested: bool, resource_type: ResourceType, name: str) -> int:
+def maybe_authorized_operations(requested: bool, resource_type: ResourceType, name: str,
+                                ctx: RequestContext | None = None) -> int:
     """The field when the client asked for it, else Kafka's 'omitted' marker."""
     if not requested:
         return AUTHORIZED_OPERATIONS_OMITTED
-    return authorized_operations(resource_type, name)
+    return authorized_operations(resource_type, name, ctx=ctx)

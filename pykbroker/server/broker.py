@@ -111,6 +111,7 @@ class Broker:
             quotas=quotas_from_config(config),
             queued_max_request_bytes=config["queued.max.request.bytes"],
             receive_timeout_ms=config["pykbroker.request.receive.timeout.ms"],
+            security_protocols=config.security_protocols,
         )
         self._stop = anyio.Event()
         self.bound_ports: list[int] = []

@@ -10,7 +10,9 @@ import anyio
 
 from pykbroker.config import BrokerConfig, Listener
 from pykbroker.metadata.store import MetadataStore
+from pykbroker.protocol import codec
 from pykbroker.protocol.header import RequestHeader
+from pykbroker.security.session import Session
 from pykbroker.server.replica_manager import ReplicaManager
 from pykbroker.server.telemetry import ClientTelemetry
 from pykbroker.server.topics import TopicManager
@@ -18,6 +20,7 @@ from pykbroker.server.topics import TopicManager
 if TYPE_CHECKING:  # group coordinator
     from pykbroker.coordinator.group.service import GroupCoordinator
     from pykbroker.coordinator.transaction.service import TransactionCoordinator
+    from pykbroker.server.authorizer import Authorizer
 
 
 def now_ms() -> int:
@@ -29,10 +32,18 @@ class RequestContext:
     header: RequestHeader
     listener: str = "PLAINTEXT"
     peer: str = ""
+    # The connection's security state (principal, protocol); a PLAINTEXT anonymous one by default.
+    session: Session = field(default_factory=Session)
+    # The broker's authorizer (None: allow everything, as Kafka without authorizer.class.name).
+    authorizer: Authorizer | None = None
 
     @property
     def version(self) -> int:
         return self.header.api_version
+
+    @property
+    def api_name(self) -> str:
+        return codec.API_NAMES.get(self.header.api_key, str(self.header.api_key)).upper()
 
 
 class CloseConnection(Exception):
@@ -53,6 +64,8 @@ class Services:
     groups: GroupCoordinator | None = None
     # The transaction coordinator; set by the broker at construction.
     txn_coordinator: TransactionCoordinator | None = None
+    # The authorizer (authorizer.class.name); None: every principal may do everything.
+    authorizer: Authorizer | None = None
     # Client telemetry (KIP-714); made from the config on first use.
     _telemetry: ClientTelemetry | None = None
 

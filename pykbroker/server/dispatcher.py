@@ -31,6 +31,7 @@ from pykbroker.protocol.header import (
     finish_flexible_header,
     parse_request_header_prefix,
 )
+from pykbroker.security.session import Session
 from pykbroker.server.context import CloseConnection, RequestContext, Services
 from pykbroker.server.handlers import admin, cluster, configs, fetch, metadata, offsets, produce
 from pykbroker.server.handlers import quotas as client_quotas
@@ -211,13 +212,16 @@ class Dispatcher:
             ) from None
         return header, request
 
-    async def handle(self, frame: bytes, listener: str = "PLAINTEXT", peer: str = "") -> bytes | None:
+    async def handle(self, frame: bytes, session: Session | None = None) -> bytes | None:
         """Process one request frame; None means no response (acks=0 produce)."""
+        if session is None:
+            session = Session()
         parsed = self.parse(frame)
         if isinstance(parsed, bytes):
             return parsed
         header, request = parsed
-        ctx = RequestContext(header, listener, peer)
+        peer = session.peer
+        ctx = RequestContext(header, session.listener, peer, session, self.services.authorizer)
         spec = API_TABLE[header.api_key]
         try:
             body = await spec.handler(self.services, ctx, request)

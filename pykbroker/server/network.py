@@ -26,13 +26,14 @@ import anyio
 from anyio.abc import Listener, SocketAttribute, SocketListener, SocketStream, TaskGroup
 
 from pykbroker.protocol.framing import FrameDecoder, FrameError
+from pykbroker.security.session import Session
 from pykbroker.server.connection_quotas import ConnectionQuotas, RateLimitedLog, normalise_ip
 from pykbroker.server.context import CloseConnection
 from pykbroker.server.memory_pool import MemoryPool
 
 log = logging.getLogger("pykbroker.network")
 
-FrameHandler = Callable[[bytes, str, str], Awaitable[bytes | None]]
+FrameHandler = Callable[[bytes, Session], Awaitable[bytes | None]]
 RECEIVE_SIZE = 256 * 1024
 ACCEPT_BACKOFF_S = 0.1
 LIMIT_LOG_INTERVAL_S = 10.0
@@ -41,12 +42,13 @@ _ACCEPT_RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, 
 
 
 class Connection:
-    __slots__ = ("busy", "evicted", "ip", "last_active", "listener", "peer", "receive_scope")
+    __slots__ = ("busy", "evicted", "ip", "last_active", "listener", "peer", "receive_scope", "session")
 
-    def __init__(self, peer: str, ip: str, listener: str) -> None:
+    def __init__(self, peer: str, ip: str, listener: str, security_protocol: str = "PLAINTEXT") -> None:
         self.peer = peer
         self.ip = ip
         self.listener = listener
+        self.session = Session(listener=listener, security_protocol=security_protocol, peer=peer)
         self.busy = False
         self.evicted = False
         self.last_active = anyio.current_time()
@@ -65,8 +67,11 @@ class SocketServer:
         quotas: ConnectionQuotas | None = None,
         queued_max_request_bytes: int = -1,
         receive_timeout_ms: int = -1,
+        security_protocols: dict[str, str] | None = None,
     ) -> None:
         self._handler = handler
+        # Listener name -> PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL (listener.security.protocol.map).
+        self._security_protocols = security_protocols or {}
         self._max_request_bytes = max_request_bytes
         self._idle_timeout_s = idle_timeout_ms / 1000 if idle_timeout_ms >= 0 else math.inf
         self._receive_timeout_s = receive_timeout_ms / 1000 if receive_timeout_ms > 0 else math.inf
@@ -206,7 +211,7 @@ class SocketServer:
             with anyio.CancelScope(shield=True):
                 await stream.aclose()
             return None
-        conn = Connection(peer, ip, listener_name)
+        conn = Connection(peer, ip, listener_name, self._security_protocols.get(listener_name, "PLAINTEXT"))
         self._connections.add(conn)
         if quotas.over_broker_limit():
             self._close_least_recently_used(conn)
@@ -254,7 +259,7 @@ class SocketServer:
                 if frame is not None:
                     frame_started, frame_deadline = None, math.inf
                     conn.busy = True
-                    response = await self._handler(frame, conn.listener, peer)
+                    response = await self._handler(frame, conn.session)
                     if response is not None:
                         await stream.send(response)
                     conn.busy = False

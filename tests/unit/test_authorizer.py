@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pykbroker.protocol.header import RequestHeader
+from pykbroker.security.principal import KafkaPrincipal
 from pykbroker.server.authorizer import (
     AUTHORIZED_OPERATIONS_OMITTED,
     AclOperation,
@@ -10,11 +12,21 @@ from pykbroker.server.authorizer import (
     maybe_authorized_operations,
     to_bit_field,
 )
+from pykbroker.server.context import RequestContext
 
 
 class DenyWrites:
-    def authorize(self, principal: str, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+    def authorize(self, principal: KafkaPrincipal, host: str, operation: AclOperation, resource_type: ResourceType,
+                  name: str) -> bool:
         return operation not in (AclOperation.WRITE, AclOperation.DELETE) or name == "open"
+
+    def authorize_by_resource_type(self, principal: KafkaPrincipal, host: str, operation: AclOperation,
+                                   resource_type: ResourceType) -> bool:
+        return True
+
+
+def _ctx_with(authorizer: DenyWrites) -> RequestContext:
+    return RequestContext(RequestHeader(3, 12, 1, "c", 0), authorizer=authorizer)
 
 
 def test_allow_all_bit_fields() -> None:
@@ -28,10 +40,10 @@ def test_allow_all_bit_fields() -> None:
 
 
 def test_an_authorizer_removes_denied_operations() -> None:
-    deny = DenyWrites()
-    assert authorized_operations(ResourceType.TOPIC, "t", authorizer=deny) == 3576 - (1 << 4) - (1 << 6)
-    assert authorized_operations(ResourceType.TOPIC, "open", authorizer=deny) == 3576
-    assert authorized_operations(ResourceType.GROUP, "g", authorizer=deny) == 3400 - (1 << 6)
+    ctx = _ctx_with(DenyWrites())
+    assert authorized_operations(ResourceType.TOPIC, "t", ctx=ctx) == 3576 - (1 << 4) - (1 << 6)
+    assert authorized_operations(ResourceType.TOPIC, "open", ctx=ctx) == 3576
+    assert authorized_operations(ResourceType.GROUP, "g", ctx=ctx) == 3400 - (1 << 6)
 
 
 def test_omitted_unless_asked_and_int32() -> None:
