@@ -12,6 +12,8 @@ and the idempotent producer's acknowledged records are all in the input once, at
 from __future__ import annotations
 
 import contextlib
+import socket
+import struct
 import threading
 import time
 import uuid
@@ -25,8 +27,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
 from pykbroker.coordinator.internal_topic import partition_for
+from pykbroker.protocol import codec
 from tests.cluster.steady import SteadyProducer, assert_nothing_lost, read_all
-from tests.support.cluster import Cluster, raw_request, wait_for
+from tests.support.cluster import Cluster, raw_request, read_frame, wait_for
 
 pytestmark = [pytest.mark.timeout(420)]
 
@@ -345,6 +348,28 @@ def _fetch(bootstrap: str, group: str, topic: str) -> int:
     return int(resp.groups[0].topics[0].partitions[0].committed_offset)
 
 
+def _offset_delete(bootstrap: str, group: str, topic: str) -> ErrorCode:
+    # OffsetDelete has only v0, a non-flexible version: request header v1, response header v0.
+    body = {"group_id": group, "topics": [{"name": topic, "partitions": [{"partition_index": 0}]}]}
+    cid = b"eos-test"
+    payload = struct.pack(">hhih", 47, 0, 7, len(cid)) + cid + codec.encode_entity(
+        codec.build(codec.request_class(47, 0), body))
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=45) as s:
+        s.settimeout(45)
+        s.sendall(struct.pack(">i", len(payload)) + payload)
+        frame = read_frame(s)
+    assert struct.unpack_from(">i", frame, 0)[0] == 7
+    resp = codec.decode_response(47, 0, frame, 4)
+    if int(resp.error_code):
+        return ErrorCode(int(resp.error_code))
+    return ErrorCode(int(resp.topics[0].partitions[0].error_code))
+
+
+def _delete_group(bootstrap: str, group: str) -> ErrorCode:
+    return ErrorCode(int(_request(bootstrap, 42, 2, {"groups_names": [group]}).results[0].error_code))
+
+
 def _init_producer_id(bootstrap: str, txn_id: str) -> ErrorCode:
     body = {"transactional_id": txn_id, "transaction_timeout": 10000, "producer_id": -1, "producer_epoch": -1}
     return ErrorCode(int(_request(bootstrap, 22, 4, body).error_code))
@@ -380,6 +405,9 @@ def test_coordinator_writes_wait_for_min_isr(tmp_path: Path) -> None:
                  timeout=60, interval=0.5, what=f"broker {node} alone in the ISRs")
         assert _commit(bs, group, topic, 2) == ErrorCode.coordinator_not_available
         assert _fetch(bs, group, topic) == 1, "a refused commit changes nothing"
+        assert _offset_delete(bs, group, topic) == ErrorCode.coordinator_not_available
+        assert _delete_group(bs, group) == ErrorCode.coordinator_not_available
+        assert _fetch(bs, group, topic) == 1, "a refused OffsetDelete / DeleteGroups changes nothing"
         assert _init_producer_id(bs, txn_id) == ErrorCode.coordinator_not_available
 
         cluster.broker(others[0]).start()
@@ -388,4 +416,6 @@ def test_coordinator_writes_wait_for_min_isr(tmp_path: Path) -> None:
                  timeout=60, interval=0.5, what="a second replica back in the ISRs")
         assert _commit(bs, group, topic, 3) == ErrorCode.none
         assert _fetch(bs, group, topic) == 3
+        assert _offset_delete(bs, group, topic) == ErrorCode.none
+        assert _fetch(bs, group, topic) == -1
         assert _init_producer_id(bs, txn_id) == ErrorCode.none

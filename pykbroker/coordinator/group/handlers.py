@@ -62,6 +62,21 @@ async def _await_callback(start: Callable[[Callback], None], timeout_s: float, o
 
 # --- FindCoordinator ------------------------------------------------------------------------
 
+def _log_end(svc: Services, group_id: str) -> int:
+    gc = _coordinator(svc)
+    return -1 if gc is None else gc.log_end(group_id)
+
+
+async def _replicated(svc: Services, group_id: str, code: ErrorCode, end_before: int) -> ErrorCode:
+    """``code`` once what the request wrote for the group is durable (fsync with log.flush.on.ack, and the
+    ISR in a cluster), as Kafka answers only after its acks=all append; else the append's error.  A request
+    that wrote nothing (``end_before`` is still the log end) is answered at once."""
+    gc = _coordinator(svc)
+    if gc is None or code != ErrorCode.none or gc.log_end(group_id) == end_before:
+        return code
+    return await gc.flush(group_id)
+
+
 def _find_one(svc: Services, ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
     out: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": ErrorCode.none,
                            "error_message": None}
@@ -181,10 +196,14 @@ async def handle_heartbeat(svc: Services, ctx: RequestContext, req: Any) -> dict
 async def handle_leave_group(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
     mgr = _manager(svc)
     if ctx.version < 3:
+        before = _log_end(svc, req.group_id)
         top, errs = mgr.leave_group(req.group_id, [(req.member_id, None)])
+        top = await _replicated(svc, req.group_id, top, before)
         return {"throttle_time": 0, "error_code": top if top != ErrorCode.none or not errs else errs[0]}
     identities = [(m.member_id or "", m.group_instance_id) for m in req.members]
+    before = _log_end(svc, req.group_id)
     top, errs = mgr.leave_group(req.group_id, identities)
+    top = await _replicated(svc, req.group_id, top, before)
     members = []
     if top == ErrorCode.none:
         members = [{"member_id": mid, "group_instance_id": inst, "error_code": e}
@@ -294,7 +313,13 @@ async def handle_offset_delete(svc: Services, ctx: RequestContext, req: Any) -> 
     mgr = _manager(svc)
     wanted = [(t.name, int(p.partition_index)) for t in req.topics for p in t.partitions]
     unknown = {tp for tp in wanted if (rec := svc.store.topic(tp[0])) is None or tp[1] not in rec.partitions}
+    gc = _coordinator(svc)
+    refused = gc.writable(req.group_id) if gc is not None else ErrorCode.none
+    if refused != ErrorCode.none:  # tombstones are appended with acks=all: nothing is deleted
+        return {"error_code": refused, "throttle_time": 0, "topics": []}
+    before = _log_end(svc, req.group_id)
     code, results = mgr.delete_offsets(req.group_id, [tp for tp in wanted if tp not in unknown])
+    code = await _replicated(svc, req.group_id, code, before)
     topics = partition_errors(req.topics, unknown, results) if code == ErrorCode.none else []
     return {"error_code": code, "throttle_time": 0, "topics": topics}
 
@@ -328,7 +353,13 @@ async def handle_describe_groups(svc: Services, ctx: RequestContext, req: Any) -
 
 async def handle_delete_groups(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
     mgr = _manager(svc)
-    results = mgr.delete_groups(list(req.groups_names))
+    gc = _coordinator(svc)
+    refused = {g: gc.writable(g) for g in req.groups_names} if gc is not None else {}
+    before = {g: _log_end(svc, g) for g in req.groups_names}
+    results = mgr.delete_groups([g for g in req.groups_names if refused.get(g, ErrorCode.none) == ErrorCode.none])
+    results.update({g: c for g, c in refused.items() if c != ErrorCode.none})
+    for g, c in list(results.items()):
+        results[g] = await _replicated(svc, g, c, before.get(g, -1))
     return {"throttle_time": 0,
             "results": [{"group_id": g, "error_code": results[g]} for g in req.groups_names]}
 
@@ -341,7 +372,13 @@ async def handle_consumer_group_heartbeat(svc: Services, ctx: RequestContext, re
     if mgr.consumer is None or gc is None or not gc.consumer_protocol_enabled:
         return {"throttle_time": 0, "error_code": ErrorCode.unsupported_version, "error_message": None,
                 "member_id": None, "member_epoch": -1, "heartbeat_interval": 0, "assignment": None}
+    before = _log_end(svc, req.group_id)
     resp = mgr.consumer.heartbeat(req, ctx.header.client_id or "", _client_host(ctx))
+    if resp.get("error_code") == ErrorCode.none:
+        code = await _replicated(svc, req.group_id, ErrorCode.none, before)
+        if code != ErrorCode.none:  # the member's new epoch/assignment is not durable: the client retries
+            resp = {"error_code": code, "error_message": None, "member_id": None, "member_epoch": -1,
+                    "heartbeat_interval": 0, "assignment": None}
     return {"throttle_time": 0, **resp}
 
 

@@ -157,6 +157,11 @@ class GroupCoordinator(PartitionLoader):
         return internal_topic.coordinator_error(internal_topic.can_append(
             self.replicas, OFFSETS_TOPIC, self.partition_for(group_id), self._min_isr()))
 
+    def log_end(self, group_id: str) -> int:
+        """The group's offsets-partition log end (-1 when not led here): did a request write anything?"""
+        p = self.replicas.partition(OFFSETS_TOPIC, self.partition_for(group_id))
+        return -1 if p is None or p.offline else p.log.log_end_offset
+
     async def flush(self, group_id: str) -> ErrorCode:
         """Make the group's latest writes durable before answering: fsync (log.flush.on.ack) and, in a
         cluster, replication to the ISR (bounded by offsets.commit.timeout.ms); the client's error if
