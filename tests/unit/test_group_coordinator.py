@@ -440,3 +440,22 @@ def test_pending_sync_timeout_removes_silent_members(n: int) -> None:
         h.advance(400)
         h.mgr.heartbeat(G, g.generation_id, ids[0], None)
     assert set(g.members) == {ids[0]}
+
+
+def test_a_commit_is_visible_only_once_completed() -> None:
+    """Kafka keeps an offset commit pending until its append is durable: OffsetFetch does not see it before."""
+    h = Harness()
+    res, written = h.mgr.prepare_commit(G, -1, "", None, [CommitEntry("t", 0, 5)])
+    assert res == {("t", 0): ErrorCode.none}
+    assert len(h.log[h.mgr.partition_for(G)]) == 1, "the record is appended at once"
+    assert h.mgr.fetch_offsets(G, None)[1] == [], "not visible before the append completes"
+    h.mgr.complete_commit(G, written)
+    assert [(t, p, v.offset) for t, p, v in _offsets(h)] == [("t", 0, 5)]
+    # A failed append (not replicated) completes with nothing: the old value stays.
+    _, written = h.mgr.prepare_commit(G, -1, "", None, [CommitEntry("t", 0, 9)])
+    h.mgr.complete_commit(G, {})
+    assert [v.offset for _, _, v in _offsets(h)] == [5]
+
+
+def _offsets(h: Harness) -> list[tuple[str, int, OffsetValue]]:
+    return [(t, p, v) for (t, p), v in sorted(h.mgr.offsets.get(G, {}).items())]

@@ -255,12 +255,15 @@ async def handle_offset_commit(svc: Services, ctx: RequestContext, req: Any) -> 
     if refused != ErrorCode.none:  # Kafka appends offsets with acks=all: nothing is committed
         return {"throttle_time": 0, "topics": partition_errors(
             req.topics, unknown, {(e.topic, e.partition): refused for e in entries})}
-    results = mgr.commit_offsets(req.group_id, int(req.generation_id_or_member_epoch), req.member_id or "",
-                                 req.group_instance_id if v >= 7 else None, entries, retention)
+    results, written = mgr.prepare_commit(req.group_id, int(req.generation_id_or_member_epoch),
+                                          req.member_id or "", req.group_instance_id if v >= 7 else None, entries,
+                                          retention)
     if gc is not None and entries and any(c == ErrorCode.none for c in results.values()):
         code = await gc.flush(req.group_id)
         if code != ErrorCode.none:  # not replicated: the client retries (Kafka's mapping of the append error)
             results = {tp: code if c == ErrorCode.none else c for tp, c in results.items()}
+            written = {}
+    mgr.complete_commit(req.group_id, written)  # visible to OffsetFetch only once durable
     return {"throttle_time": 0, "topics": partition_errors(req.topics, unknown, results)}
 
 

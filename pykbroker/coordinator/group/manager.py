@@ -772,8 +772,23 @@ class GroupManager:
 
     def commit_offsets(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
                        entries: list[CommitEntry], retention_ms: int = -1) -> dict[TopicPartition, ErrorCode]:
-        def all_(code: ErrorCode) -> dict[TopicPartition, ErrorCode]:
-            return {(e.topic, e.partition): code for e in entries}
+        """Validate, write and make visible at once (embedded mode, tests); see prepare_commit."""
+        result, values = self.prepare_commit(group_id, generation_id, member_id, instance_id, entries, retention_ms)
+        self.complete_commit(group_id, values)
+        return result
+
+    def complete_commit(self, group_id: str, values: dict[TopicPartition, OffsetValue]) -> None:
+        """Make written offsets visible to OffsetFetch: after their append is durable (replicated), as Kafka
+        keeps a commit pending until its append completes.  Nothing if the partition moved meanwhile."""
+        if values and self.coordinator_error(group_id) is None:
+            self.offsets.setdefault(group_id, {}).update(values)
+
+    def prepare_commit(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
+                       entries: list[CommitEntry], retention_ms: int = -1
+                       ) -> tuple[dict[TopicPartition, ErrorCode], dict[TopicPartition, OffsetValue]]:
+        """Validate and append an offset commit; the values still to pass to :meth:`complete_commit`."""
+        def all_(code: ErrorCode) -> tuple[dict[TopicPartition, ErrorCode], dict[TopicPartition, OffsetValue]]:
+            return {(e.topic, e.partition): code for e in entries}, {}
 
         err = self.coordinator_error(group_id)
         if not group_id:
@@ -815,11 +830,10 @@ class GroupManager:
                 log.exception("failed to persist offsets of group %s", group_id)
                 for tp in values:
                     result[tp] = ErrorCode.coordinator_not_available
-                return result
-            self.offsets.setdefault(group_id, {}).update(values)
+                return result, {}
             for tp in values:
                 result[tp] = ErrorCode.none
-        return result
+        return result, values
 
     def _validate_classic_commit(self, g: ClassicGroup, generation_id: int, member_id: str,
                                  instance_id: str | None) -> ErrorCode | None:
