@@ -104,6 +104,13 @@ def encode_produce_response(version: int, body: Mapping[str, Any]) -> bytes | No
 
 def encode_fetch_response(version: int, body: Mapping[str, Any]) -> bytes | None:
     """FetchResponse v4-v17 from the fetch handler's dict; None when kio must do it."""
+    parts = fetch_response_parts(version, body)
+    return None if parts is None else b"".join(parts)
+
+
+def fetch_response_parts(version: int, body: Mapping[str, Any]) -> list[bytes] | None:
+    """The encoded response as pieces, the record sets among them uncopied: the caller joins them once,
+    with the frame's size prefix and header (a fetch response can be megabytes)."""
     if not 4 <= version <= 17:
         return None
     flexible = version >= 12
@@ -161,10 +168,16 @@ def encode_fetch_response(version: int, body: Mapping[str, Any]) -> bytes | None
             append(b"\x00")
     if flexible:
         append(b"\x00")
-    return b"".join(out)
+    return out
 
 
-FAST_ENCODERS: dict[int, Callable[[int, Mapping[str, Any]], bytes | None]] = {
-    0: encode_produce_response,
-    1: encode_fetch_response,
+def _produce_response_parts(version: int, body: Mapping[str, Any]) -> list[bytes] | None:
+    encoded = encode_produce_response(version, body)
+    return None if encoded is None else [encoded]
+
+
+# API key -> encoder of a response body as pieces (None: the version is kio's to encode).
+FAST_ENCODERS: dict[int, Callable[[int, Mapping[str, Any]], list[bytes] | None]] = {
+    0: _produce_response_parts,
+    1: fetch_response_parts,
 }

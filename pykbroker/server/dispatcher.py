@@ -239,17 +239,19 @@ class Dispatcher:
         flexible = codec.is_flexible(api_key, version) and api_key != API_VERSIONS
         try:
             fast = FAST_ENCODERS.get(api_key)
-            payload = fast(version, body) if fast is not None else None
-            if payload is None:
-                payload = codec.encode_response(api_key, version, body)
+            parts = fast(version, body) if fast is not None else None
+            if parts is None:
+                parts = [codec.encode_response(api_key, version, body)]
         except Exception:
             # A body the version cannot carry is a broker bug: it ends this connection, not the broker.
             log.exception("response encoding failed api=%s version=%d client=%s peer=%s correlation_id=%d",
                           codec.API_NAMES[api_key], version, header.client_id, peer, header.correlation_id)
             raise CloseConnection("internal error while encoding the response") from None
         # Frame size, response header v0/v1 and body in one join: fetch payloads can be large.
+        size = sum(map(len, parts))
         if flexible:
-            prefix = _SIZE_AND_CORRELATION.pack(len(payload) + 5, header.correlation_id) + b"\x00"
+            prefix = _SIZE_AND_CORRELATION.pack(size + 5, header.correlation_id) + b"\x00"
         else:
-            prefix = _SIZE_AND_CORRELATION.pack(len(payload) + 4, header.correlation_id)
-        return b"".join((prefix, payload))
+            prefix = _SIZE_AND_CORRELATION.pack(size + 4, header.correlation_id)
+        parts.insert(0, prefix)
+        return b"".join(parts)
