@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from compat import wire
+from compat import security, wire
 
 if TYPE_CHECKING:
     from tests.support.zookeeper import ZooKeeperEnsemble
@@ -35,6 +35,9 @@ SINGLE_NODE_OVERRIDES = {
 # The listener other brokers use in a cluster the suite starts: it is not behind the proxy, so the
 # proxy records only what clients send (replica fetches go straight from broker to broker).
 REPLICATION_LISTENER = "REPLICATION"
+
+# Added to the run's label when the broker refused the authorizer settings (security.authorizer_refused).
+NO_AUTHORIZER = " [no ACLs: refused authorizer.class.name]"
 
 
 def cluster_overrides(size: int) -> dict[str, str]:
@@ -76,11 +79,14 @@ class ClusterInfo:
     managed: bool
     record_files: list[str] = field(default_factory=list)
     brokers: int = 1
+    # The secured (SASL_PLAINTEXT) listener's address, where the security scenarios connect; None: the
+    # cluster has none, and those scenarios are "not possible on this cluster".
+    sasl_bootstrap: str | None = None
 
     def to_json(self) -> str:
         return json.dumps({
             "bootstrap": self.bootstrap, "label": self.label, "managed": self.managed,
-            "record_files": self.record_files, "brokers": self.brokers,
+            "record_files": self.record_files, "brokers": self.brokers, "sasl_bootstrap": self.sasl_bootstrap,
             "api_versions": {str(k): list(v) for k, v in self.api_versions.items()},
         })
 
@@ -88,7 +94,7 @@ class ClusterInfo:
     def from_json(cls, s: str) -> ClusterInfo:
         d = json.loads(s)
         return cls(d["bootstrap"], d["label"], {int(k): (v[0], v[1]) for k, v in d["api_versions"].items()},
-                   d["managed"], list(d.get("record_files", [])), int(d.get("brokers", 1)))
+                   d["managed"], list(d.get("record_files", [])), int(d.get("brokers", 1)), d.get("sasl_bootstrap"))
 
 
 def recorded_requests(files: list[str]) -> list[dict[str, Any]]:
@@ -151,21 +157,27 @@ def cluster_label(version: str, size: int) -> str:
 
 
 class ProxiedBroker:
-    """One pykbroker subprocess whose client listener is advertised as the port of its own recording proxy."""
+    """One pykbroker subprocess whose client listeners are advertised as the ports of its own recording
+    proxies: PLAINTEXT, and the secured SASL_PLAINTEXT listener of the security scenarios
+    (compat/security.py) behind a second proxy."""
 
     def __init__(self, workdir: Path, overrides: dict[str, str], trace_file: Path | None = None,
-                 replication_port: int | None = None) -> None:
+                 replication_port: int | None = None, authorizer: bool = True) -> None:
         self.workdir = workdir
         self.broker_port = free_port()
         self.proxy_port = free_port()
-        listeners = f"PLAINTEXT://127.0.0.1:{self.broker_port}"
-        advertised = f"PLAINTEXT://127.0.0.1:{self.proxy_port}"
-        extra: dict[str, str] = {}
+        self.sasl_port = free_port()
+        self.sasl_proxy_port = free_port()
+        sasl = security.SASL_LISTENER
+        listeners = f"PLAINTEXT://127.0.0.1:{self.broker_port},{sasl}://127.0.0.1:{self.sasl_port}"
+        advertised = f"PLAINTEXT://127.0.0.1:{self.proxy_port},{sasl}://127.0.0.1:{self.sasl_proxy_port}"
+        extra: dict[str, str] = security.broker_overrides(authorizer)
         if replication_port is not None:
             repl = f"{REPLICATION_LISTENER}://127.0.0.1:{replication_port}"
             listeners, advertised = f"{listeners},{repl}", f"{advertised},{repl}"
-            extra = {"listener.security.protocol.map": f"PLAINTEXT:PLAINTEXT,{REPLICATION_LISTENER}:PLAINTEXT",
-                     "inter.broker.listener.name": REPLICATION_LISTENER}
+            extra.update({"listener.security.protocol.map":
+                          f"PLAINTEXT:PLAINTEXT,{sasl}:SASL_PLAINTEXT,{REPLICATION_LISTENER}:PLAINTEXT",
+                          "inter.broker.listener.name": REPLICATION_LISTENER})
         self.overrides = {
             "listeners": listeners,
             "advertised.listeners": advertised,
@@ -176,14 +188,24 @@ class ProxiedBroker:
             **overrides,
         }
         self.record_file = workdir / "requests.jsonl"
+        self.sasl_record_file = workdir / "requests-sasl.jsonl"
         self.trace_file = trace_file
         self.log_file = workdir / "broker.log"
         self.broker: subprocess.Popen[bytes] | None = None
         self.proxy: subprocess.Popen[bytes] | None = None
+        self.sasl_proxy: subprocess.Popen[bytes] | None = None
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.proxy_port}"
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        return f"127.0.0.1:{self.sasl_proxy_port}"
+
+    @property
+    def record_files(self) -> list[str]:
+        return [str(self.record_file), str(self.sasl_record_file)]
 
     def launch(self) -> None:
         """Start the broker and its proxy without waiting (brokers of a cluster start side by side)."""
@@ -201,6 +223,14 @@ class ProxiedBroker:
                  "--upstream", f"127.0.0.1:{self.broker_port}", "--record", str(self.record_file),
                  *(["--trace", str(self.trace_file)] if self.trace_file else [])],
                 stdout=logf, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
+        with open(self.workdir / "proxy-sasl.log", "ab") as logf:
+            trace = self.trace_file.with_name(f"{self.trace_file.stem}-sasl{self.trace_file.suffix}") \
+                if self.trace_file else None
+            self.sasl_proxy = subprocess.Popen(
+                [sys.executable, "-m", "compat.proxy", "--listen", self.sasl_bootstrap,
+                 "--upstream", f"127.0.0.1:{self.sasl_port}", "--record", str(self.sasl_record_file),
+                 *(["--trace", str(trace)] if trace else [])],
+                stdout=logf, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
 
     def wait_serving(self, timeout: float) -> dict[int, tuple[int, int]]:
         """The broker's ApiVersions, directly and then through the proxy."""
@@ -208,14 +238,14 @@ class ProxiedBroker:
         return _wait_api_versions(self.bootstrap, self.proxy, 20.0, self.workdir / "proxy.log")
 
     def terminate(self) -> None:
-        for p in (self.proxy, self.broker):
+        for p in (self.proxy, self.sasl_proxy, self.broker):
             if p is not None and p.poll() is None:
                 p.send_signal(signal.SIGTERM)
 
     def wait_stopped(self, timeout: float) -> None:
         """Wait for both processes; SIGKILL what is still running after ``timeout``."""
         deadline = time.monotonic() + timeout
-        for p in (self.proxy, self.broker):
+        for p in (self.proxy, self.sasl_proxy, self.broker):
             if p is None:
                 continue
             try:
@@ -235,10 +265,12 @@ class ManagedPykbroker:
     def __init__(self, workdir: Path | None = None, overrides: dict[str, str] | None = None,
                  trace_file: Path | None = None) -> None:
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="compat-pykbroker-"))
-        self.node = ProxiedBroker(self.workdir, {**SINGLE_NODE_OVERRIDES, **(overrides or {})}, trace_file)
+        self._settings = ({**SINGLE_NODE_OVERRIDES, **(overrides or {})}, trace_file)
+        self.node = ProxiedBroker(self.workdir, *self._settings)
         self.overrides = self.node.overrides
         self.record_file = self.node.record_file
         self.log_file = self.node.log_file
+        self.authorizer = True
 
     @property
     def bootstrap(self) -> str:
@@ -252,11 +284,27 @@ class ManagedPykbroker:
         self.node.launch()
         try:
             versions = self.node.wait_serving(timeout)
+        except RuntimeError:
+            self.stop()
+            if not self.authorizer or not security.authorizer_refused(self.log_file.read_text(errors="replace")):
+                raise
+            # A build without ACLs: the same broker without the authorizer settings (see authorizer_refused).
+            self.authorizer = False
+            self.node = ProxiedBroker(self.workdir, *self._settings, authorizer=False)
+            self.overrides = self.node.overrides
+            return self.start(timeout)
         except BaseException:
             self.stop()
             raise
-        return ClusterInfo(self.bootstrap, pykbroker_version(), versions, managed=True,
-                           record_files=[str(self.record_file)])
+        info = ClusterInfo(self.bootstrap, pykbroker_version() + ("" if self.authorizer else NO_AUTHORIZER),
+                           versions, managed=True,
+                           record_files=self.node.record_files, sasl_bootstrap=self.node.sasl_bootstrap)
+        try:
+            security.create_scram_users(info.sasl_bootstrap or "")
+        except BaseException:
+            self.stop()
+            raise
+        return info
 
     def stop(self) -> None:
         self.node.terminate()
@@ -285,6 +333,7 @@ class ManagedPykbrokerCluster:
         self.trace_file = trace_file
         self.zookeeper: ZooKeeperEnsemble | None = None
         self.nodes: dict[int, ProxiedBroker] = {}
+        self.authorizer = True
 
     @property
     def bootstrap(self) -> str:
@@ -309,23 +358,39 @@ class ManagedPykbrokerCluster:
         zk = self.zookeeper = ZooKeeperEnsemble(self.workdir / "zookeeper", 1)
         try:
             zk.start()
-            self.nodes = self.make_nodes(zk.connect)
-            for node in self.nodes.values():
-                node.launch()
             deadline = time.monotonic() + timeout
-            versions = {i: n.wait_serving(max(1.0, deadline - time.monotonic())) for i, n in self.nodes.items()}
+            try:
+                versions = self._launch(zk.connect, deadline)
+            except RuntimeError:
+                if not any(security.authorizer_refused(n.log_file.read_text(errors="replace"))
+                           for n in self.nodes.values() if n.log_file.exists()):
+                    raise
+                for node in self.nodes.values():  # a build without ACLs (see security.authorizer_refused)
+                    node.terminate()
+                    node.wait_stopped(30.0)
+                self.authorizer = False
+                versions = self._launch(zk.connect, deadline)
             self._wait_registered(deadline)
+            security.create_scram_users(self.nodes[1].sasl_bootstrap)
         except BaseException:
             self.stop()
             raise
-        return ClusterInfo(self.bootstrap, cluster_label(pykbroker_version(), self.size), versions[1], managed=True,
-                           record_files=[str(n.record_file) for n in self.nodes.values()], brokers=self.size)
+        label = cluster_label(pykbroker_version(), self.size) + ("" if self.authorizer else NO_AUTHORIZER)
+        return ClusterInfo(self.bootstrap, label, versions[1], managed=True,
+                           record_files=[f for n in self.nodes.values() for f in n.record_files], brokers=self.size,
+                           sasl_bootstrap=self.nodes[1].sasl_bootstrap)
+
+    def _launch(self, zookeeper_connect: str, deadline: float) -> dict[int, dict[int, tuple[int, int]]]:
+        self.nodes = self.make_nodes(zookeeper_connect)
+        for node in self.nodes.values():
+            node.launch()
+        return {i: n.wait_serving(max(1.0, deadline - time.monotonic())) for i, n in self.nodes.items()}
 
     def make_nodes(self, zookeeper_connect: str) -> dict[int, ProxiedBroker]:
         """The brokers' processes-to-be: ids 1..size, the same ZooKeeper and cluster settings."""
         base = {"zookeeper.connect": zookeeper_connect, **cluster_overrides(self.size), **self.overrides}
         return {i: ProxiedBroker(self.workdir / f"broker{i}", {"broker.id": str(i), **base}, self._trace(i),
-                                 replication_port=free_port())
+                                 replication_port=free_port(), authorizer=self.authorizer)
                 for i in range(1, self.size + 1)}
 
     def _wait_registered(self, deadline: float) -> None:
@@ -359,6 +424,11 @@ class ManagedPykbrokerCluster:
         shutil.rmtree(self.workdir / "zookeeper", ignore_errors=True)
 
 
-def external(bootstrap: str, label: str | None) -> ClusterInfo:
+def external(bootstrap: str, label: str | None, sasl_bootstrap: str | None = None) -> ClusterInfo:
+    """An existing cluster; ``sasl_bootstrap`` is its SASL_PLAINTEXT listener set up as compat/README.md
+    describes (the SCRAM users are created here, as admin, like for the suite's own brokers)."""
     versions = _wait_api_versions(bootstrap, None, 30.0)
-    return ClusterInfo(bootstrap, label or f"external cluster at {bootstrap}", versions, managed=False)
+    if sasl_bootstrap:
+        security.create_scram_users(sasl_bootstrap)
+    return ClusterInfo(bootstrap, label or f"external cluster at {bootstrap}", versions, managed=False,
+                       sasl_bootstrap=sasl_bootstrap)

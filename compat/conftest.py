@@ -20,7 +20,7 @@ import pytest
 
 from compat import env
 from compat.clients import CLIENT_NAMES, client_versions, make_client
-from compat.clients.base import CAP_TEXT, Client, ClientError, NotSupportedByClient
+from compat.clients.base import CAP_TEXT, Client, ClientError, NotSupportedByClient, Sasl
 from compat.cluster import ClusterInfo, ManagedPykbroker, ManagedPykbrokerCluster, external, recorded_requests
 from compat.scenario import NS_BROKER, NS_CLIENT, NS_CLUSTER, broker_gaps, needed_versions
 
@@ -35,6 +35,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("compat", "compatibility suite")
     g.addoption("--bootstrap", default=None,
                 help="HOST:PORT of an existing cluster to test (default: start a pykbroker subprocess)")
+    g.addoption("--sasl-bootstrap", default=None, metavar="HOST:PORT",
+                help="with --bootstrap: the cluster's SASL_PLAINTEXT listener, set up as compat/README.md says, "
+                     "for the security scenarios (without it they are 'not possible on this cluster')")
     g.addoption("--broker-label", default=None,
                 help='what the cluster is, for the results (e.g. "Apache Kafka 3.9.0")')
     g.addoption("--clients", default=None, help=f"comma-separated subset of {','.join(CLIENT_NAMES)}")
@@ -96,8 +99,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         raise pytest.UsageError("--bootstrap tests an existing cluster, --pykbroker-cluster starts one: not both")
     if size < 0:
         raise pytest.UsageError(f"--pykbroker-cluster wants a number of brokers, got {size}")
+    if config.getoption("--sasl-bootstrap") and not bootstrap:
+        raise pytest.UsageError("--sasl-bootstrap goes with --bootstrap (the suite's own brokers have one already)")
     if bootstrap:
-        state["cluster"] = external(bootstrap, config.getoption("--broker-label"))
+        state["cluster"] = external(bootstrap, config.getoption("--broker-label"), config.getoption("--sasl-bootstrap"))
     else:
         overrides = {}
         for kv in config.getoption("--pykbroker-override"):
@@ -141,6 +146,7 @@ def cluster(request: pytest.FixtureRequest) -> ClusterInfo:
 
 
 _clients: dict[str, Client] = {}
+_secure_clients: dict[tuple[str, Sasl], Client] = {}
 
 
 def get_client(name: str, cluster: ClusterInfo) -> Client:
@@ -149,15 +155,27 @@ def get_client(name: str, cluster: ClusterInfo) -> Client:
     return _clients[name]
 
 
+def get_secure_client(name: str, cluster: ClusterInfo, sasl: Sasl) -> Client:
+    """A client of the secured listener authenticating as ``sasl`` (one per client and identity; a wrong
+    password gets a fresh one each time, so no failed state is shared)."""
+    if cluster.sasl_bootstrap is None:
+        pytest.skip(f"{NS_CLUSTER}: no SASL_PLAINTEXT listener (give --sasl-bootstrap with --bootstrap)")
+    key = (name, sasl)
+    if key not in _secure_clients:
+        _secure_clients[key] = make_client(name, cluster.sasl_bootstrap, sasl)
+    return _secure_clients[key]
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _close_clients() -> Iterator[None]:
     yield
-    for c in _clients.values():
+    for c in [*_clients.values(), *_secure_clients.values()]:
         try:
             c.close()
         except Exception:
             pass
     _clients.clear()
+    _secure_clients.clear()
 
 
 def _check_supported(request: pytest.FixtureRequest, cluster: ClusterInfo, clients: list[Client],

@@ -127,3 +127,55 @@ def cluster_brokers(bootstrap: str, timeout: float = 10.0) -> tuple[list[int], i
         ids.append(node_id)
     (controller,) = struct.unpack_from(">i", resp, pos)
     return sorted(ids), int(controller)
+
+
+def broker_addresses(bootstrap: str, timeout: float = 10.0) -> dict[int, str]:
+    """{broker id: "host:port"} as a broker's Metadata (v1, no topics) advertises them on this listener."""
+    resp = _request(bootstrap, 3, 1, struct.pack(">i", 0), flexible=False, timeout=timeout)
+    (n,), pos = struct.unpack_from(">i", resp, 0), 4
+    out = {}
+    for _ in range(n):
+        node_id, host_len = struct.unpack_from(">ih", resp, pos)
+        host = resp[pos + 6:pos + 6 + host_len].decode()
+        (port,) = struct.unpack_from(">i", resp, pos + 6 + host_len)
+        pos += 6 + host_len + 4
+        (rack_len,) = struct.unpack_from(">h", resp, pos)
+        pos += 2 + max(rack_len, 0)
+        out[node_id] = f"{host}:{port}"
+    return out
+
+
+def _nullable(s: str | None) -> bytes:
+    if s is None:
+        return struct.pack(">h", -1)
+    b = s.encode()
+    return struct.pack(">h", len(b)) + b
+
+
+def describe_acls(address: str, resource_type: int, name: str, pattern_type: int, principal: str, host: str,
+                  operation: int, permission: int, timeout: float = 10.0) -> int:
+    """How many ACL bindings one broker's DescribeAcls (v1) matches for this exact filter; raises
+    RuntimeError with the error code when the broker answers one. Used to wait until a new ACL has reached
+    every broker (ACLs propagate asynchronously in a cluster)."""
+    body = (struct.pack(">b", resource_type) + _nullable(name) + struct.pack(">b", pattern_type)
+            + _nullable(principal) + _nullable(host) + struct.pack(">bb", operation, permission))
+    resp = _request(address, 29, 1, body, flexible=False, timeout=timeout)
+    _throttle, error, msg_len = struct.unpack_from(">ihh", resp, 0)
+    pos = 8 + max(msg_len, 0)
+    if error:
+        raise RuntimeError(f"DescribeAcls from {address}: error {error}")
+    (n,) = struct.unpack_from(">i", resp, pos)
+    pos += 4
+    count = 0
+    for _ in range(n):
+        (name_len,) = struct.unpack_from(">h", resp, pos + 1)
+        pos += 1 + 2 + name_len + 1
+        (acls,) = struct.unpack_from(">i", resp, pos)
+        pos += 4
+        for _ in range(acls):
+            (plen,) = struct.unpack_from(">h", resp, pos)
+            pos += 2 + plen
+            (hlen,) = struct.unpack_from(">h", resp, pos)
+            pos += 2 + hlen + 2
+            count += 1
+    return count

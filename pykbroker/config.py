@@ -102,6 +102,25 @@ def one_of(*options: str) -> Callable[[Any], str | None]:
     return lambda v: None if v in options else f"value must be one of {', '.join(options)}"
 
 
+def _authorizer_class(value: object) -> str | None:
+    from pykbroker.security.acl_authorizer import AUTHORIZER_CLASS_NAMES
+
+    if value in ("", None) or value in AUTHORIZER_CLASS_NAMES:
+        return None
+    return ("only Kafka's ACL authorizers are implemented: " + ", ".join(sorted(AUTHORIZER_CLASS_NAMES))
+            + " (or empty for none)")
+
+
+def _super_users(value: object) -> str | None:
+    from pykbroker.security.acl_authorizer import parse_super_users
+
+    try:
+        parse_super_users(str(value or ""))
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def _valid_policy(v: Any) -> str | None:
     parts = [p.strip() for p in (v if isinstance(v, list) else str(v).split(","))]
     if not parts or any(p not in ("delete", "compact") for p in parts):
@@ -194,7 +213,18 @@ def _valid_listeners(v: Any) -> str | None:
 INT_MAX = 2147483647
 # Broker keys that may also be set for one listener as listener.name.<listener>.<key> (Kafka's prefix).
 LISTENER_PREFIX = "listener.name."
-LISTENER_CONFIGS = ("max.connections", "max.connection.creation.rate")
+LISTENER_CONFIGS: tuple[str, ...] = ("max.connections", "max.connection.creation.rate")
+# SASL keys a listener may override (listener.name.<l>.<key>); the JAAS text also per mechanism:
+# listener.name.<l>.<mechanism lower-case>.sasl.jaas.config (pykbroker.security.sasl.settings).
+LISTENER_CONFIGS += ("sasl.enabled.mechanisms", "sasl.jaas.config", "connections.max.reauth.ms",
+                     "sasl.server.max.receive.size")
+# TLS keys a listener may override (pykbroker.security.tls).
+SSL_CONFIGS: tuple[str, ...] = (
+    "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password",
+    "ssl.keystore.certificate.chain", "ssl.keystore.key", "ssl.truststore.type", "ssl.truststore.location",
+    "ssl.truststore.password", "ssl.truststore.certificates", "ssl.client.auth", "ssl.enabled.protocols",
+    "ssl.protocol", "ssl.cipher.suites", "ssl.principal.mapping.rules", "ssl.endpoint.identification.algorithm")
+LISTENER_CONFIGS += SSL_CONFIGS
 
 
 def _valid_ip_overrides(v: Any) -> str | None:
@@ -279,6 +309,52 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         _D("socket.send.buffer.bytes", "int", 102400),
         _D("socket.receive.buffer.bytes", "int", 102400),
         _D("connections.max.idle.ms", "long", 600000),
+        # --- SASL (pykbroker.security.sasl) ---
+        _D("sasl.enabled.mechanisms", "list", ["GSSAPI"], "SASL mechanisms of SASL_* listeners: PLAIN, SCRAM-SHA-256, "
+           "SCRAM-SHA-512. Kafka's default GSSAPI is not implemented: a broker with a SASL listener refuses to "
+           "start until this is set."),
+        _D("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI", "SASL mechanism of inter-broker "
+           "connections when the inter-broker listener is SASL_*."),
+        _D("sasl.jaas.config", "password", None, "JAAS login module configuration (PlainLoginModule users, "
+           "ScramLoginModule/PlainLoginModule username and password for inter-broker connections)."),
+        _D("connections.max.reauth.ms", "long", 0, "KIP-368: SASL sessions last this long, then the client "
+           "must re-authenticate; 0 disables.", at_least(0)),
+        _D("sasl.server.max.receive.size", "int", 524288, "Largest request accepted before authentication.",
+           at_least(1)),
+        # --- end SASL ---
+        # --- ACL authorizer (pykbroker.security.acl_authorizer) ---
+        _D("authorizer.class.name", "string", "", "Authorizer: kafka.security.authorizer.AclAuthorizer or "
+           "org.apache.kafka.metadata.authorizer.StandardAuthorizer (both: Kafka's ACL semantics); empty: none "
+           "(everything allowed).", _authorizer_class),
+        _D("super.users", "string", "", "Semicolon-separated principals allowed everything (User:admin;User:b).",
+           _super_users),
+        _D("allow.everyone.if.no.acl.found", "bool", False, "With an authorizer: allow an operation on a "
+           "resource that has no ACL at all."),
+        # --- end ACL authorizer ---
+        # --- TLS (pykbroker.security.tls); each also settable as listener.name.<l>.<key> ---
+        _D("ssl.keystore.type", "string", "JKS", "PEM or PKCS12 (JKS, Kafka's default, is not implemented).",
+           one_of("JKS", "PKCS12", "PEM")),
+        _D("ssl.keystore.location", "string", None, "Keystore file (PKCS12, or PEM with key and certificate chain)."),
+        _D("ssl.keystore.password", "password", None, "Password of the keystore file."),
+        _D("ssl.key.password", "password", None, "Password of the private key (PEM: of the encrypted key)."),
+        _D("ssl.keystore.certificate.chain", "password", None, "Inline PEM certificate chain (ssl.keystore.type=PEM)."),
+        _D("ssl.keystore.key", "password", None, "Inline PEM private key (ssl.keystore.type=PEM)."),
+        _D("ssl.truststore.type", "string", "JKS", "PEM or PKCS12 (JKS is not implemented).",
+           one_of("JKS", "PKCS12", "PEM")),
+        _D("ssl.truststore.location", "string", None, "Truststore file: CA certificates clients are checked against."),
+        _D("ssl.truststore.password", "password", None, "Password of the truststore file (PKCS12)."),
+        _D("ssl.truststore.certificates", "password", None, "Inline PEM CA certificates (ssl.truststore.type=PEM)."),
+        _D("ssl.client.auth", "string", "none", "required, requested or none: whether clients present certificates.",
+           one_of("required", "requested", "none")),
+        _D("ssl.enabled.protocols", "list", ["TLSv1.2", "TLSv1.3"], "TLS versions accepted (TLSv1.2, TLSv1.3)."),
+        _D("ssl.protocol", "string", "TLSv1.3", "TLS protocol of the context (TLSv1.2 or TLSv1.3; TLS accepted).",
+           one_of("TLS", "TLSv1.2", "TLSv1.3")),
+        _D("ssl.cipher.suites", "list", [], "OpenSSL cipher names for TLSv1.2 (empty: OpenSSL's defaults)."),
+        _D("ssl.principal.mapping.rules", "string", "DEFAULT", "Rules mapping a client certificate's subject DN "
+           "to a principal name (Kafka's RULE:pattern/replacement/[LU] syntax)."),
+        _D("ssl.endpoint.identification.algorithm", "string", "https", "https: the broker's own inter-broker "
+           "connections check the peer's host name; empty: they do not."),
+        # --- end TLS ---
         # --- connection limits and request memory (issue 10) ---
         _D("max.connections", "int", INT_MAX, "Connections the broker accepts at once; above it listeners "
            "stop accepting (also listener.name.X.max.connections).", at_least(0)),
@@ -441,10 +517,8 @@ def _check_supported(d: ConfigDef, value: Any) -> None:
 
 # Kafka keys of features pykbroker does not have at all: named in the "unknown configuration" error.
 _UNIMPLEMENTED_PREFIXES = {
-    "ssl.": "SSL listeners are not implemented",
-    "sasl.": "SASL authentication is not implemented",
-    "authorizer.": "ACLs are not implemented",
-    "super.users": "ACLs are not implemented",
+    "ssl.": "of the ssl.* keys only those listed in docs/security.md are implemented",
+    "sasl.": "of SASL only PLAIN, SCRAM and unsecured OAUTHBEARER with sasl.jaas.config are implemented",
     "process.roles": "KRaft is not implemented: pykbroker uses ZooKeeper or embedded metadata",
     "controller.": "KRaft is not implemented: pykbroker uses ZooKeeper or embedded metadata",
     "zookeeper.ssl": "TLS to ZooKeeper is not implemented",
@@ -529,6 +603,9 @@ class BrokerConfig:
     def _set_for_listener(self, key: str, value: str) -> bool:
         """``listener.name.<listener>.<key>`` for the keys Kafka lets a listener override."""
         listener, _, base = key[len(LISTENER_PREFIX):].partition(".")
+        if listener and base.partition(".")[2] == "sasl.jaas.config":  # <l>.<mechanism>.sasl.jaas.config
+            self._listener_values[(listener.upper(), base.lower())] = value.strip()
+            return True
         if base not in LISTENER_CONFIGS or not listener:
             return False
         try:
@@ -605,10 +682,8 @@ class BrokerConfig:
             proto = protocols.get(name, name if name in SECURITY_PROTOCOLS else None)
             if proto is None:
                 raise ConfigError(f"listener {name} has no entry in 'listener.security.protocol.map'")
-            if proto != "PLAINTEXT":
-                raise ConfigError(
-                    f"listener {name} uses security protocol {proto}, which is not supported yet: pykbroker "
-                    f"serves PLAINTEXT listeners only, without SSL or SASL ({NOT_IMPLEMENTED_HINT})")
+            if proto not in SECURITY_PROTOCOLS:  # TLS: pykbroker.security.tls; SASL: pykbroker.security.sasl
+                raise ConfigError(f"listener {name} uses unknown security protocol {proto}")
         inter = self["inter.broker.listener.name"].strip().upper()
         if inter and inter not in names:
             raise ConfigError(f"configuration 'inter.broker.listener.name' names {inter}, which is not in 'listeners'")
@@ -628,6 +703,12 @@ class BrokerConfig:
         if self["max.connections.per.ip"] == 0 and not self["max.connections.per.ip.overrides"].strip():
             raise ConfigError("configuration 'max.connections.per.ip' can be 0 only if "
                               "'max.connections.per.ip.overrides' is set")
+        from pykbroker.security.sasl.settings import check_config as check_sasl
+
+        try:
+            check_sasl(self)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
 
     def __getitem__(self, key: str) -> Any:
         return self._values[key]

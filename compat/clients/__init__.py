@@ -2,31 +2,33 @@
 
 from __future__ import annotations
 
-from compat.clients.base import Client
+from compat.clients.base import Client, Sasl
 
 # The table's column order.
 CLIENT_NAMES = ["confluent-kafka", "kcat", "kafka-python", "aiokafka", "kafkajs", "java"]
 
 
-def make_client(name: str, bootstrap: str) -> Client:
+def make_client(name: str, bootstrap: str, sasl: Sasl | None = None) -> Client:
+    """A driver for ``name``; with ``sasl``, one that authenticates over SASL_PLAINTEXT as that user
+    (raises NotSupportedByClient for a mechanism the library lacks)."""
     if name == "confluent-kafka":
         from compat.clients.confluent import ConfluentClient
-        return ConfluentClient(bootstrap)
+        return ConfluentClient(bootstrap, sasl)
     if name == "kcat":
         from compat.clients.kcat import KcatClient
-        return KcatClient(bootstrap)
+        return KcatClient(bootstrap, sasl)
     if name == "kafka-python":
         from compat.clients.kafka_python import KafkaPythonClient
-        return KafkaPythonClient(bootstrap)
+        return KafkaPythonClient(bootstrap, sasl)
     if name == "aiokafka":
         from compat.clients.aiokafka_client import AiokafkaClient
-        return AiokafkaClient(bootstrap)
+        return AiokafkaClient(bootstrap, sasl)
     if name == "kafkajs":
         from compat.clients.kafkajs import KafkajsClient
-        return KafkajsClient(bootstrap)
+        return KafkajsClient(bootstrap, sasl)
     if name == "java":
         from compat.clients.java import JavaClient
-        return JavaClient(bootstrap)
+        return JavaClient(bootstrap, sasl)
     raise ValueError(f"unknown client {name!r}")
 
 

@@ -49,8 +49,16 @@ class AiokafkaClient(base.Client):
         base.DELIVERY_OFFSETS, base.GROUP_ADMIN, base.ALTER_CONFIGS, base.DESCRIBE_CLUSTER,
     })
 
-    def __init__(self, bootstrap: str) -> None:
-        super().__init__(bootstrap)
+    def _kw(self) -> dict[str, Any]:
+        """Connection settings for every client object: address, client id, SASL identity."""
+        kw: dict[str, Any] = {"bootstrap_servers": self.bootstrap, "client_id": CLIENT_ID}
+        if self.sasl is not None:
+            kw.update(security_protocol="SASL_PLAINTEXT", sasl_mechanism=self.sasl.mechanism,
+                      sasl_plain_username=self.sasl.username, sasl_plain_password=self.sasl.password)
+        return kw
+
+    def __init__(self, bootstrap: str, sasl: base.Sasl | None = None) -> None:
+        super().__init__(bootstrap, sasl)
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="aiokafka-loop")
         self._thread.start()
@@ -68,7 +76,7 @@ class AiokafkaClient(base.Client):
 
     async def _get_admin(self) -> AIOKafkaAdminClient:
         if self._admin is None:
-            a = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, client_id=CLIENT_ID, request_timeout_ms=30000)
+            a = AIOKafkaAdminClient(**self._kw(), request_timeout_ms=30000)
             await a.start()
             self._admin = a
         return self._admin
@@ -135,6 +143,9 @@ class AiokafkaClient(base.Client):
             return int(r[TopicPartition(topic, partition)])
         return self.run(go())
 
+    def authenticate(self, timeout: float = 30.0) -> None:
+        base.authenticate_isolated(self, "aiokafka", timeout)
+
     def metadata(self) -> dict[str, Any]:
         async def go() -> dict[str, Any]:
             a = await self._get_admin()
@@ -177,7 +188,7 @@ class AiokafkaClient(base.Client):
 
     # --- produce ---
     def _producer(self, **kw: Any) -> AIOKafkaProducer:
-        return AIOKafkaProducer(bootstrap_servers=self.bootstrap, client_id=CLIENT_ID, linger_ms=5,
+        return AIOKafkaProducer(**self._kw(), linger_ms=5,
                                 max_request_size=10_000_000, **kw)
 
     def produce(self, topic: str, msgs: list[Msg], *, acks: str = "all", compression: str = "none",
@@ -247,7 +258,7 @@ class AiokafkaClient(base.Client):
                 timeout: float = 20.0, isolation: str = "read_uncommitted", reset: str = "earliest",
                 idle: float | None = None) -> list[Record]:
         async def go() -> list[Record]:
-            c = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, client_id=CLIENT_ID, group_id=None,
+            c = AIOKafkaConsumer(**self._kw(), group_id=None,
                                  enable_auto_commit=False, auto_offset_reset=reset, isolation_level=isolation,
                                  fetch_max_wait_ms=100, max_partition_fetch_bytes=2_000_000)
             await c.start()
@@ -278,7 +289,7 @@ class AiokafkaClient(base.Client):
 
     def list_offset(self, topic: str, partition: int, spec: int | str) -> int:
         async def go() -> int:
-            c = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, client_id=CLIENT_ID, group_id=None)
+            c = AIOKafkaConsumer(**self._kw(), group_id=None)
             await c.start()
             tp = TopicPartition(topic, partition)
             try:
@@ -299,7 +310,7 @@ class AiokafkaClient(base.Client):
         if protocol != "classic":
             raise base.NotSupportedByClient("group.protocol=consumer")
         def make() -> AIOKafkaConsumer:  # called on the loop: aiokafka binds to the running loop
-            return AIOKafkaConsumer(bootstrap_servers=self.bootstrap, client_id=CLIENT_ID, group_id=group,
+            return AIOKafkaConsumer(**self._kw(), group_id=group,
                                     enable_auto_commit=auto_commit, auto_commit_interval_ms=200,
                                     auto_offset_reset=reset, partition_assignment_strategy=(ASSIGNORS[assignor],),
                                     session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=500,
@@ -308,7 +319,7 @@ class AiokafkaClient(base.Client):
 
     def commit_offsets(self, group: str, topic: str, offsets: dict[int, int]) -> None:
         async def go() -> None:
-            c = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, client_id=CLIENT_ID, group_id=group,
+            c = AIOKafkaConsumer(**self._kw(), group_id=group,
                                  enable_auto_commit=False)
             await c.start()
             try:

@@ -224,16 +224,31 @@ class Member:
         raise NotImplementedError
 
 
+@dataclass(frozen=True)
+class Sasl:
+    """A client identity over SASL_PLAINTEXT: the mechanism ("PLAIN", "SCRAM-SHA-512") and credentials.
+    Each driver spells it in its own library's config."""
+
+    mechanism: str
+    username: str
+    password: str
+
+
 class Client:
     name: str = "?"
     caps: frozenset[str] = frozenset()
+    # SASL mechanisms the library can authenticate with (drivers narrow this).
+    sasl_mechanisms: frozenset[str] = frozenset({"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"})
     codecs: frozenset[str] = frozenset({"none", "gzip", "snappy", "lz4", "zstd"})
     # {API key: the lowest version this library can use}, where that is above 0: a broker advertising
     # only older versions cannot serve the scenario ("not supported by the broker", not a timeout).
     api_versions_needed: dict[int, int] = {}
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, sasl: Sasl | None = None) -> None:
         self.bootstrap = bootstrap
+        self.sasl = sasl
+        if sasl is not None and sasl.mechanism not in self.sasl_mechanisms:
+            raise NotSupportedByClient(f"SASL mechanism {sasl.mechanism}")
 
     def close(self) -> None:
         pass
@@ -267,6 +282,11 @@ class Client:
     def metadata(self) -> dict[str, Any]:
         """{"brokers": [ids], "topics": {name: partitions}} from a Metadata request for all topics."""
         raise NotSupportedByClient("metadata")
+
+    def authenticate(self, timeout: float = 30.0) -> None:
+        """Connect and ask for the metadata, raising the client's own error when the broker refuses the
+        authentication (drivers whose metadata call hides that error override this)."""
+        self.metadata()
 
     # --- configs and cluster admin (issue 12) ---------------------------------------------------
     def alter_configs(self, rtype: str, name: str, ops: list[tuple[str, str, str | None]], *,
@@ -412,6 +432,92 @@ class Client:
         raise NotSupportedByClient("describe producers")
 
 
+def authenticate_via_log(logger: str, call: Callable[[], Any], timeout: float) -> None:
+    """Run ``call`` (a metadata request) while listening to the library's ``logger``: kafka-python and
+    aiokafka report a refused SASL authentication (SaslAuthenticationFailed, error 58) only in their log
+    and then fail to bootstrap, or time out. Raises SASL_AUTHENTICATION_FAILED as soon as it is logged."""
+    import logging
+
+    seen: list[str] = []
+
+    class _Catch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            text = record.getMessage()
+            if "SaslAuthenticationFailed" in text:
+                seen.append(text)
+
+    handler = _Catch(logging.ERROR)
+    log = logging.getLogger(logger)
+    log.addHandler(handler)
+    done: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            call()
+            done.append(None)
+        except BaseException as e:  # reported below, unless the log said why first
+            done.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    try:
+        t.start()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not seen and not done:
+            time.sleep(0.05)
+    finally:
+        log.removeHandler(handler)
+    if seen:
+        raise ClientError("SASL_AUTHENTICATION_FAILED", seen[0][:500])
+    if done and done[0] is not None:
+        raise done[0]
+    if not done:
+        raise ClientError("REQUEST_TIMED_OUT", f"neither metadata nor an authentication error in {timeout}s")
+
+
+def authenticate_isolated(client: Client, logger: str, timeout: float) -> None:
+    """authenticate_via_log in a child process with a fresh client: a client with a wrong password goes on
+    retrying (and logging) in the background after the call gave up, which would mislead a later check in
+    this process."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    assert client.sasl is not None
+    arg = json.dumps({"name": client.name, "bootstrap": client.bootstrap, "logger": logger, "timeout": timeout,
+                      "sasl": [client.sasl.mechanism, client.sasl.username, client.sasl.password]})
+    try:
+        p = subprocess.run([sys.executable, "-m", "compat.clients.base", arg], capture_output=True, text=True,
+                           timeout=timeout + 30, cwd=Path(__file__).resolve().parents[2])
+    except subprocess.TimeoutExpired:
+        raise ClientError("REQUEST_TIMED_OUT", f"the authentication check did not end in {timeout + 30}s") from None
+    lines = [x for x in p.stdout.splitlines() if x.startswith("{")]
+    if not lines:
+        raise ClientError("CLIENT_ERROR", f"the authentication check exited {p.returncode}: {p.stderr[-1500:]}")
+    res = json.loads(lines[-1])
+    if not res["ok"]:
+        raise ClientError(res["name"], res["message"])
+
+
+def _authenticate_child(arg: str) -> None:
+    import json
+    import os
+
+    from compat.clients import make_client
+
+    a = json.loads(arg)
+    c = make_client(a["name"], a["bootstrap"], Sasl(*a["sasl"]))
+    try:
+        authenticate_via_log(a["logger"], c.metadata, a["timeout"])
+        out = {"ok": True}
+    except ClientError as e:
+        out = {"ok": False, "name": e.name, "message": e.message}
+    except Exception as e:
+        out = {"ok": False, "name": type(e).__name__, "message": str(e)[:1000]}
+    print(json.dumps(out), flush=True)
+    os._exit(0)  # without waiting for the client's background threads
+
+
 def norm_state(s: str) -> str:
     """Group and transaction states as one spelling: "Stable", "STABLE", "COMPLETE_COMMIT" -> "stable", ..."""
     return str(s).lower().replace("_", "").replace(" ", "")
@@ -425,3 +531,9 @@ def wait_until(cond: Callable[[], bool], timeout: float, interval: float = 0.1, 
         time.sleep(interval)
     if not cond():
         raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+
+
+if __name__ == "__main__":
+    import sys
+
+    _authenticate_child(sys.argv[1])

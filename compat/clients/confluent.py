@@ -53,6 +53,14 @@ def kafka_error(err: KafkaError) -> ClientError:
     return ClientError(err.name().lstrip("_"), err.str())
 
 
+def security_conf(sasl: base.Sasl | None) -> dict[str, str]:
+    """librdkafka's spelling of a SASL_PLAINTEXT identity (also kcat's -X options)."""
+    if sasl is None:
+        return {}
+    return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": sasl.mechanism,
+            "sasl.username": sasl.username, "sasl.password": sasl.password}
+
+
 class ConfluentClient(base.Client):
     name = "confluent-kafka"
     # librdkafka 2.16 sends ConsumerGroupHeartbeat v1 only (v1 added the regex subscription);
@@ -74,12 +82,12 @@ class ConfluentClient(base.Client):
         # setting's synonyms (the same name per source) collapse into one.
     })
 
-    def __init__(self, bootstrap: str) -> None:
-        super().__init__(bootstrap)
+    def __init__(self, bootstrap: str, sasl: base.Sasl | None = None) -> None:
+        super().__init__(bootstrap, sasl)
         self._admin: AdminClient | None = None
 
     def _conf(self, **kw: Any) -> dict[str, Any]:
-        return {"bootstrap.servers": self.bootstrap, "client.id": CLIENT_ID, **kw}
+        return {"bootstrap.servers": self.bootstrap, "client.id": CLIENT_ID, **security_conf(self.sasl), **kw}
 
     @property
     def admin(self) -> AdminClient:
@@ -145,6 +153,24 @@ class ConfluentClient(base.Client):
         except KafkaException as e:
             raise to_client_error(e) from None
         return int(res.low_watermark)
+
+    def authenticate(self, timeout: float = 30.0) -> None:
+        """librdkafka reports a refused authentication through error_cb (the request itself only fails
+        with a transport error), so the check listens there."""
+        errors: list[KafkaError] = []
+        a = AdminClient(self._conf(error_cb=errors.append))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            auth = [e for e in errors if e.code() == KafkaError._AUTHENTICATION]
+            if auth:
+                raise kafka_error(auth[0])
+            try:
+                a.list_topics(timeout=1)
+                return
+            except KafkaException:
+                a.poll(0.1)  # serves error_cb
+        raise ClientError("REQUEST_TIMED_OUT", f"neither metadata nor an authentication error in {timeout}s: "
+                                               f"{[e.str() for e in errors][-3:]}")
 
     def metadata(self) -> dict[str, Any]:
         try:

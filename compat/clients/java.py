@@ -25,10 +25,10 @@ class JavaClient(RpcClient):
         base.CLIENT_INSTANCE_ID, base.PUSH_TELEMETRY,
     })
 
-    def __init__(self, bootstrap: str) -> None:
-        super().__init__(bootstrap)
+    def __init__(self, bootstrap: str, sasl: base.Sasl | None = None) -> None:
+        super().__init__(bootstrap, sasl)
         cp = env.java_classpath()
         java = shutil.which("java") or "java"
         # A small heap and the client VM's quick start: the suite runs on two cores.
         self.rpc = RpcProcess([java, "-Xms64m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-                               "-Xshare:auto", "-cp", cp, "CompatDriver", bootstrap])
+                               "-Xshare:auto", "-cp", cp, "CompatDriver", bootstrap, *self.security_args()])

@@ -46,14 +46,22 @@ class KafkaPythonClient(base.Client):
         # so it cannot reach the cluster-wide default (resource name "").
     })
 
-    def __init__(self, bootstrap: str) -> None:
-        super().__init__(bootstrap)
+    def _kw(self) -> dict[str, Any]:
+        """Connection settings for every client object: address, client id, SASL identity."""
+        kw: dict[str, Any] = {"bootstrap_servers": self.bootstrap, "client_id": CLIENT_ID}
+        if self.sasl is not None:
+            kw.update(security_protocol="SASL_PLAINTEXT", sasl_mechanism=self.sasl.mechanism,
+                      sasl_plain_username=self.sasl.username, sasl_plain_password=self.sasl.password)
+        return kw
+
+    def __init__(self, bootstrap: str, sasl: base.Sasl | None = None) -> None:
+        super().__init__(bootstrap, sasl)
         self._admin: KafkaAdminClient | None = None
 
     @property
     def admin(self) -> KafkaAdminClient:
         if self._admin is None:
-            self._admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, client_id=CLIENT_ID,
+            self._admin = KafkaAdminClient(**self._kw(),
                                            request_timeout_ms=30000)
         return self._admin
 
@@ -108,6 +116,9 @@ class KafkaPythonClient(base.Client):
         if r["error_code"]:
             raise ClientError(base.error_name(r["error_code"]))
         return int(r["low_watermark"])
+
+    def authenticate(self, timeout: float = 30.0) -> None:
+        base.authenticate_isolated(self, "kafka", timeout)
 
     def metadata(self) -> dict[str, Any]:
         try:
@@ -293,7 +304,7 @@ class KafkaPythonClient(base.Client):
 
     # --- produce ---
     def _producer(self, **kw: Any) -> KafkaProducer:
-        return KafkaProducer(bootstrap_servers=self.bootstrap, client_id=CLIENT_ID, linger_ms=5,
+        return KafkaProducer(**self._kw(), linger_ms=5,
                              max_request_size=10_000_000, **kw)
 
     def produce(self, topic: str, msgs: list[Msg], *, acks: str = "all", compression: str = "none",
@@ -359,7 +370,7 @@ class KafkaPythonClient(base.Client):
     def consume(self, topic: str, partitions: list[int], *, start: int | str = "earliest", count: int,
                 timeout: float = 20.0, isolation: str = "read_uncommitted", reset: str = "earliest",
                 idle: float | None = None) -> list[Record]:
-        c = KafkaConsumer(bootstrap_servers=self.bootstrap, client_id=CLIENT_ID, group_id=None,
+        c = KafkaConsumer(**self._kw(), group_id=None,
                           enable_auto_commit=False, auto_offset_reset=reset, isolation_level=isolation,
                           fetch_max_wait_ms=100, max_partition_fetch_bytes=2_000_000)
         tps = [TopicPartition(topic, p) for p in partitions]
@@ -403,14 +414,14 @@ class KafkaPythonClient(base.Client):
                      session_timeout_ms: int = 10000) -> Member:
         if protocol != "classic":
             raise base.NotSupportedByClient("group.protocol=consumer")
-        c = KafkaConsumer(bootstrap_servers=self.bootstrap, client_id=CLIENT_ID, group_id=group,
+        c = KafkaConsumer(**self._kw(), group_id=group,
                           enable_auto_commit=auto_commit, auto_commit_interval_ms=200, auto_offset_reset=reset,
                           partition_assignment_strategy=[ASSIGNORS[assignor]],
                           session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=500, fetch_max_wait_ms=100)
         return _KafkaPythonMember(c, topics, auto_commit)
 
     def commit_offsets(self, group: str, topic: str, offsets: dict[int, int]) -> None:
-        c = KafkaConsumer(bootstrap_servers=self.bootstrap, client_id=CLIENT_ID, group_id=group,
+        c = KafkaConsumer(**self._kw(), group_id=group,
                           enable_auto_commit=False)
         try:
             c.commit({TopicPartition(topic, p): OffsetAndMetadata(o, "", -1) for p, o in offsets.items()})

@@ -21,12 +21,14 @@ class KafkajsClient(RpcClient):
         base.DELIVERY_OFFSETS, base.GROUP_ADMIN, base.ALTER_CONFIGS, base.DESCRIBE_CLUSTER, base.REASSIGNMENTS,
     })
     consume_apis = scenario.GROUPS
+    # kafkajs 2 has PLAIN, SCRAM-SHA-256/512, AWS and OAUTHBEARER.
 
-    def __init__(self, bootstrap: str) -> None:
-        super().__init__(bootstrap)
+    def __init__(self, bootstrap: str, sasl: base.Sasl | None = None) -> None:
+        super().__init__(bootstrap, sasl)
         env.node_modules()
         node = shutil.which("node") or "node"
-        self.rpc = RpcProcess([node, str(env.JS_DIR / "driver.js"), bootstrap], cwd=env.JS_DIR)
+        self.rpc = RpcProcess([node, str(env.JS_DIR / "driver.js"), bootstrap, *self.security_args()],
+                              cwd=env.JS_DIR)
 
     def alter_reassignments(self, topic: str, targets: dict[int, list[int] | None]) -> dict[int, str | None]:
         # The driver answers each partition's error as kafkajs reports it: a Kafka error code.

@@ -42,6 +42,8 @@ _MESSAGES = _librdkafka_messages()
 
 
 def _error_from_text(text: str) -> ClientError:
+    if "SASL authentication error" in text or "Local: Authentication failure" in text:
+        return ClientError("SASL_AUTHENTICATION_FAILED", text.strip()[-2000:])
     for m in _ERR_RE.finditer(text):
         kind, msg = m.group(1), m.group(2).strip().lower()
         if kind == "Broker" and msg in _MESSAGES:
@@ -58,12 +60,17 @@ class KcatClient(base.Client):
     caps = frozenset({base.ASSIGN, base.GROUPS, base.LIST_OFFSETS, base.DESCRIBE_UNKNOWN, base.IDEMPOTENCE,
                       base.RESET_NONE, base.HEADERS, base.NULL_VALUES, base.ACKS0, base.MAX_MESSAGE_OVERRIDE})
 
-    def __init__(self, bootstrap: str) -> None:
-        super().__init__(bootstrap)
+    def __init__(self, bootstrap: str, sasl: base.Sasl | None = None) -> None:
+        super().__init__(bootstrap, sasl)
         self.exe = env.kcat()
 
+    def _security(self) -> list[str]:
+        from compat.clients.confluent import security_conf
+
+        return [x for k, v in security_conf(self.sasl).items() for x in ("-X", f"{k}={v}")]
+
     def _base(self, *mode: str) -> list[str]:
-        return [self.exe, *mode, "-b", self.bootstrap, "-X", f"client.id={CLIENT_ID}", "-m", "15"]
+        return [self.exe, *mode, "-b", self.bootstrap, "-X", f"client.id={CLIENT_ID}", *self._security(), "-m", "15"]
 
     def _run(self, args: list[str], stdin: bytes | None = None, timeout: float = 30.0) -> str:
         try:
@@ -182,7 +189,8 @@ class KcatClient(base.Client):
                      session_timeout_ms: int = 10000) -> Member:
         if protocol != "classic":
             raise base.NotSupportedByClient("group.protocol=consumer (librdkafka 2.0 inside kcat)")
-        args = [self.exe, "-b", self.bootstrap, "-X", f"client.id={CLIENT_ID}", "-G", group, "-J", "-u",
+        args = [self.exe, "-b", self.bootstrap, "-X", f"client.id={CLIENT_ID}", *self._security(),
+                "-G", group, "-J", "-u",
                 "-X", f"partition.assignment.strategy={assignor}", "-X", f"session.timeout.ms={session_timeout_ms}",
                 "-X", "heartbeat.interval.ms=500", "-X", f"auto.offset.reset={reset}",
                 "-X", "auto.commit.interval.ms=200", "-X", "fetch.wait.max.ms=100", *topics]

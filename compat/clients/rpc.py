@@ -112,6 +112,13 @@ class RpcClient(base.Client):
 
     rpc: RpcProcess
 
+    def security_args(self) -> list[str]:
+        """The driver's optional second argument: the SASL identity as JSON (one process per identity)."""
+        if self.sasl is None:
+            return []
+        return [json.dumps({"mechanism": self.sasl.mechanism, "username": self.sasl.username,
+                            "password": self.sasl.password})]
+
     def close(self) -> None:
         self.rpc.close()
 

@@ -97,10 +97,13 @@ public class CompatDriver {
     static final AtomicInteger SEQ = new AtomicInteger();
     static final Map<String, Member> MEMBERS = new ConcurrentHashMap<>();
     static String bootstrap;
+    // Optional second argument: a SASL_PLAINTEXT identity as JSON {mechanism, username, password}.
+    static final Map<String, String> SECURITY = new HashMap<>();
     static Admin admin;
 
     public static void main(String[] args) throws Exception {
         bootstrap = args[0];
+        if (args.length > 1) security(JSON.readValue(args[1], Map.class));
         // The clients log through slf4j; with no binding on the classpath that is silent.
         System.setOut(System.err);
         ExecutorService pool = Executors.newCachedThreadPool(r -> {
@@ -119,6 +122,20 @@ public class CompatDriver {
         for (Member m : MEMBERS.values()) m.close();
         if (admin != null) admin.close(Duration.ofSeconds(5));
         System.exit(0);
+    }
+
+    static void security(Map<String, Object> sasl) {
+        String mech = (String) sasl.get("mechanism");
+        String module = mech.equals("PLAIN") ? "org.apache.kafka.common.security.plain.PlainLoginModule"
+                                             : "org.apache.kafka.common.security.scram.ScramLoginModule";
+        SECURITY.put("security.protocol", "SASL_PLAINTEXT");
+        SECURITY.put("sasl.mechanism", mech);
+        SECURITY.put("sasl.jaas.config", module + " required username=\"" + jaasEscape((String) sasl.get("username"))
+                     + "\" password=\"" + jaasEscape((String) sasl.get("password")) + "\";");
+    }
+
+    static String jaasEscape(String s) {
+        return s.replace("\\", "\\\\").replace("\"", "\\\"");
     }
 
     static synchronized void reply(Map<String, Object> msg) {
@@ -288,6 +305,7 @@ public class CompatDriver {
         if (admin == null) {
             Properties p = new Properties();
             p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+            p.putAll(SECURITY);
             p.put(AdminClientConfig.CLIENT_ID_CONFIG, "compat-java-admin");
             p.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, "30000");
             p.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "30000");
@@ -567,6 +585,7 @@ public class CompatDriver {
     static Properties producerProps(Map<String, Object> r) {
         Properties p = new Properties();
         p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.putAll(SECURITY);
         p.put(ProducerConfig.CLIENT_ID_CONFIG, "compat-java-producer-" + SEQ.incrementAndGet());
         p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
         p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
@@ -661,6 +680,7 @@ public class CompatDriver {
     static Properties consumerProps(String groupId) {
         Properties p = new Properties();
         p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.putAll(SECURITY);
         p.put(ConsumerConfig.CLIENT_ID_CONFIG, "compat-java-consumer-" + SEQ.incrementAndGet());
         p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
         p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());

@@ -21,6 +21,8 @@ const protocolOut = process.stdout
 console.log = console.info = console.warn = console.error
 
 const bootstrap = process.argv[2]
+// Optional: a SASL_PLAINTEXT identity as JSON {mechanism, username, password} (compat/clients/rpc.py).
+const security = process.argv[3] ? JSON.parse(process.argv[3]) : null
 const CLIENT_ID = 'compat-kafkajs'
 
 // --- codecs: kafkajs ships gzip only; snappy via kafkajs-snappy, LZ4 (frame format, as Kafka uses)
@@ -109,13 +111,29 @@ const CODECS = {
 // one "roundrobin".  The same assignor under the standard name lets kafkajs share a group with them.
 const standardRoundRobin = config => ({ ...PartitionAssigners.roundRobin(config), name: 'roundrobin' })
 
-const kafka = new Kafka({
+const kafkaConfig = {
   clientId: CLIENT_ID,
   brokers: [bootstrap],
   logLevel: logLevel[process.env.COMPAT_KAFKAJS_LOG || 'ERROR'],
   retry: { retries: 5, initialRetryTime: 100, maxRetryTime: 2000 },
   requestTimeout: 30000,
-})
+  ...(security ? {
+    ssl: false,
+    sasl: { mechanism: security.mechanism.toLowerCase(), username: security.username, password: security.password },
+  } : {}),
+}
+const kafka = new Kafka(kafkaConfig)
+
+// kafkajs drops the broker's answer when it finds no group coordinator: its broker pool swallows each
+// broker's error (GROUP_AUTHORIZATION_FAILED, ...) and the consumer crashes with a bare
+// KafkaJSGroupCoordinatorNotFound. Each member's own Kafka instance logs at DEBUG into this hook,
+// which keeps the last such error so that the member reports what the broker said.
+function memberKafka (m) {
+  const logCreator = () => ({ log }) => {
+    if (log.message === 'Tried to find group coordinator' && log.error && log.error.type) m.coordinatorError = log.error
+  }
+  return new Kafka({ ...kafkaConfig, logLevel: logLevel.DEBUG, logCreator })
+}
 
 // A fresh admin client per call: a kafkajs admin client remembers every topic it has seen and
 // fails later calls once another client has deleted one of them.
@@ -412,7 +430,8 @@ let memberSeq = 0
 async function startMember (r) {
   if (r.protocol !== 'classic') throw notSupported('group.protocol=consumer')
   if (r.assignor !== 'roundrobin') throw notSupported(`assignor ${r.assignor}`)
-  const consumer = kafka.consumer({
+  const m = { consumer: null, records: [], assignment: [], error: null, failed: false, coordinatorError: null }
+  const consumer = m.consumer = memberKafka(m).consumer({
     groupId: r.group,
     sessionTimeout: r.session_timeout_ms,
     heartbeatInterval: 500,
@@ -420,7 +439,6 @@ async function startMember (r) {
     allowAutoTopicCreation: false,
     partitionAssigners: [standardRoundRobin],
   })
-  const m = { consumer, records: [], assignment: [], error: null, failed: false }
   consumer.on(consumer.events.GROUP_JOIN, e => {
     const a = []
     for (const [topic, parts] of Object.entries(e.payload.memberAssignment || {})) {
@@ -430,7 +448,12 @@ async function startMember (r) {
   })
   consumer.on(consumer.events.REBALANCING, () => { m.assignment = [] })
   consumer.on(consumer.events.CRASH, e => {
-    m.error = String(e.payload.error)
+    // With the Kafka error's type (GROUP_AUTHORIZATION_FAILED, ...) when there is one.
+    m.error = (e.payload.error && e.payload.error.type ? `${e.payload.error.type}: ` : '') + String(e.payload.error)
+    const cause = m.coordinatorError
+    if (cause && e.payload.error && e.payload.error.name === 'KafkaJSGroupCoordinatorNotFound') {
+      m.error += ` (the broker answered FindCoordinator with ${cause.type}: ${cause.message})`
+    }
     if (!e.payload.restart) m.failed = true // kafkajs gives up on this member
   })
   await consumer.connect()

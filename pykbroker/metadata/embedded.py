@@ -21,6 +21,8 @@ from pykbroker.metadata.store import (
     TopicRecord,
     UnknownTopic,
 )
+from pykbroker.security.acl import AclBinding, AclBindingFilter, binding_from_json, binding_to_json
+from pykbroker.security.sasl.scram import ScramCredential
 
 log = logging.getLogger("pykbroker.metadata")
 
@@ -58,6 +60,8 @@ class EmbeddedMetadataStore(MetadataStore):
         self._topics: dict[str, TopicRecord] = {}
         self._next_producer_id = 0
         self._client_quotas: dict[QuotaEntity, dict[str, float]] = {}
+        self._scram: dict[str, dict[str, str]] = {}  # user -> mechanism -> Kafka credential string
+        self._acls: list[AclBinding] = []  # in creation order, no duplicates
         # resource type -> entity name -> dynamic configs (brokers, client metrics, groups)
         self._entity_configs: dict[int, dict[str, dict[str, str]]] = {t: {} for t in ENTITY_RESOURCES}
         self.cluster_id = ""
@@ -78,6 +82,9 @@ class EmbeddedMetadataStore(MetadataStore):
                     self._entity_configs[int(rtype)] = {
                         str(n): {str(k): str(v) for k, v in c.items()} for n, c in entities.items() if c}
             self._client_quotas = _quotas_from_json(doc.get("client_quotas", []))
+            self._scram = {str(u): {str(m): str(c) for m, c in creds.items()}
+                           for u, creds in (doc.get("scram_credentials") or {}).items() if creds}
+            self._acls = [binding_from_json(a) for a in doc.get("acls") or []]
         log.debug("metadata loaded: cluster_id=%s topics=%d", self.cluster_id, len(self._topics))
 
     def _load_meta_properties(self) -> None:
@@ -104,6 +111,8 @@ class EmbeddedMetadataStore(MetadataStore):
             "topics": [t.to_json() for t in self._topics.values()],
             "next_producer_id": self._next_producer_id,
             "client_quotas": _quotas_to_json(self._client_quotas),
+            "scram_credentials": self._scram,
+            "acls": [binding_to_json(a) for a in self._acls],
             "entity_configs": {str(t): e for t, e in self._entity_configs.items() if e},
         }
         write_atomically(self.path, json.dumps(doc, indent=1, sort_keys=True).encode())
@@ -189,6 +198,43 @@ class EmbeddedMetadataStore(MetadataStore):
             entities.pop(name, None)
         self._persist()
         self._notify_config(resource_type, name)
+
+    def scram_users(self) -> dict[str, dict[str, str]]:
+        return self._scram
+
+    def alter_scram_credentials(self, upserts: dict[tuple[str, str], ScramCredential],
+                                deletions: list[tuple[str, str]]) -> None:
+        for user, mech in deletions:
+            creds = self._scram.get(user, {})
+            creds.pop(mech, None)
+            if not creds:
+                self._scram.pop(user, None)
+        for (user, mech), cred in upserts.items():
+            self._scram.setdefault(user, {})[mech] = cred.to_kafka_string()
+        self._persist()
+
+    supports_acls = True
+
+    def acls(self) -> list[AclBinding]:
+        return list(self._acls)
+
+    def create_acls(self, bindings: list[AclBinding]) -> None:
+        known = set(self._acls)
+        for b in bindings:
+            if b not in known:
+                known.add(b)
+                self._acls.append(b)
+        self._persist()
+        self._notify_acls()
+
+    def delete_acls(self, filters: list[AclBindingFilter]) -> list[list[AclBinding]]:
+        matched = [[b for b in self._acls if f.matches(b)] for f in filters]
+        gone = {b for m in matched for b in m}
+        if gone:
+            self._acls = [b for b in self._acls if b not in gone]
+            self._persist()
+            self._notify_acls()
+        return matched
 
     def allocate_producer_ids(self, count: int) -> int:
         first = self._next_producer_id

@@ -18,7 +18,11 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from pykbroker.security.acl import AclBinding, AclBindingFilter
+    from pykbroker.security.sasl.scram import ScramCredential
 
 T = TypeVar("T")
 
@@ -273,6 +277,55 @@ class MetadataStore(ABC):
         CLIENT_METRICS_RESOURCE (16).
         """
         return {k: dict(v) for k, v in self.entity_configs(CLIENT_METRICS_RESOURCE).items()}
+
+    # -- SCRAM credentials (pykbroker.security.sasl; salted keys only, never a password) ----------
+
+    def scram_users(self) -> dict[str, dict[str, str]]:
+        """user -> SCRAM mechanism -> Kafka's credential string (salt=..,stored_key=..,server_key=..,
+        iterations=n). The result must not be modified."""
+        return {}
+
+    def scram_credentials(self, user: str) -> dict[str, ScramCredential]:
+        """One user's credentials by mechanism name (empty when none)."""
+        from pykbroker.security.sasl.scram import ScramCredential
+
+        out: dict[str, ScramCredential] = {}
+        for mech, text in self.scram_users().get(user, {}).items():
+            try:
+                out[mech] = ScramCredential.from_kafka_string(text)
+            except ValueError:
+                continue  # an unreadable stored credential logs nobody in
+        return out
+
+    def alter_scram_credentials(self, upserts: dict[tuple[str, str], ScramCredential],
+                                deletions: list[tuple[str, str]]) -> None:
+        """Apply validated (user, mechanism) upserts and deletions in one write."""
+        raise NotImplementedError("this metadata store does not store SCRAM credentials")
+
+    # -- ACLs (pykbroker.security.acl; the authorizer's index follows add_acl_listener) ----------
+
+    supports_acls = False  # stores that persist ACLs set this
+
+    def acls(self) -> list[AclBinding]:
+        """Every stored ACL binding (a snapshot; the authorizer indexes it)."""
+        return []
+
+    def create_acls(self, bindings: list[AclBinding]) -> None:
+        """Store validated bindings (duplicates are ignored) and notify ACL listeners."""
+        raise NotImplementedError("this metadata store does not store ACLs")
+
+    def delete_acls(self, filters: list[AclBindingFilter]) -> list[list[AclBinding]]:
+        """Remove the bindings matching each filter; returns per filter the bindings it matched."""
+        raise NotImplementedError("this metadata store does not store ACLs")
+
+    def add_acl_listener(self, listener: Callable[[list[AclBinding]], None]) -> None:
+        """Called with the full ACL snapshot after every change (local or, in a cluster, remote)."""
+        self.__dict__.setdefault("_acl_listeners", []).append(listener)
+
+    def _notify_acls(self) -> None:
+        snapshot = self.acls()
+        for listener in self.__dict__.get("_acl_listeners", []):
+            listener(snapshot)
 
     @abstractmethod
     def allocate_producer_ids(self, count: int) -> int:

@@ -40,12 +40,53 @@ ELECTION_PREFIX = "/pykbroker/elections/election_"
 ISR_CHANGE_PREFIX = "/isr_change_notification/isr_change_"
 CONFIG_CHANGE_PREFIX = "/config/changes/config_change_"
 
+# ACLs (Kafka's ZooKeeper-era authorizer): literal ACLs in /kafka-acl/<ResourceType>/<name>, prefixed ones in
+# /kafka-acl-extended/prefixed/<ResourceType>/<name>, each {"version":1,"acls":[...]}; a write adds a
+# sequential change notification (literal: "Topic:name"; prefixed: JSON) that every broker watches.
+ACL_LITERAL = "/kafka-acl"
+ACL_PREFIXED = "/kafka-acl-extended/prefixed"
+ACL_LITERAL_CHANGES = "/kafka-acl-changes"
+ACL_PREFIXED_CHANGES = "/kafka-acl-extended-changes"
+ACL_CHANGE_NODE = "acl_changes_"
+
 # Created at first start of a cluster (Kafka's persistent paths plus ours).
 PERSISTENT_PATHS = (
     BROKER_IDS, BROKER_TOPICS, BROKER_SEQID, CONFIG_CHANGES, CONFIG_TOPICS, "/config/brokers",
     "/config/users", "/config/clients", "/config/ips", "/config/client-metrics", "/config/groups",
     DELETE_TOPICS, ISR_CHANGE_NOTIFICATION, LOG_DIR_EVENT_NOTIFICATION, CONTROLLED_SHUTDOWN, ELECTIONS,
+    ACL_LITERAL, ACL_PREFIXED, ACL_LITERAL_CHANGES, ACL_PREFIXED_CHANGES,
 )
+
+
+def acl_root(prefixed: bool) -> str:
+    return ACL_PREFIXED if prefixed else ACL_LITERAL
+
+
+def acl_resource_path(prefixed: bool, resource_type: str, name: str) -> str:
+    """``resource_type`` is Kafka's directory name (``Topic``, ``Group``, ``TransactionalId``...)."""
+    return f"{acl_root(prefixed)}/{resource_type}/{name}"
+
+
+def encode_acl_entries(entries: list[dict[str, str]]) -> bytes:
+    return json.dumps({"version": 1, "acls": entries}, separators=(",", ":")).encode()
+
+
+def decode_acl_entries(data: bytes) -> list[dict[str, str]]:
+    """The entries of an ACL znode; [] for an empty or unreadable one."""
+    try:
+        doc = json.loads(data.decode()) if data else {}
+    except (UnicodeDecodeError, ValueError):
+        return []
+    acls = doc.get("acls") if isinstance(doc, dict) else None
+    return [a for a in acls if isinstance(a, dict)] if isinstance(acls, list) else []
+
+
+def encode_acl_change(prefixed: bool, resource_type: str, name: str) -> bytes:
+    """The notification's data, as Kafka's literal and extended change stores write it."""
+    if not prefixed:
+        return f"{resource_type}:{name}".encode()
+    return json.dumps({"version": 1, "resourceType": resource_type, "name": name, "patternType": "Prefixed"},
+                      separators=(",", ":")).encode()
 
 # ConfigResource types -> /config/<entity type>
 CONFIG_ENTITY_PATHS = {4: "/config/brokers", 16: "/config/client-metrics", 32: "/config/groups"}

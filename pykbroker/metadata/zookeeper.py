@@ -64,6 +64,17 @@ from pykbroker.metadata.store import (
     UnknownTopic,
 )
 from pykbroker.metadata.zk_layout import parse_connect, reassign_partition
+from pykbroker.security.acl import (
+    AclBinding,
+    AclBindingFilter,
+    PatternType,
+    ResourcePattern,
+    entry_from_json,
+    entry_to_json,
+    resource_type_from_name,
+    resource_type_name,
+)
+from pykbroker.security.sasl.scram import ScramCredential
 
 log = logging.getLogger("pykbroker.metadata.zookeeper")
 
@@ -111,6 +122,8 @@ class _Snapshot:
     controller: int
     entities: dict[int, dict[str, dict[str, str]]]
     quotas: dict[QuotaEntity, dict[str, float]]
+    scram: dict[str, dict[str, str]] = field(default_factory=dict)  # user -> mechanism -> credential
+    acls: list[AclBinding] = field(default_factory=list)
 
 
 # Update records, applied in order on the loop:
@@ -124,6 +137,8 @@ class _Snapshot:
 # ("controller", None, id)
 # ("entities", resource_type, {name: configs})
 # ("quotas", None, {entity: values})
+# ("scram", None, {user: {mechanism: credential}})  SCRAM credentials in /config/users/<u>
+# ("acls", None, [AclBinding])            every ACL (after a change notification)
 # ("reset", None, _Snapshot)
 # ("session", None, "suspended" | "lost" | "connected")
 _Update = tuple[str, Any, Any]
@@ -182,6 +197,8 @@ class ZkMetadataStore(MetadataStore):
         self._controller = -1
         self._entities: dict[int, dict[str, dict[str, str]]] = {t: {} for t in ENTITY_RESOURCES}
         self._quotas: dict[QuotaEntity, dict[str, float]] = {}
+        self._scram: dict[str, dict[str, str]] = {}
+        self._acls: list[AclBinding] = []
 
     # --- plumbing for others ------------------------------------------------------------------
 
@@ -493,7 +510,7 @@ class ZkMetadataStore(MetadataStore):
     def _process(self, batch: list[tuple[str, str]]) -> list[_Update]:
         """Re-read what the events point at (re-arming their watches), in as few round trips as possible."""
         seen: set[tuple[str, str]] = set()
-        topics_children = brokers = controller = deleting = quotas = False
+        topics_children = brokers = controller = deleting = quotas = acls = False
         entity_types: set[int] = set()
         topic_nodes: set[str] = set()
         topic_configs: set[str] = set()
@@ -511,6 +528,8 @@ class ZkMetadataStore(MetadataStore):
                 controller = True
             elif path == zl.DELETE_TOPICS:
                 deleting = True
+            elif path in (zl.ACL_LITERAL_CHANGES, zl.ACL_PREFIXED_CHANGES):
+                acls = True
             elif m := _STATE_RE.match(path):
                 states.setdefault(m.group(1), set()).add(int(m.group(2)))
             elif m := _TOPIC_RE.match(path):
@@ -567,6 +586,9 @@ class ZkMetadataStore(MetadataStore):
             out.append(("entities", rtype, self._read_entities(rtype)))
         if quotas:
             out.append(("quotas", None, self._read_quotas()))
+            out.append(("scram", None, self._read_scram()))
+        if acls:
+            out.append(("acls", None, self._read_acls()))
         return out
 
     def _reread_topics(self, names: list[str], states: dict[str, set[int]]) -> list[_Update]:
@@ -746,7 +768,56 @@ class ZkMetadataStore(MetadataStore):
         deleting = set(zk.get_children(zl.DELETE_TOPICS, watch=self._watch))
         return _Snapshot(
             topics=topics, deleting=deleting, brokers=self._read_brokers(), controller=self._read_controller(),
-            entities={t: self._read_entities(t) for t in ENTITY_RESOURCES}, quotas=self._read_quotas())
+            entities={t: self._read_entities(t) for t in ENTITY_RESOURCES}, quotas=self._read_quotas(),
+            scram=self._read_scram(), acls=self._read_acls())
+
+    def _read_acls(self) -> list[AclBinding]:
+        """Every ACL znode (literal and prefixed), re-arming the watches on the two change-notification
+        parents: a new notification from any broker makes every broker read them all again."""
+        self._children_many([zl.ACL_LITERAL_CHANGES, zl.ACL_PREFIXED_CHANGES])
+        out: list[AclBinding] = []
+        for prefixed in (False, True):
+            root = zl.acl_root(prefixed)
+            types = [t for t in self.zk.get_children(root) if _known_resource_type(t)] \
+                if self.zk.exists(root) else []
+            names = {t: sorted(self.zk.get_children(f"{root}/{t}")) for t in types}
+            paths = [zl.acl_resource_path(prefixed, t, n) for t in types for n in names[t]]
+            read = self._get_many_unwatched(paths)
+            pattern_type = PatternType.PREFIXED if prefixed else PatternType.LITERAL
+            for t in types:
+                for n in names[t]:
+                    got = read.get(zl.acl_resource_path(prefixed, t, n))
+                    if got is None:
+                        continue
+                    pattern = ResourcePattern(resource_type_from_name(t), n, pattern_type)
+                    for d in zl.decode_acl_entries(got):
+                        try:
+                            out.append(AclBinding(pattern, entry_from_json(d)))
+                        except (KeyError, ValueError):
+                            log.warning("ignoring an unreadable ACL entry in %s/%s: %r", t, n, d)
+        return out
+
+    def _get_many_unwatched(self, paths: list[str]) -> dict[str, bytes]:
+        calls = [(p, self.zk.get_async(p)) for p in paths]
+        out: dict[str, bytes] = {}
+        for p, ar in calls:
+            try:
+                out[p] = ar.get(timeout=self._request_timeout)[0]
+            except NoNodeError:
+                continue
+        return out
+
+    def _read_scram(self) -> dict[str, dict[str, str]]:
+        """SCRAM credentials: the SCRAM-SHA-* keys of /config/users/<u> (Kafka's ZooKeeper layout)."""
+        users = self._children_many([zl.CONFIG_USERS])[zl.CONFIG_USERS]
+        nodes = [f"{zl.CONFIG_USERS}/{u}" for u in users]
+        read = self._get_many(nodes)
+        out: dict[str, dict[str, str]] = {}
+        for u, path in zip(users, nodes, strict=True):
+            creds = {k: v for k, v in _decode_configs(read[path]).items() if k.startswith("SCRAM-SHA-")}
+            if creds:
+                out[zl.desanitize(u)] = creds
+        return out
 
     # --- watcher thread -> loop -------------------------------------------------------------------------
 
@@ -788,6 +859,7 @@ class ZkMetadataStore(MetadataStore):
         cluster_changed = False
         config_changes: list[tuple[int, str]] = []
         sessions: list[str] = []
+        acls_changed = False
         data = self._topic_data
         for kind, key, value in updates:
             if kind == "topic":
@@ -827,6 +899,11 @@ class ZkMetadataStore(MetadataStore):
                 config_changes.extend(self._set_entities(key, value))
             elif kind == "quotas":
                 self._quotas = value
+            elif kind == "scram":
+                self._scram = value
+            elif kind == "acls":
+                acls_changed = True
+                self._acls = value
             elif kind == "reset":
                 snap: _Snapshot = value
                 for name in list(data) + list(snap.topics):
@@ -839,6 +916,9 @@ class ZkMetadataStore(MetadataStore):
                 for rtype in ENTITY_RESOURCES:
                     config_changes.extend(self._set_entities(rtype, snap.entities.get(rtype, {})))
                 self._quotas = snap.quotas
+                self._scram = snap.scram
+                acls_changed = True
+                self._acls = snap.acls
             elif kind == "session":
                 sessions.append(value)
         notifications: list[tuple[str, TopicRecord | None]] = []
@@ -857,6 +937,11 @@ class ZkMetadataStore(MetadataStore):
         _call_each(self._notify_cluster, [()] if cluster_changed else [])
         _call_each(self._notify, notifications)
         _call_each(self._notify_config, config_changes)
+        if acls_changed:
+            try:
+                self._notify_acls()
+            except Exception:
+                log.exception("an ACL listener failed")
         for state in sessions:
             for listener in self._session_listeners:
                 _call_each(listener, [(state,)])
@@ -1127,6 +1212,152 @@ class ZkMetadataStore(MetadataStore):
                 return
         raise StoreUnavailable("client quotas kept changing; not written")
 
+    def scram_users(self) -> dict[str, dict[str, str]]:
+        return self._scram
+
+    # --- ACLs ---------------------------------------------------------------------------------------
+
+    supports_acls = True
+
+    def acls(self) -> list[AclBinding]:
+        return list(self._acls)
+
+    def create_acls(self, bindings: list[AclBinding]) -> None:
+        """Add entries to their resources' znodes (read-modify-write, version-checked) with a change
+        notification per resource, in one multi; every broker's watch then reloads the ACLs."""
+        by_resource: dict[ResourcePattern, list[AclBinding]] = {}
+        for b in bindings:
+            by_resource.setdefault(b.pattern, []).append(b)
+
+        def edit(current: list[dict[str, str]], pattern: ResourcePattern) -> list[dict[str, str]]:
+            out = list(current)
+            for b in by_resource[pattern]:
+                entry = entry_to_json(b.entry)
+                if entry not in out:
+                    out.append(entry)
+            return out
+
+        self._write_acls(list(by_resource), edit)
+
+    def delete_acls(self, filters: list[AclBindingFilter]) -> list[list[AclBinding]]:
+        """Remove what each filter matches, read fresh from ZooKeeper; a znode left empty is deleted."""
+        with self._unavailable():
+            current = self._read_acls()
+        matched = [[b for b in current if f.matches(b)] for f in filters]
+        gone: dict[ResourcePattern, set[AclBinding]] = {}
+        for m in matched:
+            for b in m:
+                gone.setdefault(b.pattern, set()).add(b)
+        if gone:
+            def edit(entries: list[dict[str, str]], pattern: ResourcePattern) -> list[dict[str, str]]:
+                drop = [entry_to_json(b.entry) for b in gone[pattern]]
+                return [e for e in entries if e not in drop]
+
+            self._write_acls(list(gone), edit)
+        return matched
+
+    def _write_acls(self, patterns: list[ResourcePattern],
+                    edit: Callable[[list[dict[str, str]], ResourcePattern], list[dict[str, str]]]) -> None:
+        with self._unavailable():
+            for _ in range(_WRITE_RETRIES):
+                tx = self.zk.transaction()
+                for pattern in patterns:
+                    prefixed = pattern.pattern_type == PatternType.PREFIXED
+                    rtype = resource_type_name(pattern.resource_type)
+                    parent = f"{zl.acl_root(prefixed)}/{rtype}"
+                    path = zl.acl_resource_path(prefixed, rtype, pattern.name)
+                    self.zk.ensure_path(parent)
+                    try:
+                        data, stat = self.zk.get(path)
+                        entries, version = zl.decode_acl_entries(data), stat.version
+                    except NoNodeError:
+                        entries, version = [], None
+                    new = edit(entries, pattern)
+                    if version is None:
+                        if not new:
+                            continue
+                        tx.create(path, zl.encode_acl_entries(new))
+                    elif not new:
+                        tx.delete(path, version=version)
+                    else:
+                        tx.set_data(path, zl.encode_acl_entries(new), version=version)
+                    changes = zl.ACL_PREFIXED_CHANGES if prefixed else zl.ACL_LITERAL_CHANGES
+                    tx.create(f"{changes}/{zl.ACL_CHANGE_NODE}", zl.encode_acl_change(prefixed, rtype, pattern.name),
+                              sequence=True)
+                try:
+                    self._commit(tx)
+                except (BadVersionError, NodeExistsError, NoNodeError):
+                    continue
+                self._purge_acl_changes()
+                # The caller (CreateAcls/DeleteAcls, then a request it authorizes) sees the change at once;
+                # the watch brings the same set again.
+                self._acls = self._read_acls()
+                self._post_updates([("acls", None, self._acls)])
+                return
+        raise StoreUnavailable("ACLs kept changing; not written")
+
+    def _purge_acl_changes(self) -> None:
+        """Keep the newest ACL change notifications only: brokers re-read every ACL on any notification."""
+        try:
+            for root in (zl.ACL_LITERAL_CHANGES, zl.ACL_PREFIXED_CHANGES):
+                children = sorted(self.zk.get_children(root))
+                for c in children[:-_KEEP_CONFIG_CHANGES][:_PURGE_BATCH]:
+                    self.zk.delete_async(f"{root}/{c}")
+        except (KazooException, *_UNAVAILABLE):
+            log.debug("purging old ACL change notifications failed", exc_info=True)
+
+    def alter_scram_credentials(self, upserts: dict[tuple[str, str], ScramCredential],
+                                deletions: list[tuple[str, str]]) -> None:
+        """Kafka's layout: /config/users/<u> config keys SCRAM-SHA-256 / SCRAM-SHA-512, written with a
+        read-modify-write that keeps the user's quota keys, plus a /config/changes notification."""
+        changes: dict[str, dict[str, str | None]] = {}
+        for user, mech in deletions:
+            changes.setdefault(user, {})[mech] = None
+        for (user, mech), cred in upserts.items():
+            changes.setdefault(user, {})[mech] = cred.to_kafka_string()
+        with self._unavailable():
+            for _ in range(_WRITE_RETRIES):
+                tx = self.zk.transaction()
+                for user, ops in changes.items():
+                    path = zl.quota_entity_path((("user", user),))
+                    try:
+                        data, stat = self.zk.get(path)
+                        current = zl.decode_entity_config(data)
+                        version: int | None = stat.version
+                    except NoNodeError:
+                        current, version = {}, None
+                    for key, value in ops.items():
+                        if value is None:
+                            current.pop(key, None)
+                        else:
+                            current[key] = value
+                    if version is None:
+                        tx.create(path, zl.encode_entity_config(current))
+                    else:
+                        tx.set_data(path, zl.encode_entity_config(current), version=version)
+                    tx.create(zl.CONFIG_CHANGE_PREFIX, zl.encode_config_change(zl.config_change_entity(path)),
+                              sequence=True)
+                try:
+                    self._commit(tx)
+                except (BadVersionError, NodeExistsError, NoNodeError):
+                    continue
+                self._purge_config_changes()
+                # Our own write shows up through the watch too; update the cache now so the caller
+                # (AlterUserScramCredentials, then a login) sees it at once.
+                cache = {u: dict(c) for u, c in self._scram.items()}
+                for user, ops in changes.items():
+                    creds = cache.setdefault(user, {})
+                    for key, value in ops.items():
+                        if value is None:
+                            creds.pop(key, None)
+                        else:
+                            creds[key] = value
+                    if not creds:
+                        cache.pop(user, None)
+                self._scram = cache
+                return
+        raise StoreUnavailable("SCRAM credentials kept changing; not written")
+
     def _purge_config_changes(self) -> None:
         """Delete /config/changes notifications older than 15 minutes, as Kafka's brokers do.
 
@@ -1258,6 +1489,14 @@ class ZkMetadataStore(MetadataStore):
 
 def _setter(event: threading.Event) -> Callable[[WatchedEvent], None]:
     return lambda _e: event.set()
+
+
+def _known_resource_type(name: str) -> bool:
+    try:
+        resource_type_from_name(name)
+    except KeyError:
+        return False
+    return True
 
 
 def _call_each(fn: Callable[..., Any], calls: list[tuple[Any, ...]]) -> None:

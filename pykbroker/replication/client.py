@@ -8,9 +8,10 @@ after ``replica.fetch.backoff.ms``.
 
 from __future__ import annotations
 
+import ssl
 import struct
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, ClassVar
 
 import anyio
 import anyio.abc
@@ -27,15 +28,29 @@ class BrokerConnectionError(Exception):
     """The connection failed or answered out of step; it is closed."""
 
 
-class BrokerClient:
-    """Requests to one broker endpoint; flexible API versions only (request header v2)."""
+OnConnect = Callable[["BrokerClient"], Awaitable[None]]
 
-    def __init__(self, host: str, port: int, *, client_id: str, timeout_s: float) -> None:
+
+class BrokerClient:
+    """Requests to one broker endpoint; flexible API versions (request header v2), and v1 headers for
+    the few APIs without one (SaslHandshake)."""
+
+    # Run on every new connection before its first request (the inter-broker SASL login); the broker
+    # sets it once at start for all its inter-broker connections (one identity per broker process).
+    default_on_connect: ClassVar[OnConnect | None] = None
+    # TLS client context of the inter-broker listener (SSL / SASL_SSL), set by the broker at start
+    # (pykbroker.security.tls.client_context); None: plaintext.
+    default_ssl_context: ClassVar[ssl.SSLContext | None] = None
+
+    def __init__(self, host: str, port: int, *, client_id: str, timeout_s: float,
+                 on_connect: OnConnect | None = None) -> None:
         self.host = host
         self.port = port
         self.client_id = client_id.encode()
         self.timeout_s = timeout_s
-        self._stream: anyio.abc.SocketStream | None = None
+        self.on_connect = on_connect if on_connect is not None else BrokerClient.default_on_connect
+        self.ssl_context = BrokerClient.default_ssl_context
+        self._stream: anyio.abc.ByteStream | None = None
         self._buf = bytearray()
         self._correlation_id = 0
 
@@ -46,10 +61,24 @@ class BrokerClient:
     async def connect(self) -> None:
         try:
             with anyio.fail_after(self.timeout_s):
-                self._stream = await anyio.connect_tcp(self.host, self.port)
-        except (OSError, TimeoutError) as exc:
+                if self.ssl_context is not None:
+                    self._stream = await anyio.connect_tcp(self.host, self.port, ssl_context=self.ssl_context,
+                                                           tls_standard_compatible=False)
+                else:
+                    self._stream = await anyio.connect_tcp(self.host, self.port)
+        except (OSError, TimeoutError, ssl.SSLError, anyio.BrokenResourceError) as exc:
             raise BrokerConnectionError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
         self._buf.clear()
+        if self.on_connect is not None:
+            try:
+                with anyio.fail_after(self.timeout_s):
+                    await self.on_connect(self)
+            except TimeoutError as exc:
+                await self.close()
+                raise BrokerConnectionError(f"login to {self.host}:{self.port} timed out") from exc
+            except BaseException:
+                await self.close()
+                raise
 
     async def close(self) -> None:
         stream, self._stream = self._stream, None
@@ -59,11 +88,11 @@ class BrokerClient:
 
     def encode_request(self, api_key: int, version: int, body: Mapping[str, Any]) -> tuple[int, bytes]:
         """(correlation id, framed request bytes)."""
-        if not codec.is_flexible(api_key, version):
-            raise ValueError("only flexible versions are supported")
+        # Request header v2 (flexible versions) or v1 (SaslHandshake, which has no flexible version).
+        tagged = b"\x00" if codec.is_flexible(api_key, version) else b""
         self._correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
         cid = self._correlation_id
-        header = _HEADER.pack(api_key, version, cid, len(self.client_id)) + self.client_id + b"\x00"
+        header = _HEADER.pack(api_key, version, cid, len(self.client_id)) + self.client_id + tagged
         payload = header + codec.encode_entity(codec.build(codec.request_class(api_key, version), body))
         return cid, _SIZE.pack(len(payload)) + payload
 
@@ -87,7 +116,8 @@ class BrokerClient:
             await self.close()
             raise BrokerConnectionError(f"correlation id {got} does not match the request's {cid}")
         try:
-            offset = skip_tagged_fields(payload, 4)  # response header v1
+            # response header v1 (flexible) or v0
+            offset = skip_tagged_fields(payload, 4) if codec.is_flexible(api_key, version) else 4
             return codec.decode_response(api_key, version, payload, offset)
         except Exception as exc:
             await self.close()

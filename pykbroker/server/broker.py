@@ -34,6 +34,10 @@ from pykbroker.coordinator.transaction.offsets import TxnOffsets
 from pykbroker.coordinator.transaction.service import TXN_TOPIC, TransactionCoordinator
 from pykbroker.metadata.embedded import META_PROPERTIES, EmbeddedMetadataStore, write_atomically
 from pykbroker.metadata.store import MetadataStore, StoreUnavailable, run_store
+from pykbroker.replication.client import BrokerClient
+from pykbroker.security.sasl.client import on_connect_hook as sasl_on_connect_hook
+from pykbroker.security.sasl.settings import inter_broker_credentials
+from pykbroker.server.allocator import RELEASE_INTERVAL_S, release_free_memory
 from pykbroker.server.connection_quotas import quotas_from_config
 from pykbroker.server.context import Services
 from pykbroker.server.dispatcher import Dispatcher
@@ -62,6 +66,27 @@ def _periodic(
                 log.exception("background task %s failed", getattr(fn, "__name__", fn))
 
     return loop
+
+
+def _listener_tls(config: Any) -> dict[str, Any]:
+    """Server TLS of the SSL/SASL_SSL listeners; a bad keystore or truststore stops the start."""
+    from pykbroker.security.tls import TlsConfigError, listener_tls
+    try:
+        return listener_tls(config)
+    except TlsConfigError as e:
+        raise StartupError(str(e)) from None
+
+
+def _inter_broker_ssl_context(config: Any) -> Any:
+    """The TLS client context of inter-broker connections when the inter-broker listener is SSL/SASL_SSL."""
+    from pykbroker.security.tls import TLS_PROTOCOLS, TlsConfigError, client_context
+    inter = str(config["inter.broker.listener.name"]).strip().upper() or config.listeners[0].name
+    if config.security_protocols.get(inter) not in TLS_PROTOCOLS:
+        return None
+    try:
+        return client_context(config, inter)
+    except TlsConfigError as e:
+        raise StartupError(f"inter-broker TLS: {e}") from None
 
 
 class StartupError(Exception):
@@ -112,6 +137,7 @@ class Broker:
             queued_max_request_bytes=config["queued.max.request.bytes"],
             receive_timeout_ms=config["pykbroker.request.receive.timeout.ms"],
             security_protocols=config.security_protocols,
+            tls=_listener_tls(config),
         )
         self._stop = anyio.Event()
         self.bound_ports: list[int] = []
@@ -140,6 +166,9 @@ class Broker:
             raise OSError(f"the metadata log dir {metadata_dir} failed to load: "
                           f"{self.log_manager.failure_channel.offline_dirs()[metadata_dir]}")
         if self.cluster:
+            # Inter-broker SASL: the replica fetchers and coordinator clients log in on each new connection.
+            BrokerClient.default_on_connect = sasl_on_connect_hook(inter_broker_credentials(self.config))
+            BrokerClient.default_ssl_context = _inter_broker_ssl_context(self.config)
             self.replicas.set_cluster(self._inter_broker_endpoint, self._write_isr)
             self.txn.remote = InterBrokerClients(self._inter_broker_endpoint, client_id=f"broker-{self.broker_id}",
                                                  timeout_s=self.config["request.timeout.ms"] / 1000)
@@ -155,6 +184,25 @@ class Broker:
         )
 
     def _start_store(self) -> None:
+        self._start_store_only()
+        self._start_authorizer()
+
+    def _start_authorizer(self) -> None:
+        """authorizer.class.name: an ACL authorizer whose index follows the store's ACLs."""
+        if not self.config["authorizer.class.name"]:
+            return
+        if not self.store.supports_acls:
+            raise StartupError("authorizer.class.name is set but ACL storage is not implemented for this "
+                               "metadata store")
+        from pykbroker.security.acl_authorizer import AclAuthorizer, parse_super_users
+
+        authorizer = AclAuthorizer(parse_super_users(self.config["super.users"]),
+                                   self.config["allow.everyone.if.no.acl.found"])
+        self.store.add_acl_listener(authorizer.load)
+        authorizer.load(self.store.acls())
+        self.services.authorizer = authorizer
+
+    def _start_store_only(self) -> None:
         if not self.cluster:
             self.store.start()
             return
@@ -340,6 +388,7 @@ class Broker:
             tg.start_soon(self.txn.run)  # loads transaction state, aborts timed-out transactions
             if handle_signals:
                 tg.start_soon(self._watch_signals)
+            tg.start_soon(_periodic(RELEASE_INTERVAL_S, release_free_memory, thread=True))
             tg.start_soon(_periodic(self.config["producer.id.expiration.check.interval.ms"] / 1000,
                                     self._expire_producers))
             tg.start_soon(_periodic(self.config["log.retention.check.interval.ms"] / 1000,

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 from kio.schema.errors import ErrorCode
 
 from pykbroker.coordinator.group import handlers as groups
@@ -31,10 +32,14 @@ from pykbroker.protocol.header import (
     finish_flexible_header,
     parse_request_header_prefix,
 )
+from pykbroker.security.sasl.authenticator import SaslAuthenticator, SaslClose, SaslServerSettings
+from pykbroker.security.sasl.settings import server_settings as sasl_server_settings
 from pykbroker.security.session import Session
 from pykbroker.server.context import CloseConnection, RequestContext, Services
+from pykbroker.server.handlers import acls as acl_handlers
 from pykbroker.server.handlers import admin, cluster, configs, fetch, metadata, offsets, produce
 from pykbroker.server.handlers import quotas as client_quotas
+from pykbroker.server.handlers import sasl as sasl_handlers
 from pykbroker.server.handlers import telemetry as client_telemetry
 
 log = logging.getLogger("pykbroker.requests")
@@ -105,6 +110,9 @@ API_TABLE: dict[int, ApiSpec] = {
         ApiSpec(19, 0, 7, admin.handle_create_topics),
         ApiSpec(20, 0, 6, admin.handle_delete_topics),
         ApiSpec(21, 0, 2, offsets.handle_delete_records),
+        ApiSpec(29, 1, 3, acl_handlers.handle_describe_acls),
+        ApiSpec(30, 1, 3, acl_handlers.handle_create_acls),
+        ApiSpec(31, 1, 3, acl_handlers.handle_delete_acls),
         ApiSpec(32, 0, 4, configs.handle_describe_configs),
         ApiSpec(33, 0, 2, configs.handle_alter_configs),
         ApiSpec(44, 0, 1, configs.handle_incremental_alter_configs),
@@ -131,6 +139,12 @@ API_TABLE: dict[int, ApiSpec] = {
         ApiSpec(72, 0, 0, client_telemetry.handle_push_telemetry),
         ApiSpec(74, 0, 0, client_telemetry.handle_list_client_metrics_resources),
         # --- end client quotas and telemetry ---
+        # --- SASL (pykbroker.security.sasl) ---
+        ApiSpec(17, 0, 1, sasl_handlers.handle_sasl_handshake),
+        ApiSpec(36, 0, 2, sasl_handlers.handle_sasl_authenticate),
+        ApiSpec(50, 0, 0, sasl_handlers.handle_describe_user_scram_credentials),
+        ApiSpec(51, 0, 0, sasl_handlers.handle_alter_user_scram_credentials),
+        # --- end SASL ---
         # --- cluster-shaped APIs (issue 12) ---
         ApiSpec(23, 0, 4, cluster.handle_offset_for_leader_epoch),
         ApiSpec(34, 0, 2, cluster.handle_alter_replica_log_dirs),
@@ -170,6 +184,28 @@ class Dispatcher:
 
     def __init__(self, services: Services) -> None:
         self.services = services
+        # SASL_* listeners' settings (made on the first SASL connection; the config checked them at start).
+        self._sasl: dict[str, SaslServerSettings] | None = None
+
+    def _sasl_gate(self, frame: bytes, session: Session) -> SaslAuthenticator | bytes:
+        """The connection's authenticator (made on its first frame), or the reply to a raw SASL token
+        (the frames after a SaslHandshake v0 carry tokens without a Kafka header)."""
+        auth = session.authenticator
+        if auth is None:
+            if self._sasl is None:
+                store = self.services.store  # SCRAM logins read the credentials the metadata store holds
+                self._sasl = sasl_server_settings(self.services.config,
+                                                  lambda user, mech: store.scram_credentials(user).get(mech))
+            settings = self._sasl.get(session.listener)
+            if settings is None:
+                raise CloseConnection(f"listener {session.listener} uses SASL but has no SASL settings")
+            auth = session.authenticator = SaslAuthenticator(settings, session, anyio.current_time)
+        if auth.expects_raw_token:
+            try:
+                return encode_frame(auth.raw_token(frame))
+            except SaslClose as e:
+                raise CloseConnection(str(e)) from None
+        return auth
 
     def parse(self, frame: bytes) -> tuple[RequestHeader, Any] | bytes:
         """Decode a frame; returns (header, request) or, for an unsupported ApiVersions, the reply.
@@ -216,10 +252,18 @@ class Dispatcher:
         """Process one request frame; None means no response (acks=0 produce)."""
         if session is None:
             session = Session()
+        auth = self._sasl_gate(frame, session) if session.uses_sasl else None
+        if isinstance(auth, bytes):
+            return auth
         parsed = self.parse(frame)
         if isinstance(parsed, bytes):
             return parsed
         header, request = parsed
+        if auth is not None:
+            try:
+                auth.check(header.api_key, codec.API_NAMES[header.api_key].upper(), len(frame))
+            except SaslClose as e:
+                raise CloseConnection(str(e)) from None
         peer = session.peer
         ctx = RequestContext(header, session.listener, peer, session, self.services.authorizer)
         spec = API_TABLE[header.api_key]

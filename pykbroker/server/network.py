@@ -19,14 +19,18 @@ import errno
 import logging
 import math
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
-from anyio.abc import Listener, SocketAttribute, SocketListener, SocketStream, TaskGroup
+from anyio.abc import ByteStream, Listener, SocketAttribute, SocketListener, SocketStream, TaskGroup
+from anyio.streams.tls import TLSAttribute, TLSStream
 
 from pykbroker.protocol.framing import FrameDecoder, FrameError
+from pykbroker.security.principal_mapping import MappingError
 from pykbroker.security.session import Session
+from pykbroker.security.tls import ListenerTls
 from pykbroker.server.connection_quotas import ConnectionQuotas, RateLimitedLog, normalise_ip
 from pykbroker.server.context import CloseConnection
 from pykbroker.server.memory_pool import MemoryPool
@@ -37,6 +41,7 @@ FrameHandler = Callable[[bytes, Session], Awaitable[bytes | None]]
 RECEIVE_SIZE = 256 * 1024
 ACCEPT_BACKOFF_S = 0.1
 LIMIT_LOG_INTERVAL_S = 10.0
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
 # accept() failing for want of a resource: wait for one to free up, as Kafka's acceptor does.
 _ACCEPT_RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
@@ -68,8 +73,11 @@ class SocketServer:
         queued_max_request_bytes: int = -1,
         receive_timeout_ms: int = -1,
         security_protocols: dict[str, str] | None = None,
+        tls: dict[str, ListenerTls] | None = None,
     ) -> None:
         self._handler = handler
+        # Listener name -> its server-side TLS (SSL and SASL_SSL listeners; pykbroker.security.tls).
+        self._tls = tls or {}
         # Listener name -> PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL (listener.security.protocol.map).
         self._security_protocols = security_protocols or {}
         self._max_request_bytes = max_request_bytes
@@ -241,12 +249,20 @@ class SocketServer:
         """Read, dispatch and answer the connection's requests in order until it closes."""
         peer = conn.peer
         self._tune(stream)
-        _pause_reading(stream)
+        stream_: ByteStream = stream
         decoder = FrameDecoder(self._max_request_bytes)
         reserved = 0  # bytes of the frame being read, reserved from the pool
         frame_started: float | None = None  # when the first byte of the frame being read was seen
         frame_deadline = math.inf
+        first_bytes = b""
         try:
+            tls = self._tls.get(conn.listener)
+            if tls is not None:
+                wrapped = await self._tls_handshake(stream, conn, tls)
+                if wrapped is None:
+                    return
+                stream_ = wrapped
+            _pause_reading(stream)
             while not self._closing and not conn.evicted:
                 size = decoder.peek_size()
                 if size is not None and not reserved and size:
@@ -261,7 +277,7 @@ class SocketServer:
                     conn.busy = True
                     response = await self._handler(frame, conn.session)
                     if response is not None:
-                        await stream.send(response)
+                        await stream_.send(response)
                     conn.busy = False
                     conn.last_active = anyio.current_time()
                     self.pool.release(reserved)
@@ -277,7 +293,7 @@ class SocketServer:
                 # eviction cancels it (after setting a flag, which tells them apart).
                 with anyio.CancelScope(deadline=min(now + self._idle_timeout_s, frame_deadline)) as scope:
                     conn.receive_scope = scope
-                    data = await stream.receive(RECEIVE_SIZE)
+                    data = await stream_.receive(RECEIVE_SIZE)
                 conn.receive_scope = None
                 _pause_reading(stream)
                 if (self._closing or conn.evicted) and (scope.cancelled_caught or not data):
@@ -297,13 +313,19 @@ class SocketServer:
                                  int(self._idle_timeout_s * 1000))
                     break
                 conn.last_active = anyio.current_time()
+                if not first_bytes:
+                    first_bytes = data[:3]
                 decoder.feed(data)
         except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError):
             pass
         except CloseConnection as e:
             log.warning("closing connection peer=%s reason=%r", peer, str(e))
         except FrameError as e:
-            log.warning("closing connection peer=%s reason=%r", peer, str(e))
+            hint = ""
+            if tls is None and first_bytes[:2] == b"\x16\x03":
+                hint = (f" (the bytes are a TLS handshake: a client configured for SSL connected to listener "
+                        f"{conn.listener}, which is {conn.session.security_protocol})")
+            log.warning("closing connection peer=%s reason=%r%s", peer, str(e), hint)
         except Exception:
             # A bug met by one connection ends that connection, never the broker's task group.
             log.exception("closing connection peer=%s after an unexpected error", peer)
@@ -314,7 +336,37 @@ class SocketServer:
             self.quotas.remove(conn.listener, conn.ip)
             self._notify_slot_freed()
             with anyio.CancelScope(shield=True):
-                await stream.aclose()
+                await stream_.aclose()
+
+    async def _tls_handshake(self, stream: SocketStream, conn: Connection, tls: ListenerTls) -> TLSStream | None:
+        """Wrap a connection in TLS; None (after one log line) when the handshake fails or times out.
+
+        On SSL listeners the client certificate (mTLS) gives the principal, mapped by
+        ssl.principal.mapping.rules; without one it is User:ANONYMOUS, as in Kafka.
+        """
+        reason = "timed out"
+        with anyio.move_on_after(TLS_HANDSHAKE_TIMEOUT_S):
+            try:
+                wrapped = await TLSStream.wrap(stream, server_side=True, ssl_context=tls.context,
+                                               standard_compatible=False)
+            except (anyio.BrokenResourceError, anyio.EndOfStream, ssl.SSLError, OSError) as e:
+                cause = e.__cause__ or e.__context__ or e
+                reason = getattr(cause, "reason", None) or str(cause) or type(cause).__name__
+            else:
+                cert = wrapped.extra(TLSAttribute.peer_certificate, None)
+                if conn.session.security_protocol == "SSL":
+                    try:
+                        conn.session.principal = tls.principal(cert)
+                    except MappingError as e:
+                        log.warning("closing connection peer=%s listener=%s: %s", conn.peer, conn.listener, e)
+                        return None
+                    if cert:
+                        log.info("authenticated peer=%s listener=%s principal=%s", conn.peer, conn.listener,
+                                 conn.session.principal)
+                return wrapped
+        log.warning("closing connection peer=%s listener=%s: TLS handshake failed: %s", conn.peer, conn.listener,
+                    reason)
+        return None
 
     async def _reserve(self, conn: Connection, size: int) -> float | None:
         """Reserve a frame's bytes from the pool; the seconds spent waiting, or None if interrupted."""
@@ -336,7 +388,7 @@ class SocketServer:
         return anyio.current_time() - started
 
 
-def _pause_reading(stream: SocketStream) -> None:
+def _pause_reading(stream: Any) -> None:
     """Stop the event loop reading this socket until the next receive() waits for data.
 
     anyio's asyncio streams start reading as soon as a connection is accepted and pause only

@@ -12,7 +12,8 @@ from kio.schema.errors import ErrorCode
 from pykbroker.coordinator.group.classic import Callback, ClassicGroup, Response
 from pykbroker.coordinator.group.manager import CommitEntry, GroupManager, JoinRequest
 from pykbroker.metadata.store import StoreUnavailable
-from pykbroker.server.authorizer import ResourceType, authorized_operations
+from pykbroker.server.authorizer import AclOperation, ResourceType, authorized_operations
+from pykbroker.server.authz import allowed, cluster_allowed, denied_names
 from pykbroker.server.context import RequestContext, Services
 
 if TYPE_CHECKING:
@@ -60,6 +61,14 @@ async def _await_callback(start: Callable[[Callback], None], timeout_s: float, o
     return box[0] if box else on_timeout
 
 
+def _group_allowed(ctx: RequestContext, op: AclOperation, group_id: str) -> bool:
+    return allowed(ctx, op, ResourceType.GROUP, group_id)
+
+
+def _group_ops(ctx: RequestContext, group_id: str) -> int:
+    return authorized_operations(ResourceType.GROUP, group_id, ctx=ctx)
+
+
 # --- FindCoordinator ------------------------------------------------------------------------
 
 def _log_end(svc: Services, group_id: str) -> int:
@@ -80,6 +89,16 @@ async def _replicated(svc: Services, group_id: str, code: ErrorCode, end_before:
 def _find_one(svc: Services, ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
     out: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": ErrorCode.none,
                            "error_message": None}
+    if ctx.authorizer is not None and key_type in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
+        # Kafka asks first: DESCRIBE on the group, or on the transactional id.
+        is_txn = key_type == KEY_TYPE_TRANSACTION
+        if not allowed(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID if is_txn else ResourceType.GROUP,
+                       key):
+            out["error_code"] = ErrorCode.transactional_id_authorization_failed if is_txn \
+                else ErrorCode.group_authorization_failed
+            out["error_message"] = ("Transactional Id authorization failed." if is_txn
+                                    else "Group authorization failed.")
+            return out
     gc = _coordinator(svc)
     tc = getattr(svc, "txn_coordinator", None)
     if key_type == KEY_TYPE_TRANSACTION and tc is not None and key:
@@ -141,6 +160,10 @@ async def handle_find_coordinator(svc: Services, ctx: RequestContext, req: Any) 
 
 async def handle_join_group(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
     v = ctx.version
+    if not _group_allowed(ctx, AclOperation.READ, req.group_id):
+        return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "generation_id": -1,
+                "protocol_type": None, "protocol_name": None if v >= 7 else "", "leader": "", "member_id": "",
+                "skip_assignment": False, "members": []}
     mgr = _manager(svc)
     session = _ms(req.session_timeout)
     rebalance = _ms(req.rebalance_timeout) if v >= 1 else session
@@ -168,6 +191,9 @@ async def handle_join_group(svc: Services, ctx: RequestContext, req: Any) -> dic
 
 async def handle_sync_group(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
     v = ctx.version
+    if not _group_allowed(ctx, AclOperation.READ, req.group_id):
+        return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "protocol_type": None,
+                "protocol_name": None, "assignment": b""}
     mgr = _manager(svc)
     gc = _coordinator(svc)
     assignments = {a.member_id: bytes(a.assignment) for a in req.assignments}
@@ -188,12 +214,16 @@ async def handle_sync_group(svc: Services, ctx: RequestContext, req: Any) -> dic
 
 
 async def handle_heartbeat(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    if not _group_allowed(ctx, AclOperation.READ, req.group_id):
+        return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed}
     instance = req.group_instance_id if ctx.version >= 3 else None
     code = _manager(svc).heartbeat(req.group_id, int(req.generation_id), req.member_id, instance)
     return {"throttle_time": 0, "error_code": code}
 
 
 async def handle_leave_group(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    if not _group_allowed(ctx, AclOperation.READ, req.group_id):
+        return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "members": []}
     mgr = _manager(svc)
     if ctx.version < 3:
         before = _log_end(svc, req.group_id)
@@ -213,11 +243,15 @@ async def handle_leave_group(svc: Services, ctx: RequestContext, req: Any) -> di
 
 # --- offsets ----------------------------------------------------------------------------------
 
-def commit_entries(svc: Services, topics: Any) -> tuple[list[CommitEntry], set[tuple[str, int]]]:
-    """The offsets of an OffsetCommit/TxnOffsetCommit request, and its partitions that do not exist."""
+def commit_entries(svc: Services, topics: Any, denied: frozenset[str] = frozenset()
+                   ) -> tuple[list[CommitEntry], set[tuple[str, int]]]:
+    """The offsets of an OffsetCommit/TxnOffsetCommit request, and its partitions that do not exist
+    (``denied`` topics, refused by the authorizer, are neither)."""
     entries: list[CommitEntry] = []
     unknown: set[tuple[str, int]] = set()
     for t in topics:
+        if denied and t.name in denied:
+            continue
         rec = svc.store.topic(t.name)
         for p in t.partitions:
             tp = (t.name, int(p.partition_index))
@@ -230,14 +264,19 @@ def commit_entries(svc: Services, topics: Any) -> tuple[list[CommitEntry], set[t
 
 
 def partition_errors(topics: Any, unknown: set[tuple[str, int]],
-                     results: dict[tuple[str, int], ErrorCode]) -> list[dict[str, Any]]:
-    """Per-partition error codes for the request's topics (``unknown`` ones: UNKNOWN_TOPIC_OR_PARTITION)."""
+                     results: dict[tuple[str, int], ErrorCode],
+                     denied: frozenset[str] = frozenset(),
+                     denied_code: ErrorCode = ErrorCode.topic_authorization_failed) -> list[dict[str, Any]]:
+    """Per-partition error codes for the request's topics (``unknown`` ones: UNKNOWN_TOPIC_OR_PARTITION,
+    ``denied`` ones: TOPIC_AUTHORIZATION_FAILED)."""
     out = []
     for t in topics:
         parts = []
+        refused = bool(denied) and t.name in denied
         for p in t.partitions:
             tp = (t.name, int(p.partition_index))
-            code = ErrorCode.unknown_topic_or_partition if tp in unknown else results.get(tp, ErrorCode.none)
+            code = denied_code if refused else \
+                ErrorCode.unknown_topic_or_partition if tp in unknown else results.get(tp, ErrorCode.none)
             parts.append({"partition_index": tp[1], "error_code": code})
         out.append({"name": t.name, "partitions": parts})
     return out
@@ -250,11 +289,15 @@ async def handle_offset_commit(svc: Services, ctx: RequestContext, req: Any) -> 
     retention = -1
     if 2 <= v <= 4:
         retention = _ms(req.retention_time)
-    entries, unknown = commit_entries(svc, req.topics)
+    if not _group_allowed(ctx, AclOperation.READ, req.group_id):
+        return {"throttle_time": 0, "topics": partition_errors(
+            req.topics, set(), {}, frozenset(t.name for t in req.topics), ErrorCode.group_authorization_failed)}
+    denied = denied_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in req.topics))
+    entries, unknown = commit_entries(svc, req.topics, denied)
     refused = gc.writable(req.group_id) if gc is not None and entries else ErrorCode.none
     if refused != ErrorCode.none:  # Kafka appends offsets with acks=all: nothing is committed
         return {"throttle_time": 0, "topics": partition_errors(
-            req.topics, unknown, {(e.topic, e.partition): refused for e in entries})}
+            req.topics, unknown, {(e.topic, e.partition): refused for e in entries}, denied)}
     results, written = mgr.prepare_commit(req.group_id, int(req.generation_id_or_member_epoch),
                                           req.member_id or "", req.group_instance_id if v >= 7 else None, entries,
                                           retention)
@@ -264,13 +307,51 @@ async def handle_offset_commit(svc: Services, ctx: RequestContext, req: Any) -> 
             results = {tp: code if c == ErrorCode.none else c for tp, c in results.items()}
             written = {}
     mgr.complete_commit(req.group_id, written)  # visible to OffsetFetch only once durable
-    return {"throttle_time": 0, "topics": partition_errors(req.topics, unknown, results)}
+    return {"throttle_time": 0, "topics": partition_errors(req.topics, unknown, results, denied)}
 
 
 def _fetch_group(mgr: GroupManager, group_id: str, topics: Any, member_id: str | None, member_epoch: int,
-                 version: int, require_stable: bool = False) -> tuple[ErrorCode, list[dict[str, Any]]]:
+                 version: int, require_stable: bool = False, ctx: RequestContext | None = None
+                 ) -> tuple[ErrorCode, list[dict[str, Any]]]:
     requested = None if topics is None else [(t.name, int(p)) for t in topics for p in t.partition_indexes]
+    denied: frozenset[str] = frozenset()
+    if ctx is not None and ctx.authorizer is not None:
+        if not _group_allowed(ctx, AclOperation.DESCRIBE, group_id):
+            code = ErrorCode.group_authorization_failed
+            if version < 2 and requested is not None:  # no top-level error before v2: every partition has it
+                return code, _offset_rows_by_topic([(tp, None) for tp in requested], code)
+            return code, []
+        if topics is not None:  # offsets of topics the principal may not DESCRIBE are refused, not read
+            denied = denied_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in topics))
+            requested = [tp for tp in requested or () if tp[0] not in denied]
     code, rows = mgr.fetch_offsets(group_id, requested, member_id, member_epoch)
+    if ctx is not None and ctx.authorizer is not None and code == ErrorCode.none:
+        if topics is None:  # all the group's offsets: silently only the topics it may DESCRIBE
+            hidden = denied_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (tp[0] for tp, _ in rows),
+                                  log_denial=False)
+            rows = [r for r in rows if r[0][0] not in hidden]
+        elif denied:
+            code2, out = _fetch_rows(mgr, group_id, rows, code, require_stable, version, requested)
+            for t in topics:
+                if t.name in denied:
+                    out.append({"name": t.name, "partitions": [
+                        {"partition_index": int(p), "committed_offset": -1, "committed_leader_epoch": -1,
+                         "metadata": "", "error_code": ErrorCode.topic_authorization_failed}
+                        for p in t.partition_indexes]})
+            return code2, out
+    return _fetch_rows(mgr, group_id, rows, code, require_stable, version, requested)
+
+
+def _offset_rows_by_topic(rows: Any, code: ErrorCode) -> list[dict[str, Any]]:
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (topic, part), _v in rows:
+        by_topic.setdefault(topic, []).append({"partition_index": part, "committed_offset": -1,
+                                               "committed_leader_epoch": -1, "metadata": "", "error_code": code})
+    return [{"name": t, "partitions": ps} for t, ps in by_topic.items()]
+
+
+def _fetch_rows(mgr: GroupManager, group_id: str, rows: Any, code: ErrorCode, require_stable: bool, version: int,
+                requested: list[tuple[str, int]] | None) -> tuple[ErrorCode, list[dict[str, Any]]]:
     # KIP-447: with require_stable, a partition with a pending transactional commit is UNSTABLE_OFFSET_COMMIT.
     unstable = mgr.unstable_offsets(group_id) if require_stable and code == ErrorCode.none else set()
     if code != ErrorCode.none:
@@ -304,17 +385,21 @@ async def handle_offset_fetch(svc: Services, ctx: RequestContext, req: Any) -> d
         for g in req.groups:
             code, topics = _fetch_group(mgr, g.group_id, g.topics, getattr(g, "member_id", None),
                                         int(getattr(g, "member_epoch", -1)), v,
-                                        bool(getattr(req, "require_stable", False)))
+                                        bool(getattr(req, "require_stable", False)), ctx)
             groups.append({"group_id": g.group_id, "topics": topics, "error_code": code})
         return {"throttle_time": 0, "groups": groups}
     code, topics = _fetch_group(mgr, req.group_id, req.topics, None, -1, v,
-                                bool(getattr(req, "require_stable", False)) if v >= 7 else False)
+                                bool(getattr(req, "require_stable", False)) if v >= 7 else False, ctx)
     return {"throttle_time": 0, "topics": topics, "error_code": code}
 
 
 async def handle_offset_delete(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
     mgr = _manager(svc)
-    wanted = [(t.name, int(p.partition_index)) for t in req.topics for p in t.partitions]
+    if not _group_allowed(ctx, AclOperation.DELETE, req.group_id):
+        return {"error_code": ErrorCode.group_authorization_failed, "throttle_time": 0, "topics": []}
+    denied = denied_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in req.topics))
+    wanted = [(t.name, int(p.partition_index)) for t in req.topics for p in t.partitions
+              if not (denied and t.name in denied)]
     unknown = {tp for tp in wanted if (rec := svc.store.topic(tp[0])) is None or tp[1] not in rec.partitions}
     gc = _coordinator(svc)
     refused = gc.writable(req.group_id) if gc is not None else ErrorCode.none
@@ -323,7 +408,7 @@ async def handle_offset_delete(svc: Services, ctx: RequestContext, req: Any) -> 
     before = _log_end(svc, req.group_id)
     code, results = mgr.delete_offsets(req.group_id, [tp for tp in wanted if tp not in unknown])
     code = await _replicated(svc, req.group_id, code, before)
-    topics = partition_errors(req.topics, unknown, results) if code == ErrorCode.none else []
+    topics = partition_errors(req.topics, unknown, results, denied) if code == ErrorCode.none else []
     return {"error_code": code, "throttle_time": 0, "topics": topics}
 
 
@@ -336,7 +421,12 @@ async def handle_list_groups(svc: Services, ctx: RequestContext, req: Any) -> di
     error = ErrorCode.none
     if any(st == "loading" for st in mgr.partitions.values()):
         error = ErrorCode.coordinator_load_in_progress
-    return {"throttle_time": 0, "error_code": error, "groups": mgr.list_groups(states, types)}
+    groups = mgr.list_groups(states, types)
+    if ctx.authorizer is not None and not cluster_allowed(ctx, AclOperation.DESCRIBE, log_denial=False):
+        # Without DESCRIBE on the cluster, only the groups the principal may DESCRIBE (silently).
+        groups = [g for g in groups if allowed(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, g["group_id"],
+                                               log_denial=False)]
+    return {"throttle_time": 0, "error_code": error, "groups": groups}
 
 
 async def handle_describe_groups(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
@@ -344,12 +434,17 @@ async def handle_describe_groups(svc: Services, ctx: RequestContext, req: Any) -
     groups = []
     include_ops = ctx.version >= 3 and bool(req.include_authorized_operations)
     for gid in req.groups:
+        if not _group_allowed(ctx, AclOperation.DESCRIBE, gid):
+            groups.append({"error_code": ErrorCode.group_authorization_failed, "error_message": None,
+                           "group_id": gid, "group_state": "", "protocol_type": "", "protocol_data": "",
+                           "members": [], "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED})
+            continue
         d = mgr.describe_group(gid)
         if d["error_code"] == ErrorCode.group_id_not_found and ctx.version < 6:
             # Before v6 (KIP-1043) an unknown group is described as Dead with no error.
             d["error_code"] = ErrorCode.none
         if include_ops and d["error_code"] == ErrorCode.none:
-            d["authorized_operations"] = authorized_operations(ResourceType.GROUP, gid)
+            d["authorized_operations"] = _group_ops(ctx, gid)
         groups.append(d)
     return {"throttle_time": 0, "groups": groups}
 
@@ -358,6 +453,8 @@ async def handle_delete_groups(svc: Services, ctx: RequestContext, req: Any) -> 
     mgr = _manager(svc)
     gc = _coordinator(svc)
     refused = {g: gc.writable(g) for g in req.groups_names} if gc is not None else {}
+    for g in denied_names(ctx, AclOperation.DELETE, ResourceType.GROUP, req.groups_names):
+        refused[g] = ErrorCode.group_authorization_failed
     before = {g: _log_end(svc, g) for g in req.groups_names}
     results = mgr.delete_groups([g for g in req.groups_names if refused.get(g, ErrorCode.none) == ErrorCode.none])
     results.update({g: c for g, c in refused.items() if c != ErrorCode.none})
@@ -375,6 +472,10 @@ async def handle_consumer_group_heartbeat(svc: Services, ctx: RequestContext, re
     if mgr.consumer is None or gc is None or not gc.consumer_protocol_enabled:
         return {"throttle_time": 0, "error_code": ErrorCode.unsupported_version, "error_message": None,
                 "member_id": None, "member_epoch": -1, "heartbeat_interval": 0, "assignment": None}
+    if ctx.authorizer is not None:
+        refusal = _heartbeat_refusal(ctx, req)
+        if refusal is not None:
+            return refusal
     before = _log_end(svc, req.group_id)
     resp = mgr.consumer.heartbeat(req, ctx.header.client_id or "", _client_host(ctx))
     if resp.get("error_code") == ErrorCode.none:
@@ -385,6 +486,26 @@ async def handle_consumer_group_heartbeat(svc: Services, ctx: RequestContext, re
     return {"throttle_time": 0, **resp}
 
 
+def _heartbeat_refusal(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
+    """READ on the group, then DESCRIBE on every subscribed topic (as Kafka 4: a subscription may not
+    reveal topics the member could not see in Metadata)."""
+    code, message = None, None
+    if not _group_allowed(ctx, AclOperation.READ, req.group_id):
+        code = ErrorCode.group_authorization_failed
+    else:
+        names = list(req.subscribed_topic_names or ())
+        if names:
+            denied = denied_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, names)
+            if denied:
+                code = ErrorCode.topic_authorization_failed
+                message = "The group is subscribed to topics it is not authorized to describe: " + \
+                    ", ".join(sorted(denied))
+    if code is None:
+        return None
+    return {"throttle_time": 0, "error_code": code, "error_message": message, "member_id": None,
+            "member_epoch": 0, "heartbeat_interval": 0, "assignment": None}
+
+
 async def handle_consumer_group_describe(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
     mgr = _manager(svc)
 
@@ -392,5 +513,18 @@ async def handle_consumer_group_describe(svc: Services, ctx: RequestContext, req
         rec = svc.store.topic_by_id(topic_id)
         return None if rec is None else rec.name
 
-    groups = [mgr.consumer.describe(gid, name_of) for gid in req.group_ids] if mgr.consumer is not None else []
+    groups = []
+    if mgr.consumer is not None:
+        include_ops = bool(getattr(req, "include_authorized_operations", False))
+        for gid in req.group_ids:
+            if not _group_allowed(ctx, AclOperation.DESCRIBE, gid):
+                groups.append({"error_code": ErrorCode.group_authorization_failed, "error_message": None,
+                               "group_id": gid, "group_state": "", "group_epoch": 0, "assignment_epoch": 0,
+                               "assignor_name": "", "members": [],
+                               "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED})
+                continue
+            d = mgr.consumer.describe(gid, name_of)
+            if include_ops and d["error_code"] == ErrorCode.none:
+                d["authorized_operations"] = _group_ops(ctx, gid)
+            groups.append(d)
     return {"throttle_time": 0, "groups": groups}

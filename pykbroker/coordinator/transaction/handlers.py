@@ -12,6 +12,8 @@ from pykbroker.coordinator.group.handlers import commit_entries, partition_error
 from pykbroker.coordinator.internal_topic import min_insync_replicas, wait_replicated
 from pykbroker.coordinator.transaction.state import STATE_BY_NAME, TxnState
 from pykbroker.metadata.store import StoreUnavailable
+from pykbroker.server.authorizer import AclOperation, ResourceType
+from pykbroker.server.authz import allowed, cluster_allowed, denied_names
 from pykbroker.server.context import RequestContext, Services
 
 if TYPE_CHECKING:
@@ -55,9 +57,32 @@ def _writable(tc: TransactionCoordinator, txn_id: str) -> ErrorCode:
 
 # --- InitProducerId -----------------------------------------------------------------------------
 
+def _txn_write_allowed(ctx: RequestContext, txn_id: str) -> bool:
+    return allowed(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id)
+
+
+def _init_producer_id_refusal(ctx: RequestContext, txn_id: str | None) -> ErrorCode | None:
+    """WRITE on the transactional id; without one (idempotence), IDEMPOTENT_WRITE on the cluster or WRITE on
+    some topic (KIP-679: any producer allowed to write may be idempotent)."""
+    auth = ctx.authorizer
+    if auth is None:
+        return None
+    if txn_id is not None:
+        return None if _txn_write_allowed(ctx, txn_id) else ErrorCode.transactional_id_authorization_failed
+    if cluster_allowed(ctx, AclOperation.IDEMPOTENT_WRITE, log_denial=False):
+        return None
+    if auth.authorize_by_resource_type(ctx.session.principal, ctx.session.client_host, AclOperation.WRITE,
+                                       ResourceType.TOPIC):
+        return None
+    return ErrorCode.cluster_authorization_failed
+
+
 async def handle_init_producer_id(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
-    tc = _tc(svc)
     txn_id = req.transactional_id
+    refusal = _init_producer_id_refusal(ctx, txn_id)
+    if refusal is not None:
+        return {"throttle_time": 0, "error_code": refusal, "producer_id": -1, "producer_epoch": -1}
+    tc = _tc(svc)
     try:
         await tc.producer_ids.ensure_available()  # a ZooKeeper round trip, off the event loop
     except StoreUnavailable:
@@ -110,11 +135,23 @@ def _topic_results(topics: list[tuple[str, list[int]]], codes: dict[tuple[str, i
 
 
 async def _add_or_verify(tc: TransactionCoordinator, svc: Services, version: int, txn_id: str, producer_id: int,
-                         epoch: int, topics: list[tuple[str, list[int]]], verify_only: bool
-                         ) -> dict[tuple[str, int], ErrorCode]:
+                         epoch: int, topics: list[tuple[str, list[int]]], verify_only: bool,
+                         ctx: RequestContext | None = None) -> dict[tuple[str, int], ErrorCode]:
     """One transaction of an AddPartitionsToTxn request: every partition's error code."""
-    wanted, bad = _txn_partitions(svc, topics, from_client=version < 4)
     everything = [(name, p) for name, ps in topics for p in ps]
+    if version < 4 and ctx is not None and ctx.authorizer is not None:  # from a producer: WRITE on id and topics
+        if not _txn_write_allowed(ctx, txn_id):
+            return dict.fromkeys(everything, ErrorCode.transactional_id_authorization_failed)
+        denied = denied_names(ctx, AclOperation.WRITE, ResourceType.TOPIC,
+                              (name for name, _ in topics if name not in INTERNAL))
+        if denied:
+            topics_ok = [(n, ps) for n, ps in topics if n not in denied]
+            _w, bad = _txn_partitions(svc, topics_ok, from_client=True)
+            for name, ps in topics:
+                if name in denied:
+                    bad.update(dict.fromkeys(((name, p) for p in ps), ErrorCode.topic_authorization_failed))
+            return {tp: bad.get(tp, ErrorCode.operation_not_attempted) for tp in everything}
+    wanted, bad = _txn_partitions(svc, topics, from_client=version < 4)
     if bad:  # one failed partition fails the transaction; the others were not attempted
         return {tp: bad.get(tp, ErrorCode.operation_not_attempted) for tp in everything}
     if verify_only:
@@ -138,8 +175,11 @@ async def handle_add_partitions_to_txn(svc: Services, ctx: RequestContext, req: 
         topics = [(t.name, [int(p) for p in t.partitions]) for t in req.v3_and_below_topics]
         codes = await _add_or_verify(tc, svc, ctx.version, req.v3_and_below_transactional_id,
                                      int(req.v3_and_below_producer_id), int(req.v3_and_below_producer_epoch),
-                                     topics, verify_only=False)
+                                     topics, verify_only=False, ctx=ctx)
         return {"throttle_time": 0, "results_by_topic_v3_and_below": _topic_results(topics, codes)}
+    if not cluster_allowed(ctx, AclOperation.CLUSTER_ACTION):  # v4+ come from partition leaders only
+        return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
+                "results_by_transaction": []}
     results = []
     for t in req.transactions:
         topics = [(x.name, [int(p) for p in x.partitions]) for x in t.topics]
@@ -150,6 +190,10 @@ async def handle_add_partitions_to_txn(svc: Services, ctx: RequestContext, req: 
 
 
 async def handle_add_offsets_to_txn(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    if not _txn_write_allowed(ctx, req.transactional_id):
+        return {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed}
+    if not allowed(ctx, AclOperation.READ, ResourceType.GROUP, req.group_id):
+        return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed}
     tc = _tc(svc)
     groups = getattr(svc, "groups", None)
     if groups is None:
@@ -166,6 +210,8 @@ async def handle_add_offsets_to_txn(svc: Services, ctx: RequestContext, req: Any
 # --- EndTxn / WriteTxnMarkers -------------------------------------------------------------------------
 
 async def handle_end_txn(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    if not _txn_write_allowed(ctx, req.transactional_id):
+        return {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed}
     tc = _tc(svc)
     code = _writable(tc, req.transactional_id)
     if code != ErrorCode.none:
@@ -182,6 +228,12 @@ async def handle_end_txn(svc: Services, ctx: RequestContext, req: Any) -> dict[s
 
 
 async def handle_write_txn_markers(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    if not cluster_allowed(ctx, AclOperation.CLUSTER_ACTION):  # only coordinators write markers
+        return {"markers": [{"producer_id": int(m.producer_id), "topics": [
+            {"name": t.name, "partitions": [{"partition_index": int(p),
+                                             "error_code": ErrorCode.cluster_authorization_failed}
+                                            for p in t.partition_indexes]} for t in m.topics]}
+            for m in req.markers]}
     tc = _tc(svc)
     markers = []
     for m in req.markers:
@@ -204,9 +256,18 @@ async def handle_write_txn_markers(svc: Services, ctx: RequestContext, req: Any)
 # --- TxnOffsetCommit ------------------------------------------------------------------------------------
 
 async def handle_txn_offset_commit(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
-    tc = _tc(svc)
     v = ctx.version
-    entries, unknown = commit_entries(svc, req.topics)
+    if ctx.authorizer is not None:
+        every = frozenset(t.name for t in req.topics)
+        if not _txn_write_allowed(ctx, req.transactional_id):
+            return {"throttle_time": 0, "topics": partition_errors(
+                req.topics, set(), {}, every, ErrorCode.transactional_id_authorization_failed)}
+        if not allowed(ctx, AclOperation.READ, ResourceType.GROUP, req.group_id):
+            return {"throttle_time": 0, "topics": partition_errors(
+                req.topics, set(), {}, every, ErrorCode.group_authorization_failed)}
+    denied = denied_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in req.topics))
+    tc = _tc(svc)
+    entries, unknown = commit_entries(svc, req.topics, denied)
     results: dict[tuple[str, int], ErrorCode] = {}
     # The producer must be the transactional id's current one, with the offsets partition in its transaction.
     err, md = tc.sm._check_producer(req.transactional_id, int(req.producer_id), int(req.producer_epoch))
@@ -235,7 +296,7 @@ async def handle_txn_offset_commit(svc: Services, ctx: RequestContext, req: Any)
             code = await groups.flush(req.group_id)
             if code != ErrorCode.none:  # not replicated: the producer retries the commit
                 results = {tp: code if c == ErrorCode.none else c for tp, c in results.items()}
-    return {"throttle_time": 0, "topics": partition_errors(req.topics, unknown, results)}
+    return {"throttle_time": 0, "topics": partition_errors(req.topics, unknown, results, denied)}
 
 
 # --- operator APIs --------------------------------------------------------------------------------------
@@ -244,18 +305,25 @@ async def handle_describe_transactions(svc: Services, ctx: RequestContext, req: 
     tc = _tc(svc)
     out = []
     for txn_id in req.transactional_ids:
-        code, md = tc.sm.describe(txn_id)
-        entry: dict[str, Any] = {"error_code": code, "transactional_id": txn_id, "transaction_state": "",
+        entry: dict[str, Any] = {"error_code": ErrorCode.none, "transactional_id": txn_id, "transaction_state": "",
                                  "transaction_timeout": 0, "transaction_start_time": 0, "producer_id": -1,
                                  "producer_epoch": -1, "topics": []}
+        if not allowed(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id):
+            entry["error_code"] = ErrorCode.transactional_id_authorization_failed
+            out.append(entry)
+            continue
+        code, md = tc.sm.describe(txn_id)
+        entry["error_code"] = code
         if md is not None:
             by_topic: dict[str, list[int]] = {}
             for t, p in sorted(md.partitions):
                 by_topic.setdefault(t, []).append(p)
+            # Only the partitions of topics the principal may DESCRIBE.
+            hidden = denied_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, by_topic)
             entry.update(transaction_state=md.state.display, transaction_timeout=md.timeout_ms,
                          transaction_start_time=md.start_ms, producer_id=md.producer_id,
                          producer_epoch=md.producer_epoch,
-                         topics=[{"topic": t, "partitions": ps} for t, ps in by_topic.items()])
+                         topics=[{"topic": t, "partitions": ps} for t, ps in by_topic.items() if t not in hidden])
         out.append(entry)
     return {"throttle_time": 0, "transaction_states": out}
 
@@ -275,6 +343,9 @@ async def handle_list_transactions(svc: Services, ctx: RequestContext, req: Any)
     else:
         listed = tc.sm.list(states or None, {int(p) for p in req.producer_id_filters} or None,
                             int(getattr(req, "duration_filter", -1)))
+    if ctx.authorizer is not None:  # only the ids the principal may DESCRIBE
+        listed = [md for md in listed
+                  if allowed(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, md.transactional_id)]
     error = ErrorCode.coordinator_load_in_progress if tc.sm.loading() else ErrorCode.none
     return {"throttle_time": 0, "error_code": error, "unknown_state_filters": unknown,
             "transaction_states": [{"transactional_id": md.transactional_id, "producer_id": md.producer_id,
@@ -283,6 +354,7 @@ async def handle_list_transactions(svc: Services, ctx: RequestContext, req: Any)
 
 async def handle_describe_producers(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
     topics = []
+    denied = denied_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in req.topics))
     for t in req.topics:
         rec = svc.store.topic(t.name)
         parts = []
@@ -290,7 +362,10 @@ async def handle_describe_producers(svc: Services, ctx: RequestContext, req: Any
             entry: dict[str, Any] = {"partition_index": int(idx), "error_code": ErrorCode.none,
                                      "error_message": None, "active_producers": []}
             p = svc.replicas.partition(t.name, int(idx))
-            if rec is None or p is None:
+            if denied and t.name in denied:
+                entry["error_code"] = ErrorCode.topic_authorization_failed
+                entry["error_message"] = "Topic authorization failed."
+            elif rec is None or p is None:
                 entry["error_code"] = ErrorCode.unknown_topic_or_partition
             elif p.leader_id != svc.broker_id:
                 entry["error_code"] = ErrorCode.not_leader_or_follower

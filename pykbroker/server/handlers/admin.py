@@ -12,6 +12,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from pykbroker.metadata.store import TopicRecord
+from pykbroker.server.authorizer import AclOperation, ResourceType
+from pykbroker.server.authz import cluster_allowed, denied_names
 from pykbroker.server.context import RequestContext, Services
 from pykbroker.server.handlers.configs import describe_topic_configs
 from pykbroker.server.topics import TopicError, TopicSpec, timeout_ms_of, timeout_s
@@ -30,15 +32,27 @@ async def handle_create_topics(svc: Services, ctx: RequestContext, req: Any) -> 
     dupes = _duplicates([t.name for t in req.topics])
     results = []
     created: list[tuple[dict[str, Any], TopicRecord]] = []
+    # CREATE on the cluster, else on each topic; DESCRIBE_CONFIGS to be shown the new topic's configs.
+    no_create: frozenset[str] = frozenset()
+    no_configs: frozenset[str] = frozenset()
+    if ctx.authorizer is not None:
+        names = [t.name for t in req.topics]
+        if not cluster_allowed(ctx, AclOperation.CREATE, log_denial=False):
+            no_create = denied_names(ctx, AclOperation.CREATE, ResourceType.TOPIC, names)
+        no_configs = denied_names(ctx, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, names, log_denial=False)
     for t in req.topics:
         result: dict[str, Any] = {"name": t.name, "topic_id": ZERO_UUID, "error_code": ErrorCode.none,
                                   "error_message": None, "num_partitions": -1, "replication_factor": -1,
-                                  "configs": None}
+                                  "configs": None, "topic_config_error_code": ErrorCode.none}
         results.append(result)
         if t.name in dupes:
             result["error_code"] = ErrorCode.invalid_request
             result["error_message"] = "Create topics request from client contains multiple entries for the " \
                                       f"following topics: {t.name}"
+            continue
+        if no_create and t.name in no_create:
+            result["error_code"] = ErrorCode.topic_authorization_failed
+            result["error_message"] = "Authorization failed."
             continue
         spec = TopicSpec(
             name=t.name,
@@ -55,6 +69,9 @@ async def handle_create_topics(svc: Services, ctx: RequestContext, req: Any) -> 
             continue
         if v >= 5:
             _fill_created(svc, result, rec)
+            if no_configs and t.name in no_configs:  # created, but its configs are not this principal's to see
+                result["configs"] = []
+                result["topic_config_error_code"] = ErrorCode.topic_authorization_failed
         if not req.validate_only:
             created.append((result, rec))
     await _wait_all(svc, timeout_ms_of(req.timeout), created, svc.topics.wait_created)
@@ -95,6 +112,7 @@ async def handle_delete_topics(svc: Services, ctx: RequestContext, req: Any) -> 
     else:
         targets = [(n, ZERO_UUID) for n in req.topic_names]
     pending: list[tuple[dict[str, Any], TopicRecord]] = []
+    enforced = ctx.authorizer is not None
     for name, topic_id in targets:
         result: dict[str, Any] = {"name": name, "topic_id": topic_id, "error_code": ErrorCode.none,
                                   "error_message": None}
@@ -105,7 +123,14 @@ async def handle_delete_topics(svc: Services, ctx: RequestContext, req: Any) -> 
                 result["error_code"] = ErrorCode.unknown_topic_id
                 continue
             name = rec.name
+            if enforced and denied_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (name,)):
+                # Named by id and not describable: refused without disclosing the name.
+                result["error_code"] = ErrorCode.topic_authorization_failed
+                continue
             result["name"] = name
+        if enforced and denied_names(ctx, AclOperation.DELETE, ResourceType.TOPIC, (name,)):
+            result["error_code"] = ErrorCode.topic_authorization_failed
+            continue
         rec = svc.store.topic(name)
         if rec is not None and rec.internal:
             result["error_code"] = ErrorCode.invalid_topic_exception
@@ -124,6 +149,8 @@ async def handle_delete_topics(svc: Services, ctx: RequestContext, req: Any) -> 
 
 async def handle_create_partitions(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
     dupes = _duplicates([t.name for t in req.topics])
+    denied = denied_names(ctx, AclOperation.ALTER, ResourceType.TOPIC,
+                          (t.name for t in req.topics if t.name not in dupes))
     results = []
     grown: list[tuple[dict[str, Any], TopicRecord, range]] = []
     for t in req.topics:
@@ -132,6 +159,10 @@ async def handle_create_partitions(svc: Services, ctx: RequestContext, req: Any)
         if t.name in dupes:
             result["error_code"] = ErrorCode.invalid_request
             result["error_message"] = "Duplicate topic in request."
+            continue
+        if denied and t.name in denied:
+            result["error_code"] = ErrorCode.topic_authorization_failed
+            result["error_message"] = "The topic authorization is failed."
             continue
         assignments = None if t.assignments is None else [[int(b) for b in a.broker_ids] for a in t.assignments]
         try:

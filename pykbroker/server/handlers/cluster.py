@@ -23,10 +23,12 @@ from kio.schema.errors import ErrorCode
 from pykbroker.metadata.store import StoreUnavailable, TopicRecord, UnknownTopic, run_store, topic_name_problem
 from pykbroker.server.authorizer import (
     AUTHORIZED_OPERATIONS_OMITTED,
+    AclOperation,
     ResourceType,
     authorized_operations,
     maybe_authorized_operations,
 )
+from pykbroker.server.authz import CLUSTER_NAME, allowed, cluster_allowed, denied_names
 from pykbroker.server.context import RequestContext, Services
 from pykbroker.server.handlers.metadata import ZERO_UUID, broker_entries, topic_metadata
 from pykbroker.server.topics import timeout_ms_of, timeout_s
@@ -66,10 +68,16 @@ async def handle_describe_cluster(svc: Services, ctx: RequestContext, req: Any) 
     base.update(
         brokers=brokers,
         controller_id=svc.store.controller_id(),
-        cluster_authorized_operations=maybe_authorized_operations(
-            bool(req.include_cluster_authorized_operations), ResourceType.CLUSTER, "kafka-cluster"),
+        cluster_authorized_operations=_cluster_operations(ctx, bool(req.include_cluster_authorized_operations)),
     )
     return base
+
+
+def _cluster_operations(ctx: RequestContext, requested: bool) -> int:
+    """As Kafka: DescribeCluster itself needs no ACL, but its operations field is 0 without DESCRIBE."""
+    if requested and not cluster_allowed(ctx, AclOperation.DESCRIBE):
+        return 0
+    return maybe_authorized_operations(requested, ResourceType.CLUSTER, CLUSTER_NAME, ctx)
 
 
 # --- DescribeTopicPartitions (75) -------------------------------------------------------------
@@ -80,7 +88,8 @@ def _describe_topic_error(name: str, code: ErrorCode) -> dict[str, Any]:
             "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
 
 
-def _describe_topic(svc: Services, rec: TopicRecord, start: int, limit: int) -> tuple[dict[str, Any], int]:
+def _describe_topic(svc: Services, rec: TopicRecord, start: int, limit: int,
+                    ctx: RequestContext | None = None) -> tuple[dict[str, Any], int]:
     """One topic's partitions from ``start``, at most ``limit``; returns it and the next index or -1."""
     md = topic_metadata(svc, rec)
     count = len(md["partitions"])
@@ -92,7 +101,7 @@ def _describe_topic(svc: Services, rec: TopicRecord, start: int, limit: int) -> 
         p["last_known_elr"] = ()
         parts.append(p)
     md["partitions"] = parts
-    md["topic_authorized_operations"] = authorized_operations(ResourceType.TOPIC, rec.name)
+    md["topic_authorized_operations"] = authorized_operations(ResourceType.TOPIC, rec.name, ctx=ctx)
     return md, (upper if upper < count else -1)
 
 
@@ -109,12 +118,19 @@ async def handle_describe_topic_partitions(svc: Services, ctx: RequestContext, r
         names = [n for n in names if n >= cursor.topic_name]
     remaining = min(int(req.response_partition_limit), MAX_REQUEST_PARTITION_SIZE_LIMIT)
     topics: list[dict[str, Any]] = []
+    refused: list[dict[str, Any]] = []  # Kafka lists them after the described topics
     next_cursor: dict[str, Any] | None = None
+    enforced = ctx.authorizer is not None
     for name in names:
         if remaining <= 0:
             # The page is full at a topic boundary: the next page starts with this topic.
             next_cursor = {"topic_name": name, "partition_index": 0}
             break
+        if enforced and not allowed(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name, log_denial=not fetch_all):
+            # Refused before existence is checked (no disclosure); silently left out of a listing of all.
+            if not fetch_all:
+                refused.append(_describe_topic_error(name, ErrorCode.topic_authorization_failed))
+            continue
         rec = svc.store.topic(name)
         if rec is None:
             if not fetch_all:
@@ -123,12 +139,13 @@ async def handle_describe_topic_partitions(svc: Services, ctx: RequestContext, r
                 topics.append(_describe_topic_error(name, code))
             continue
         start = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
-        md, nxt = _describe_topic(svc, rec, start, remaining)
+        md, nxt = _describe_topic(svc, rec, start, remaining, ctx)
         topics.append(md)
         if nxt != -1:
             next_cursor = {"topic_name": name, "partition_index": nxt}
             break
         remaining -= len(md["partitions"])
+    topics.extend(refused)
     return {"throttle_time": 0, "topics": topics, "next_cursor": next_cursor}
 
 
@@ -140,7 +157,13 @@ def _disk_space(path: Path) -> tuple[int, int]:
     return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
 
 
+def _cluster_refused_message(ctx: RequestContext) -> str:
+    return f"Request {ctx.api_name} is not authorized."
+
+
 async def handle_describe_log_dirs(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    if not cluster_allowed(ctx, AclOperation.DESCRIBE):  # v3+ carry the code; before, an empty answer
+        return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed, "results": []}
     lm = svc.replicas.log_manager
     wanted: set[tuple[str, int]] | None = None
     if req.topics is not None:
@@ -194,6 +217,12 @@ def _offset_lag(svc: Services, topic: str, index: int, log_end_offset: int, is_f
 
 
 async def handle_alter_replica_log_dirs(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    if not cluster_allowed(ctx, AclOperation.ALTER):  # every partition of the request refused, as sent
+        return {"throttle_time": 0, "results": [
+            {"topic_name": t.name, "partitions": [{"partition_index": int(i),
+                                                   "error_code": ErrorCode.cluster_authorization_failed}
+                                                  for i in t.partitions]}
+            for d in req.dirs for t in d.topics]}
     lm = svc.replicas.log_manager
     # Like Kafka, a partition named under several dirs goes to the last one.
     targets: dict[tuple[str, int], str] = {}
@@ -308,6 +337,13 @@ async def _elect_leaders_in_cluster(svc: Services, req: Any, election_type: int)
 
 
 async def handle_elect_leaders(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    if not cluster_allowed(ctx, AclOperation.ALTER):
+        return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
+                "replica_election_results": [
+                    {"topic": t.topic, "partition_result": [
+                        {"partition_id": int(i), "error_code": ErrorCode.cluster_authorization_failed,
+                         "error_message": None} for i in t.partitions]}
+                    for t in req.topic_partitions or ()]}
     election_type = int(getattr(req, "election_type", ELECTION_PREFERRED)) if ctx.version >= 1 else ELECTION_PREFERRED
     if election_type not in (ELECTION_PREFERRED, ELECTION_UNCLEAN):
         return {"throttle_time": 0, "error_code": ErrorCode.invalid_request, "replica_election_results": []}
@@ -366,6 +402,12 @@ def _reassign(svc: Services, topic: str, index: int, replicas: tuple[int, ...] |
 
 
 async def handle_alter_partition_reassignments(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    if not cluster_allowed(ctx, AclOperation.ALTER):
+        refused = _cluster_refused_message(ctx)
+        return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed, "error_message": refused,
+                "responses": [{"name": t.name, "partitions": [
+                    {"partition_index": int(p.partition_index), "error_code": ErrorCode.cluster_authorization_failed,
+                     "error_message": refused} for p in t.partitions]} for t in req.topics]}
     cluster = svc.store.is_cluster()
     responses = []
     moves: dict[tuple[str, int], list[int] | None] = {}
@@ -396,6 +438,12 @@ async def handle_alter_partition_reassignments(svc: Services, ctx: RequestContex
 
 
 async def handle_list_partition_reassignments(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    if not cluster_allowed(ctx, AclOperation.DESCRIBE):
+        return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
+                "error_message": _cluster_refused_message(ctx),
+                "topics": [{"name": t.name, "partitions": [
+                    {"partition_index": int(i), "replicas": [], "adding_replicas": [], "removing_replicas": []}
+                    for i in t.partition_indexes]} for t in req.topics or ()]}
     """Reassignments in progress (adding or removing replicas in the assignment); none on one broker."""
     topics: list[dict[str, Any]] = []
     wanted: dict[str, set[int] | None]
@@ -454,7 +502,16 @@ def _epoch_end_offset(svc: Services, topic: str, index: int, current_leader_epoc
 
 async def handle_offset_for_leader_epoch(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
     topics = []
+    denied: frozenset[str] = frozenset()
+    # Followers have CLUSTER_ACTION; consumers (KIP-320) need DESCRIBE on each topic.
+    if ctx.authorizer is not None and not cluster_allowed(ctx, AclOperation.CLUSTER_ACTION, log_denial=False):
+        denied = denied_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.topic for t in req.topics))
     for t in req.topics:
+        if denied and t.topic in denied:
+            topics.append({"topic": t.topic, "partitions": [
+                {"partition": int(p.partition), "error_code": ErrorCode.topic_authorization_failed,
+                 "leader_epoch": UNDEFINED_EPOCH, "end_offset": UNDEFINED_EPOCH_OFFSET} for p in t.partitions]})
+            continue
         parts = [_epoch_end_offset(svc, t.topic, p.partition, int(p.current_leader_epoch), int(p.leader_epoch))
                  for p in t.partitions]
         topics.append({"topic": t.topic, "partitions": parts})

@@ -40,6 +40,8 @@ from pykbroker.config import (
     validate_topic_configs,
 )
 from pykbroker.metadata.store import StoreUnavailable, UnknownTopic, run_store, topic_name_problem
+from pykbroker.server.authorizer import AclOperation, ResourceType
+from pykbroker.server.authz import CLUSTER_NAME, allowed
 from pykbroker.server.context import RequestContext, Services
 
 log = logging.getLogger("pykbroker.admin")
@@ -230,6 +232,28 @@ def _type_name(rtype: int) -> str:
             32: "GROUP"}.get(rtype, "UNKNOWN")
 
 
+# Which ACL resource guards each config resource type, and the code a refusal answers (as Kafka's ConfigHelper).
+_CONFIG_ACL: dict[int, tuple[ResourceType, ErrorCode, str]] = {
+    RESOURCE_TOPIC: (ResourceType.TOPIC, ErrorCode.topic_authorization_failed, "Topic authorization failed."),
+    RESOURCE_GROUP: (ResourceType.GROUP, ErrorCode.group_authorization_failed, "Group authorization failed."),
+}
+_CLUSTER_REFUSAL = (ResourceType.CLUSTER, ErrorCode.cluster_authorization_failed, "Cluster authorization failed.")
+
+
+def config_refusal(ctx: RequestContext, op: AclOperation, rtype: int, name: str, *,
+                   with_message: bool) -> ResourceError | None:
+    """DESCRIBE_CONFIGS/ALTER_CONFIGS on the topic or group, on the cluster for broker, broker-logger and
+    client-metrics resources; None when allowed (always without an authorizer)."""
+    if ctx.authorizer is None:
+        return None
+    acl_type, code, message = _CONFIG_ACL.get(rtype, _CLUSTER_REFUSAL)
+    if acl_type == ResourceType.CLUSTER:
+        name = CLUSTER_NAME
+    if allowed(ctx, op, acl_type, name):
+        return None
+    return ResourceError(code, message if with_message else None)
+
+
 async def handle_describe_configs(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
     synonyms = bool(getattr(req, "include_synonyms", False))
     documentation = bool(getattr(req, "include_documentation", False))
@@ -240,6 +264,13 @@ async def handle_describe_configs(svc: Services, ctx: RequestContext, req: Any) 
                                   "resource_name": r.resource_name, "configs": []}
         results.append(result)
         keys = None if r.configuration_keys is None else list(r.configuration_keys)
+        refusal = config_refusal(ctx, AclOperation.DESCRIBE_CONFIGS, rtype, r.resource_name, with_message=True) \
+            if rtype in (RESOURCE_TOPIC, RESOURCE_GROUP, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER,
+                         RESOURCE_CLIENT_METRICS) else None
+        if refusal is not None:
+            result["error_code"] = refusal.code
+            result["error_message"] = refusal.message
+            continue
         try:
             result["configs"] = _describe_one(svc, rtype, r.resource_name, keys, synonyms, documentation)
         except ResourceError as e:
@@ -355,7 +386,7 @@ def _preflight(resources: list[Any], incremental: bool) -> dict[int, ResourceErr
     return errors
 
 
-async def _alter(svc: Services, req: Any, incremental: bool) -> dict[str, Any]:
+async def _alter(svc: Services, ctx: RequestContext, req: Any, incremental: bool) -> dict[str, Any]:
     resources = list(req.resources)
     errors = _preflight(resources, incremental)
     responses = []
@@ -367,6 +398,11 @@ async def _alter(svc: Services, req: Any, incremental: bool) -> dict[str, Any]:
         try:
             if i in errors:
                 raise errors[i]
+            if rtype in (RESOURCE_TOPIC, RESOURCE_GROUP, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER,
+                         RESOURCE_CLIENT_METRICS):
+                refusal = config_refusal(ctx, AclOperation.ALTER_CONFIGS, rtype, name, with_message=False)
+                if refusal is not None:
+                    raise refusal
             _check_resource(svc, rtype, name)
             if incremental:
                 try:
@@ -391,9 +427,9 @@ async def _alter(svc: Services, req: Any, incremental: bool) -> dict[str, Any]:
 
 async def handle_alter_configs(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
     """Legacy AlterConfigs: each resource's configs are replaced by exactly those given."""
-    return await _alter(svc, req, incremental=False)
+    return await _alter(svc, ctx, req, incremental=False)
 
 
 async def handle_incremental_alter_configs(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
     """IncrementalAlterConfigs: SET, DELETE, APPEND and SUBTRACT on the stored configs."""
-    return await _alter(svc, req, incremental=True)
+    return await _alter(svc, ctx, req, incremental=True)

@@ -21,6 +21,8 @@ from kio.schema.errors import ErrorCode
 from pykbroker.protocol.message_format import down_convert, first_message_size
 from pykbroker.protocol.records import InvalidRecords
 from pykbroker.replication.rules import diverging_epoch
+from pykbroker.server.authorizer import AclOperation, ResourceType
+from pykbroker.server.authz import cluster_allowed, denied_names
 from pykbroker.server.context import RequestContext, Services
 from pykbroker.server.replica_manager import Partition
 from pykbroker.storage.log import KafkaStorageError, OffsetOutOfRange
@@ -52,7 +54,9 @@ def replica_id_of(req: Any, version: int) -> int:
 
 
 def _read_all(svc: Services, ctx: RequestContext, req: Any, by_id: bool, replica_id: int = -1,
-              first_pass: bool = True) -> _Plan:
+              first_pass: bool = True, denied: frozenset[str] | bool = frozenset()) -> _Plan:
+    """``denied``: topics the consumer may not READ, or True when a replica fetch lacks CLUSTER_ACTION
+    (every partition is then refused)."""
     plan = _Plan()
     # fetch.max.bytes caps what a client may ask for (v3+), as in Kafka.
     remaining = min(max(int(req.max_bytes), 0), svc.config["fetch.max.bytes"]) if ctx.version >= 3 else 1 << 31
@@ -84,6 +88,11 @@ def _read_all(svc: Services, ctx: RequestContext, req: Any, by_id: bool, replica
                 "records": b"",
             }
             parts.append(entry)
+            if denied and (denied is True or (name is not None and name in denied)):
+                # Kafka refuses before checking existence (an unknown topic id has no name to refuse).
+                entry["error_code"] = ErrorCode.topic_authorization_failed
+                plan.errors = True
+                continue
             if rec is None or p is None:
                 if rec is not None and name is not None and svc.replicas.is_offline(name, idx):
                     entry["error_code"] = ErrorCode.kafka_storage_error
@@ -195,6 +204,16 @@ def _read_for_follower(svc: Services, p: Partition, fp: Any, entry: dict[str, An
         plan.bytes += len(result.records)
 
 
+def _request_topic_names(svc: Services, req: Any, by_id: bool) -> list[str | None]:
+    if not by_id:
+        return [t.topic for t in req.topics]
+    out: list[str | None] = []
+    for t in req.topics:
+        rec = svc.store.topic_by_id(t.topic_id)
+        out.append(rec.name if rec is not None else None)
+    return out
+
+
 def _fetched_partitions(svc: Services, req: Any, by_id: bool) -> list[tuple[str, int]]:
     out: list[tuple[str, int]] = []
     for t in req.topics:
@@ -224,7 +243,13 @@ async def handle_fetch(svc: Services, ctx: RequestContext, req: Any) -> dict[str
     deadline = anyio.current_time() + max(max_wait_s, 0.0)
     # Only a cluster has followers; with embedded metadata a replica id is read as a consumer's, as before.
     replica_id = replica_id_of(req, v) if svc.replicas.replicating else -1
-    plan = _read_all(svc, ctx, req, by_id, replica_id)
+    denied: frozenset[str] | bool = frozenset()
+    if ctx.authorizer is not None:  # once per request, per topic name; nothing without an authorizer
+        if replica_id_of(req, v) >= 0:  # a follower needs CLUSTER_ACTION, else every partition is refused
+            denied = not cluster_allowed(ctx, AclOperation.CLUSTER_ACTION)
+        else:
+            denied = denied_names(ctx, AclOperation.READ, ResourceType.TOPIC, _request_topic_names(svc, req, by_id))
+    plan = _read_all(svc, ctx, req, by_id, replica_id, denied=denied)
     if plan.bytes < min_bytes and not plan.errors and max_wait_s > 0:
         tps = _fetched_partitions(svc, req, by_id)
         # A follower waits for appends, a consumer for the high watermark to move.
@@ -234,7 +259,7 @@ async def handle_fetch(svc: Services, ctx: RequestContext, req: Any) -> dict[str
             if remaining <= 0:
                 break
             await waiters.wait(tps, remaining)
-            plan = _read_all(svc, ctx, req, by_id, replica_id, first_pass=False)
+            plan = _read_all(svc, ctx, req, by_id, replica_id, first_pass=False, denied=denied)
     if v <= 3:  # clients from before Kafka 0.11 read message format v0/v1; never on the modern path
         _down_convert(svc, req, plan.topics, 0 if v <= 1 else 1)
     return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": plan.topics}

@@ -13,6 +13,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from pykbroker.server.authorizer import AclOperation, ResourceType
+from pykbroker.server.authz import denied_names
 from pykbroker.server.context import RequestContext, Services, now_ms
 from pykbroker.server.replica_manager import Partition
 from pykbroker.storage.log import KafkaStorageError
@@ -50,6 +52,7 @@ def _offsets_before(p: Partition, timestamp: int, max_num_offsets: int, now: int
 
 async def handle_list_offsets_v0(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
     from_consumer = int(req.replica_id) == CONSUMER_REPLICA_ID
+    denied = denied_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in req.topics or ()))
     topics = []
     for t in req.topics or ():
         parts = []
@@ -57,6 +60,9 @@ async def handle_list_offsets_v0(svc: Services, ctx: RequestContext, req: Any) -
             idx = int(rp.partition_index)
             entry: dict[str, Any] = {"partition_index": idx, "error_code": ErrorCode.none, "old_style_offsets": []}
             parts.append(entry)
+            if denied and t.name in denied:
+                entry["error_code"] = ErrorCode.topic_authorization_failed
+                continue
             p = svc.replicas.partition(t.name, idx)
             if p is None or p.log.offline:
                 entry["error_code"] = ErrorCode.kafka_storage_error if svc.replicas.is_offline(t.name, idx) \

@@ -9,7 +9,14 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from pykbroker.metadata.store import INTERNAL_TOPICS, StoreUnavailable, TopicRecord, topic_name_problem
-from pykbroker.server.authorizer import AUTHORIZED_OPERATIONS_OMITTED, ResourceType, maybe_authorized_operations
+from pykbroker.server.authorizer import (
+    AUTHORIZED_OPERATIONS_OMITTED,
+    AclOperation,
+    ResourceType,
+    authorized_operations,
+    maybe_authorized_operations,
+)
+from pykbroker.server.authz import CLUSTER_NAME, cluster_allowed, denied_names
 from pykbroker.server.context import RequestContext, Services
 from pykbroker.server.topics import TopicError
 
@@ -17,7 +24,7 @@ ZERO_UUID = uuid.UUID(int=0)
 
 
 def topic_metadata(svc: Services, rec: TopicRecord, *, include_authorized_operations: bool = False,
-                   live: Container[int] | None = None) -> dict[str, Any]:
+                   live: Container[int] | None = None, ctx: RequestContext | None = None) -> dict[str, Any]:
     """One topic's Metadata entry; ``live`` (the live broker ids) makes it the cluster view."""
     if live is None and svc.store.is_cluster():
         live = svc.store.live_brokers()
@@ -29,7 +36,7 @@ def topic_metadata(svc: Services, rec: TopicRecord, *, include_authorized_operat
         "is_internal": rec.internal,
         "partitions": partitions,
         "topic_authorized_operations": maybe_authorized_operations(
-            include_authorized_operations, ResourceType.TOPIC, rec.name),
+            include_authorized_operations, ResourceType.TOPIC, rec.name, ctx),
     }
 
 
@@ -133,11 +140,18 @@ async def handle_metadata(svc: Services, ctx: RequestContext, req: Any) -> dict[
                 "topics": [_error_topic(t.name or "", ErrorCode.invalid_request, t.topic_id or ZERO_UUID)
                            for t in requested]}
     live = svc.store.live_brokers() if svc.store.is_cluster() else None
+    enforced = ctx.authorizer is not None
     if all_topics:
-        topics = [topic_metadata(svc, rec, include_authorized_operations=topic_ops, live=live)
-                  for rec in svc.store.topics().values()]
+        records = list(svc.store.topics().values())
+        if enforced:  # only the topics this principal may DESCRIBE, silently (Kafka logs no denial here)
+            hidden = denied_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (r.name for r in records),
+                                  log_denial=False)
+            records = [r for r in records if r.name not in hidden]
+        topics = [topic_metadata(svc, rec, include_authorized_operations=topic_ops, live=live, ctx=ctx)
+                  for rec in records]
     else:
         seen: set[str] = set()
+        may_create: bool | None = None  # CREATE on the cluster, asked once when needed
         for t in requested:
             name = t.name
             topic_id = getattr(t, "topic_id", None)
@@ -145,14 +159,28 @@ async def handle_metadata(svc: Services, ctx: RequestContext, req: Any) -> dict[
                 rec = svc.store.topic_by_id(topic_id) if topic_id and topic_id != ZERO_UUID else None
                 if rec is None:
                     topics.append(_error_topic(None, ErrorCode.unknown_topic_id, topic_id or ZERO_UUID))
+                elif enforced and denied_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (rec.name,)):
+                    # Topic ids are not secret: refused by id, the name withheld.
+                    topics.append(_error_topic(None, ErrorCode.topic_authorization_failed, rec.topic_id))
                 else:
-                    topics.append(topic_metadata(svc, rec, include_authorized_operations=topic_ops, live=live))
+                    topics.append(topic_metadata(svc, rec, include_authorized_operations=topic_ops, live=live,
+                                                 ctx=ctx))
                 continue
             if name in seen:
                 continue
             seen.add(name)
+            if enforced and denied_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (name,)):
+                # Refused whether or not it exists, so as not to disclose which topics exist.
+                topics.append(_error_topic(name, ErrorCode.topic_authorization_failed))
+                continue
             rec = svc.store.topic(name)
             if rec is None:
+                if enforced and allow_auto and svc.config["auto.create.topics.enable"]:
+                    if may_create is None:
+                        may_create = cluster_allowed(ctx, AclOperation.CREATE, log_denial=False)
+                    if not may_create and denied_names(ctx, AclOperation.CREATE, ResourceType.TOPIC, (name,)):
+                        topics.append(_error_topic(name, ErrorCode.topic_authorization_failed))
+                        continue
                 if topic_name_problem(name):
                     topics.append(_error_topic(name, ErrorCode.invalid_topic_exception))
                     continue
@@ -174,7 +202,7 @@ async def handle_metadata(svc: Services, ctx: RequestContext, req: Any) -> dict[
                 if rec is None:
                     topics.append(_error_topic(name, ErrorCode.unknown_topic_or_partition))
                     continue
-            topics.append(topic_metadata(svc, rec, include_authorized_operations=topic_ops, live=live))
+            topics.append(topic_metadata(svc, rec, include_authorized_operations=topic_ops, live=live, ctx=ctx))
     brokers = broker_entries(svc, ctx.listener, "node_id")
     return {
         "throttle_time": 0,
@@ -182,6 +210,14 @@ async def handle_metadata(svc: Services, ctx: RequestContext, req: Any) -> dict[
         "cluster_id": svc.store.cluster_id,
         "controller_id": svc.store.controller_id(),
         "topics": topics,
-        "cluster_authorized_operations": maybe_authorized_operations(cluster_ops, ResourceType.CLUSTER,
-                                                                     "kafka-cluster"),
+        "cluster_authorized_operations": _cluster_operations(ctx, cluster_ops),
     }
+
+
+def _cluster_operations(ctx: RequestContext, requested: bool) -> int:
+    """Metadata v8-10's cluster field: Kafka answers 0 to a principal without DESCRIBE on the cluster."""
+    if not requested:
+        return AUTHORIZED_OPERATIONS_OMITTED
+    if not cluster_allowed(ctx, AclOperation.DESCRIBE):
+        return 0
+    return authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME, ctx=ctx)

@@ -12,6 +12,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from pykbroker.server.authorizer import AclOperation, ResourceType
+from pykbroker.server.authz import denied_names
 from pykbroker.server.context import RequestContext, Services
 from pykbroker.server.handlers.legacy_offsets import handle_list_offsets_v0
 from pykbroker.server.replica_manager import Partition
@@ -71,6 +73,7 @@ async def handle_list_offsets(svc: Services, ctx: RequestContext, req: Any) -> d
         read_committed = False
     topics = []
     seen: set[tuple[str, int]] = set()
+    denied = denied_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in req.topics or ()))
     for t in req.topics or ():  # null never gets past the bounds pre-pass; be safe anyway
         parts = []
         for rp in t.partitions or ():
@@ -78,6 +81,9 @@ async def handle_list_offsets(svc: Services, ctx: RequestContext, req: Any) -> d
             entry: dict[str, Any] = {"partition_index": idx, "error_code": ErrorCode.none, "timestamp": -1,
                                      "offset": -1, "leader_epoch": -1}
             parts.append(entry)
+            if denied and t.name in denied:
+                entry["error_code"] = ErrorCode.topic_authorization_failed
+                continue
             if (t.name, idx) in seen:
                 entry["error_code"] = ErrorCode.invalid_request
                 continue
@@ -130,6 +136,7 @@ def _not_hosted(svc: Services, topic: str, index: int) -> ErrorCode:
 
 async def handle_delete_records(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
     topics = []
+    denied = denied_names(ctx, AclOperation.DELETE, ResourceType.TOPIC, (t.name for t in req.topics))
     for t in req.topics:
         parts = []
         rec = svc.store.topic(t.name)
@@ -137,6 +144,9 @@ async def handle_delete_records(svc: Services, ctx: RequestContext, req: Any) ->
             idx = int(dp.partition_index)
             entry: dict[str, Any] = {"partition_index": idx, "low_watermark": -1, "error_code": ErrorCode.none}
             parts.append(entry)
+            if denied and t.name in denied:
+                entry["error_code"] = ErrorCode.topic_authorization_failed
+                continue
             p = svc.replicas.partition(t.name, idx)
             if p is None or rec is None or p.log.offline:
                 entry["error_code"] = ErrorCode.kafka_storage_error \

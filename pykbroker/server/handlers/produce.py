@@ -17,6 +17,8 @@ from pykbroker.coordinator.transaction.verification import verify_transactional_
 from pykbroker.protocol.message_format import is_message_set, up_convert
 from pykbroker.protocol.record_validator import validate_records
 from pykbroker.protocol.records import InvalidRecords, parse_batch_header, validate_for_append
+from pykbroker.server.authorizer import AclOperation, ResourceType
+from pykbroker.server.authz import allowed, denied_names
 from pykbroker.server.context import CloseConnection, RequestContext, Services, now_ms
 from pykbroker.server.replica_manager import Partition
 from pykbroker.storage.log import KafkaStorageError
@@ -135,9 +137,36 @@ async def _await_replication(svc: Services, awaiting: list[tuple[Partition, int,
         parts[i] = _partition_error(p.index, ErrorCode.request_timed_out)
 
 
+def _has_transactional_batch(req: Any) -> bool:
+    """Does any partition carry a transactional v2 batch?  (attributes bit 4; magic at byte 16)"""
+    for topic in req.topic_data or ():
+        for pd in topic.partition_data:
+            r = pd.records
+            if r is not None and len(r) > 22 and r[16] == 2 and r[22] & 0x10:
+                return True
+    return False
+
+
+def _whole_request_error(req: Any, code: ErrorCode) -> dict[str, Any]:
+    """Kafka's ProduceRequest.getErrorResponse: the one error on every partition."""
+    return {"responses": [{"name": t.name, "partition_responses": [_partition_error(int(pd.index), code)
+                                                                     for pd in t.partition_data]}
+                          for t in req.topic_data or ()],
+            "throttle_time": 0}
+
+
 async def handle_produce(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any] | None:
     acks = int(req.acks)
     now = now_ms()
+    denied: frozenset[str] = frozenset()
+    if ctx.authorizer is not None:  # once per request; nothing per partition without an authorizer
+        if _has_transactional_batch(req):
+            txn_id = getattr(req, "transactional_id", None)
+            if not txn_id or not allowed(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
+                if acks == 0:
+                    raise CloseConnection("acks=0 produce failed authorization; closing the connection as Kafka does")
+                return _whole_request_error(req, ErrorCode.transactional_id_authorization_failed)
+        denied = denied_names(ctx, AclOperation.WRITE, ResourceType.TOPIC, (t.name for t in req.topic_data or ()))
     responses: list[dict[str, Any]] = []
     appended: list[Partition] = []
     # acks=all appends the HW has not reached yet: (partition, offset to reach, response list, index, min ISR).
@@ -148,6 +177,9 @@ async def handle_produce(svc: Services, ctx: RequestContext, req: Any) -> dict[s
         parts = []
         for pd in topic.partition_data:
             idx = int(pd.index)
+            if denied and name in denied:  # before existence: no leak of which topics exist
+                parts.append(_partition_error(idx, ErrorCode.topic_authorization_failed))
+                continue
             if acks not in (-1, 0, 1):
                 parts.append(_partition_error(idx, ErrorCode.invalid_required_acks))
                 continue

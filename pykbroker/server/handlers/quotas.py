@@ -16,6 +16,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from pykbroker.metadata.store import QuotaEntity, StoreUnavailable, run_store
+from pykbroker.server.authorizer import AclOperation
+from pykbroker.server.authz import cluster_allowed
 from pykbroker.server.context import RequestContext, Services
 
 log = logging.getLogger("pykbroker.quotas")
@@ -119,6 +121,11 @@ def _entity_data(entity: QuotaEntity) -> list[dict[str, Any]]:
 
 async def handle_alter_client_quotas(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
     global _warned
+    if not cluster_allowed(ctx, AclOperation.ALTER_CONFIGS):  # every entry refused, entities as sent
+        return {"throttle_time": 0, "entries": [
+            {"error_code": ErrorCode.cluster_authorization_failed, "error_message": "Cluster authorization failed.",
+             "entity": [{"entity_type": p.entity_type, "entity_name": p.entity_name} for p in entry.entity]}
+            for entry in req.entries]}
     stored = svc.store.client_quotas()
     results: dict[QuotaEntity, tuple[ErrorCode, str | None]] = {}
     changes: dict[QuotaEntity, dict[str, float | None]] = {}
@@ -229,6 +236,9 @@ def _describe(stored: dict[QuotaEntity, dict[str, float]], components: Any, stri
 
 
 async def handle_describe_client_quotas(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    if not cluster_allowed(ctx, AclOperation.DESCRIBE_CONFIGS):
+        return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
+                "error_message": "Cluster authorization failed.", "entries": None}
     try:
         entries = _describe(svc.store.client_quotas(), req.components, bool(req.strict))
     except _Invalid as e:

@@ -10,6 +10,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from pykbroker.server.authorizer import AclOperation
+from pykbroker.server.authz import cluster_allowed
 from pykbroker.server.context import RequestContext, Services, now_ms
 from pykbroker.server.telemetry import ClientTelemetry
 
@@ -34,6 +36,9 @@ async def handle_push_telemetry(svc: Services, ctx: RequestContext, req: Any) ->
 
 
 async def handle_list_client_metrics_resources(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    # Telemetry push/subscriptions need no ACL (as Kafka); listing the resources needs DESCRIBE_CONFIGS.
+    if not cluster_allowed(ctx, AclOperation.DESCRIBE_CONFIGS):
+        return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed, "config_resources": []}
     names = sorted(name for name, configs in svc.store.client_metrics_configs().items() if configs)
     return {"throttle_time": 0, "error_code": ErrorCode.none,
             "config_resources": [{"resource_name": n, "resource_type": 16} for n in names]}

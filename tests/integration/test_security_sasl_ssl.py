@@ -1,0 +1,198 @@
+"""SASL_SSL: SASL logins (PLAIN, SCRAM-SHA-512) inside TLS, with real clients, and an ACL decided on the
+SASL principal (not the certificate's) on that listener.
+
+The broker's first listener stays PLAINTEXT (health check, topic creation, SCRAM user creation);
+ANONYMOUS is a super user there, the SASL users are not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
+
+from tests.support.broker import BrokerProcess, free_port
+from tests.support.certs import Pki, make_pki
+
+TIMEOUT = 30.0
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+        'password="admin-secret" user_alice="alice-secret" user_bob="bob-secret";')
+
+
+class Secured:
+    def __init__(self, broker: BrokerProcess, port: int, pki: Pki) -> None:
+        self.broker, self.port, self.pki = broker, port, pki
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def admin(self) -> AdminClient:
+        return AdminClient({"bootstrap.servers": self.broker.bootstrap, "broker.address.family": "v4"})
+
+    def topic(self) -> str:
+        name = f"sasl-ssl-{uuid.uuid4().hex[:8]}"
+        admin = self.admin()
+        admin.create_topics([NewTopic(name, 1, 1)])[name].result(TIMEOUT)
+        return name
+
+    def allow(self, principal: str, rtype: ResourceType, name: str, op: AclOperation) -> None:
+        admin = self.admin()
+        binding = AclBinding(rtype, name, ResourcePatternType.LITERAL, principal, "*", op, AclPermissionType.ALLOW)
+        for f in admin.create_acls([binding], request_timeout=TIMEOUT).values():
+            f.result(timeout=TIMEOUT)
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
+    pki = make_pki(tmp_path_factory.mktemp("pki"))
+    p0, p1 = free_port(), free_port()
+    b = BrokerProcess(tmp_path_factory.mktemp("sasl-ssl"), {
+        "listeners": f"PLAINTEXT://127.0.0.1:{p0},SASL_SSL://127.0.0.1:{p1}",
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(pki.server.pem),
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:ANONYMOUS",
+    }, port=p0).start()
+    s = Secured(b, p1, pki)
+    admin = s.admin()
+    upsert = UserScramCredentialUpsertion("carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096),
+                                          b"carol-secret")
+    for f in admin.alter_user_scram_credentials([upsert], request_timeout=TIMEOUT).values():
+        f.result(timeout=TIMEOUT)
+    yield s
+    b.stop()
+
+
+def _conf(s: Secured, mechanism: str, user: str, password: str, **extra: Any) -> dict[str, Any]:
+    return {"bootstrap.servers": s.bootstrap, "security.protocol": "SASL_SSL", "sasl.mechanism": mechanism,
+            "sasl.username": user, "sasl.password": password, "ssl.ca.location": str(s.pki.ca.cert_path),
+            "broker.address.family": "v4", **extra}
+
+
+def _confluent_roundtrip(s: Secured, mechanism: str, user: str, password: str) -> list[bytes]:
+    topic = s.topic()
+    s.allow(f"User:{user}", ResourceType.TOPIC, topic, AclOperation.ALL)
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    s.allow(f"User:{user}", ResourceType.GROUP, group, AclOperation.READ)
+    p = Producer(_conf(s, mechanism, user, password))
+    for i in range(10):
+        p.produce(topic, f"m{i}".encode())
+    assert p.flush(TIMEOUT) == 0
+    c = Consumer(_conf(s, mechanism, user, password, **{"group.id": group, "auto.offset.reset": "earliest"}))
+    c.subscribe([topic])
+    got: list[bytes] = []
+    try:
+        for _ in range(200):
+            if len(got) >= 10:
+                break
+            m = c.poll(0.2)
+            if m is not None and m.error() is None:
+                got.append(bytes(m.value() or b""))
+    finally:
+        c.close()
+    return got
+
+
+@pytest.mark.parametrize("mechanism,user,password", [("PLAIN", "alice", "alice-secret"),
+                                                     ("SCRAM-SHA-512", "carol", "carol-secret")])
+def test_confluent_produces_and_consumes_over_sasl_ssl(secured: Secured, mechanism: str, user: str,
+                                                        password: str) -> None:
+    assert _confluent_roundtrip(secured, mechanism, user, password) == [f"m{i}".encode() for i in range(10)]
+
+
+def test_the_sasl_principal_is_the_one_authorized(secured: Secured) -> None:
+    """bob authenticates inside the same TLS as alice but has no ACL: his produce is refused."""
+    topic = secured.topic()
+    secured.allow("User:alice", ResourceType.TOPIC, topic, AclOperation.WRITE)
+    errors: list[KafkaError | None] = []
+    p = Producer(_conf(secured, "PLAIN", "bob", "bob-secret", **{"message.timeout.ms": 10000, "retries": 0}))
+    p.produce(topic, b"x", on_delivery=lambda err, msg: errors.append(err))
+    p.flush(TIMEOUT)
+    assert errors and errors[0] is not None and errors[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_kafka_python_over_sasl_ssl(secured: Secured) -> None:
+    from kafka import KafkaConsumer, KafkaProducer
+
+    topic = secured.topic()
+    secured.allow("User:alice", ResourceType.TOPIC, topic, AclOperation.ALL)
+    common = {"bootstrap_servers": secured.bootstrap, "security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN",
+              "sasl_plain_username": "alice", "sasl_plain_password": "alice-secret",
+              "ssl_cafile": str(secured.pki.ca.cert_path), "ssl_check_hostname": False}
+    p = KafkaProducer(**common)
+    for i in range(5):
+        p.send(topic, f"k{i}".encode()).get(timeout=TIMEOUT)
+    p.close()
+    c = KafkaConsumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=10000, **common)
+    got = [m.value for _, m in zip(range(5), c, strict=False)]
+    c.close()
+    assert got == [f"k{i}".encode() for i in range(5)]
+
+
+def test_aiokafka_over_sasl_ssl(secured: Secured) -> None:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    topic = secured.topic()
+    secured.allow("User:carol", ResourceType.TOPIC, topic, AclOperation.ALL)
+    ctx = ssl.create_default_context(cafile=str(secured.pki.ca.cert_path))
+    ctx.check_hostname = False
+    common = {"bootstrap_servers": secured.bootstrap, "security_protocol": "SASL_SSL",
+              "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "carol",
+              "sasl_plain_password": "carol-secret", "ssl_context": ctx}
+
+    async def run() -> list[bytes]:
+        p = AIOKafkaProducer(**common)
+        await p.start()
+        try:
+            for i in range(5):
+                await p.send_and_wait(topic, f"a{i}".encode())
+        finally:
+            await p.stop()
+        c = AIOKafkaConsumer(topic, auto_offset_reset="earliest", **common)
+        await c.start()
+        out: list[bytes] = []
+        try:
+            async with asyncio.timeout(TIMEOUT):
+                async for m in c:
+                    out.append(m.value)
+                    if len(out) == 5:
+                        break
+        finally:
+            await c.stop()
+        return out
+
+    assert asyncio.run(run()) == [f"a{i}".encode() for i in range(5)]
+
+
+def test_a_wrong_password_inside_tls_is_refused_and_logged(secured: Secured, tmp_path: Path) -> None:
+    errors: list[KafkaError] = []
+    p = Producer(_conf(secured, "PLAIN", "alice", "not-her-password",
+                       error_cb=lambda e: errors.append(e)))
+    for _ in range(100):
+        if errors:
+            break
+        p.poll(0.1)
+    assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
+    log = secured.broker.log()
+    assert "not-her-password" not in log
