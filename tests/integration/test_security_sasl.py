@@ -232,7 +232,7 @@ def test_aiokafka(broker: tuple[BrokerProcess, str], mechanism: str) -> None:
 def test_kcat(broker: tuple[BrokerProcess, str], mechanism: str) -> None:
     kcat = shutil.which("kcat") or shutil.which("kafkacat")
     if kcat is None:
-        pytest.skip("kcat is not installed")
+        pytest.fail("kcat is not installed (scripts/install.sh --test installs it)")
     b, sasl = broker
     topic = new_topic(b)
     u, pw = creds(mechanism)
@@ -273,7 +273,7 @@ const kafka = new Kafka({ brokers: [broker], sasl: { mechanism: mechanism.toLowe
 def test_kafkajs(broker: tuple[BrokerProcess, str], mechanism: str, tmp_path: Path) -> None:
     modules = ROOT / "compat" / "js" / "node_modules"
     if shutil.which("node") is None or not (modules / "kafkajs").exists():
-        pytest.skip("node or kafkajs is not installed")
+        pytest.fail("node or kafkajs is not installed (scripts/install.sh --test installs them)")
     b, sasl = broker
     topic = new_topic(b)
     script = tmp_path / "sasl.js"
@@ -332,13 +332,13 @@ public class SaslProbe {
 
 def run_java_probe(tmp_path: Path, sasl: str, mechanism: str, topic: str, *extra: str) -> str:
     if shutil.which("javac") is None:
-        pytest.skip("no JDK")
+        pytest.fail("no JDK (scripts/install.sh --test installs one)")
     from compat import env
 
     try:
         cp = os.pathsep.join(str(p) for p in env.jars())
     except Exception as e:  # the jars come from a wheel the compat setup downloads
-        pytest.skip(f"kafka-clients jars unavailable: {e}")
+        pytest.fail(f"kafka-clients jars unavailable (scripts/install.sh --test fetches them): {e}")
     src = tmp_path / "SaslProbe.java"
     src.write_text(JAVA)
     subprocess.run(["javac", "-nowarn", "-cp", cp, "-d", str(tmp_path), str(src)], check=True, timeout=120)

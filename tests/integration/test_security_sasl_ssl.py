@@ -8,7 +8,11 @@ ANONYMOUS is a super user there, the SASL users are not.
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import shutil
 import ssl
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +34,7 @@ from confluent_kafka.admin import (
 )
 
 from tests.support.broker import BrokerProcess, free_port
-from tests.support.certs import Pki, make_pki
+from tests.support.certs import PASSWORD, Pki, make_pki
 
 TIMEOUT = 30.0
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
@@ -196,3 +200,156 @@ def test_a_wrong_password_inside_tls_is_refused_and_logged(secured: Secured, tmp
     assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
     log = secured.broker.log()
     assert "not-her-password" not in log
+
+
+JAVA = """
+import java.time.Duration;
+import java.util.*;
+import org.apache.kafka.clients.consumer.*;
+import org.apache.kafka.clients.producer.*;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.serialization.*;
+
+public class SecureProbe {
+    // args: bootstrap protocol(SSL|SASL_SSL) mechanism user password topic ca.pem
+    public static void main(String[] a) throws Exception {
+        Properties p = new Properties();
+        p.put("bootstrap.servers", a[0]);
+        p.put("security.protocol", a[1]);
+        p.put("ssl.truststore.type", "PEM");
+        p.put("ssl.truststore.location", a[6]);
+        p.put("ssl.endpoint.identification.algorithm", "");
+        if (a[1].equals("SASL_SSL")) {
+            String module = a[2].equals("PLAIN") ? "org.apache.kafka.common.security.plain.PlainLoginModule"
+                                                 : "org.apache.kafka.common.security.scram.ScramLoginModule";
+            p.put("sasl.mechanism", a[2]);
+            p.put("sasl.jaas.config", module + " required username=\\"" + a[3] + "\\" password=\\"" + a[4] + "\\";");
+        }
+        Properties pp = new Properties(); pp.putAll(p);
+        pp.put("key.serializer", StringSerializer.class.getName());
+        pp.put("value.serializer", StringSerializer.class.getName());
+        try (KafkaProducer<String, String> prod = new KafkaProducer<>(pp)) {
+            for (int i = 0; i < 3; i++) prod.send(new ProducerRecord<>(a[5], "j" + i)).get();
+        }
+        Properties cp = new Properties(); cp.putAll(p);
+        cp.put("key.deserializer", StringDeserializer.class.getName());
+        cp.put("value.deserializer", StringDeserializer.class.getName());
+        List<String> got = new ArrayList<>();
+        try (KafkaConsumer<String, String> c = new KafkaConsumer<>(cp)) {
+            TopicPartition tp = new TopicPartition(a[5], 0);
+            c.assign(List.of(tp));
+            c.seekToBeginning(List.of(tp));
+            long end = System.currentTimeMillis() + 25000;
+            while (got.size() < 3 && System.currentTimeMillis() < end)
+                for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(500))) got.add(r.value());
+        }
+        System.out.println(String.join(",", got));
+    }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def java_probe(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    if shutil.which("javac") is None:
+        pytest.fail("no JDK (scripts/install.sh --test installs one)")
+    from compat import env
+
+    cp = os.pathsep.join(str(p) for p in env.jars())
+    out = tmp_path_factory.mktemp("java-probe")
+    src = out / "SecureProbe.java"
+    src.write_text(JAVA)
+    subprocess.run(["javac", "-nowarn", "-cp", cp, "-d", str(out), str(src)], check=True, timeout=120)
+    return out, cp
+
+
+def _java(probe: tuple[Path, str], *args: str) -> str:
+    out_dir, cp = probe
+    out = subprocess.run(["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", f"{out_dir}{os.pathsep}{cp}",
+                          "SecureProbe", *args], capture_output=True, timeout=120)
+    assert out.returncode == 0, out.stderr.decode()[-3000:]
+    return out.stdout.decode().strip().splitlines()[-1]
+
+
+def test_java_over_sasl_ssl_with_scram(secured: Secured, java_probe: tuple[Path, str]) -> None:
+    topic = secured.topic()
+    secured.allow("User:carol", ResourceType.TOPIC, topic, AclOperation.ALL)
+    got = _java(java_probe, secured.bootstrap, "SASL_SSL", "SCRAM-SHA-512", "carol", "carol-secret", topic,
+                str(secured.pki.ca.cert_path))
+    assert got == "j0,j1,j2"
+
+
+def test_java_over_ssl(ssl_only: Secured, java_probe: tuple[Path, str]) -> None:
+    topic = ssl_only.topic()
+    got = _java(java_probe, ssl_only.bootstrap, "SSL", "-", "-", "-", topic, str(ssl_only.pki.ca.cert_path))
+    assert got == "j0,j1,j2"
+
+
+@pytest.fixture(scope="module")
+def ssl_only(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
+    """A plain SSL listener (no SASL, no authorizer), for the Java client's TLS."""
+    pki = make_pki(tmp_path_factory.mktemp("pki-ssl"))
+    p0, p1 = free_port(), free_port()
+    b = BrokerProcess(tmp_path_factory.mktemp("ssl-only"), {
+        "listeners": f"PLAINTEXT://127.0.0.1:{p0},SSL://127.0.0.1:{p1}",
+        "ssl.keystore.type": "PKCS12", "ssl.keystore.location": str(pki.server.p12),
+        "ssl.keystore.password": PASSWORD,
+    }, port=p0).start()
+    yield Secured(b, p1, pki)
+    b.stop()
+
+
+def test_kcat_over_sasl_ssl(secured: Secured) -> None:
+    kcat = shutil.which("kcat")
+    assert kcat is not None, "kcat is not installed (scripts/install.sh --test installs it)"
+    topic = secured.topic()
+    secured.allow("User:alice", ResourceType.TOPIC, topic, AclOperation.ALL)
+    sec = ["-X", "security.protocol=SASL_SSL", "-X", "sasl.mechanisms=PLAIN", "-X", "sasl.username=alice",
+           "-X", "sasl.password=alice-secret", "-X", f"ssl.ca.location={secured.pki.ca.cert_path}"]
+    subprocess.run([kcat, "-b", secured.bootstrap, *sec, "-P", "-t", topic], input=b"c1\nc2\n", check=True,
+                   timeout=TIMEOUT)
+    out = subprocess.run([kcat, "-b", secured.bootstrap, *sec, "-C", "-t", topic, "-o", "beginning", "-c", "2",
+                          "-e"], capture_output=True, check=True, timeout=TIMEOUT)
+    assert out.stdout.split() == [b"c1", b"c2"]
+
+
+KAFKAJS = """
+const fs = require('fs');
+const { Kafka, logLevel } = require('kafkajs');
+const [broker, username, password, topic, ca] = process.argv.slice(2);
+const kafka = new Kafka({ brokers: [broker], ssl: { ca: [fs.readFileSync(ca)], rejectUnauthorized: true,
+                          checkServerIdentity: () => undefined },
+                          sasl: { mechanism: 'scram-sha-512', username, password }, logLevel: logLevel.NOTHING });
+(async () => {
+  const p = kafka.producer();
+  await p.connect();
+  await p.send({ topic, messages: [{ value: 'k0' }, { value: 'k1' }] });
+  await p.disconnect();
+  const c = kafka.consumer({ groupId: 'g-' + topic });
+  await c.connect();
+  await c.subscribe({ topic, fromBeginning: true });
+  const got = [];
+  await new Promise((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error('timeout')), 25000);
+    c.run({ eachMessage: async ({ message }) => { got.push(message.value.toString());
+      if (got.length === 2) { clearTimeout(t); resolve(); } } });
+  });
+  await c.disconnect();
+  console.log(JSON.stringify(got));
+})().catch((e) => { console.error(e); process.exit(1); });
+"""
+
+
+def test_kafkajs_over_sasl_ssl(secured: Secured, tmp_path: Path) -> None:
+    from compat import env
+
+    topic = secured.topic()
+    secured.allow("User:carol", ResourceType.TOPIC, topic, AclOperation.ALL)
+    secured.allow("User:carol", ResourceType.GROUP, f"g-{topic}", AclOperation.READ)
+    script = tmp_path / "sasl_ssl.js"
+    script.write_text(KAFKAJS)
+    out = subprocess.run(["node", str(script), secured.bootstrap, "carol", "carol-secret", topic,
+                          str(secured.pki.ca.cert_path)], capture_output=True, timeout=90,
+                         env={**os.environ, "NODE_PATH": str(env.JS_DIR / "node_modules")})
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    assert json.loads(out.stdout) == ["k0", "k1"]

@@ -8,7 +8,6 @@ The broker's first listener stays PLAINTEXT (health check, topic creation).
 from __future__ import annotations
 
 import asyncio
-import shutil
 import socket
 import ssl
 import subprocess
@@ -167,7 +166,6 @@ def test_aiokafka_over_mtls(tls: Tls) -> None:
     wait_for(lambda: "principal=User:bob" in tls.broker.log(), what="bob's principal in the log")
 
 
-@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat not installed")
 def test_kcat_over_ssl(tls: Tls) -> None:
     topic = tls.topic()
     common = ["kcat", "-b", tls.ssl_bootstrap, "-X", "security.protocol=SSL",
@@ -316,7 +314,6 @@ const kafka = new Kafka({ clientId: 'tls-test', brokers: [bootstrap], logLevel: 
 """
 
 
-@pytest.mark.skipif(shutil.which("node") is None, reason="node not installed")
 def test_kafkajs_over_mtls(tls: Tls) -> None:
     import json
     import os

@@ -342,8 +342,7 @@ def test_consumer_group_heartbeat_and_describe(broker: Broker, auth: FakeAuthori
     body = {"group_id": "cg", "member_id": "m", "member_epoch": 0, "instance_id": None, "rack_id": None,
             "rebalance_timeout": 30_000, "subscribed_topic_names": ["t", "secret"], "server_assignor": None,
             "topic_partitions": []}
-    if not broker.groups.consumer_protocol_enabled:
-        pytest.skip("the consumer protocol is off in this configuration")
+    assert broker.groups.consumer_protocol_enabled, "KIP-848 is on by default"
     assert call(broker, 68, 0, body).error_code == ErrorCode.group_authorization_failed
     auth.allow(Op.READ, RT.GROUP, "cg")
     auth.allow(Op.DESCRIBE, RT.TOPIC, "t")
