@@ -1,7 +1,8 @@
-"""Plaintext vs SSL: produce and consume msg/s and broker CPU seconds per 1M messages.
+"""Plaintext vs SSL vs SASL_SSL: produce and consume msg/s and broker CPU seconds per 1M messages.
 
-Starts one broker subprocess with a PLAINTEXT and an SSL listener (test certificates from
-tests/support/certs.py) and runs the same confluent-kafka produce and consume phases on each.
+Starts one broker subprocess with a PLAINTEXT, an SSL and a SASL_SSL (PLAIN login) listener (test
+certificates from tests/support/certs.py) and runs the same confluent-kafka produce and consume
+phases on each.
 
     .venv/bin/python bench/security_bench.py --messages 50000 --size 100
 """
@@ -78,11 +79,14 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="pykbroker-secbench-") as tmp:
         pki = make_pki(Path(tmp) / "pki")
-        p0, p1 = free_port(), free_port()
+        p0, p1, p2 = free_port(), free_port(), free_port()
         broker = BrokerProcess(Path(tmp) / "broker", {
-            "listeners": f"PLAINTEXT://127.0.0.1:{p0},SSL://127.0.0.1:{p1}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{p0},SSL://127.0.0.1:{p1},SASL_SSL://127.0.0.1:{p2}",
             "ssl.keystore.type": "PKCS12", "ssl.keystore.location": str(pki.server.p12),
-            "ssl.keystore.password": PASSWORD}, port=p0).start()
+            "ssl.keystore.password": PASSWORD, "sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.sasl_ssl.plain.sasl.jaas.config":
+                'org.apache.kafka.common.security.plain.PlainLoginModule required user_bench="bench-secret";',
+        }, port=p0).start()
         try:
             assert broker.proc is not None
             pid = broker.proc.pid
@@ -92,6 +96,11 @@ def main() -> int:
             print("SSL")
             bench({"bootstrap.servers": f"127.0.0.1:{p1}", "security.protocol": "SSL",
                    "ssl.ca.location": str(pki.ca.cert_path)}, broker.bootstrap, pid, args.messages, args.size)
+            print("SASL_SSL (PLAIN)")
+            bench({"bootstrap.servers": f"127.0.0.1:{p2}", "security.protocol": "SASL_SSL",
+                   "ssl.ca.location": str(pki.ca.cert_path), "sasl.mechanism": "PLAIN",
+                   "sasl.username": "bench", "sasl.password": "bench-secret"},
+                  broker.bootstrap, pid, args.messages, args.size)
         finally:
             broker.stop()
     return 0
