@@ -233,6 +233,11 @@ class Sasl:
     username: str
     password: str
 
+    def python_kwargs(self) -> dict[str, str]:
+        """The identity in kafka-python's and aiokafka's keyword spelling (the two share it)."""
+        return {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": self.mechanism,
+                "sasl_plain_username": self.username, "sasl_plain_password": self.password}
+
 
 class Client:
     name: str = "?"

@@ -50,8 +50,7 @@ class KafkaPythonClient(base.Client):
         """Connection settings for every client object: address, client id, SASL identity."""
         kw: dict[str, Any] = {"bootstrap_servers": self.bootstrap, "client_id": CLIENT_ID}
         if self.sasl is not None:
-            kw.update(security_protocol="SASL_PLAINTEXT", sasl_mechanism=self.sasl.mechanism,
-                      sasl_plain_username=self.sasl.username, sasl_plain_password=self.sasl.password)
+            kw.update(self.sasl.python_kwargs())
         return kw
 
     def __init__(self, bootstrap: str, sasl: base.Sasl | None = None) -> None:

@@ -23,6 +23,7 @@ from confluent_kafka.admin import (
 )
 
 from tests.support.broker import BrokerProcess, free_port
+from tests.support.cluster import wait_for
 
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
         'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
@@ -80,16 +81,6 @@ def produce_error(sasl: str, user: str, topic: str) -> KafkaError | None:
     return outcome[0]
 
 
-def wait_for(fn: Any, what: str, timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    for _ in range(int(timeout / 0.2) + 2):
-        got = fn()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_producer_without_write_is_refused(broker: tuple[BrokerProcess, str]) -> None:
@@ -98,7 +89,7 @@ def test_producer_without_write_is_refused(broker: tuple[BrokerProcess, str]) ->
     err = produce_error(sasl, "alice", topic)
     assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     grant(sasl, ResourceType.TOPIC, topic, AclOperation.WRITE)
-    assert wait_for(lambda: produce_error(sasl, "alice", topic) is None, "WRITE to take effect")
+    assert wait_for(lambda: produce_error(sasl, "alice", topic) is None, what="WRITE to take effect")
 
 
 def test_super_user_needs_no_acls(broker: tuple[BrokerProcess, str]) -> None:
@@ -112,7 +103,7 @@ def test_prefixed_acl_and_deny_overrides_allow(broker: tuple[BrokerProcess, str]
     prefix = f"pre{uuid.uuid4().hex[:6]}-"
     ok, blocked = new_topic(b, prefix), new_topic(b, prefix)
     grant(sasl, ResourceType.TOPIC, prefix, AclOperation.WRITE, pattern=ResourcePatternType.PREFIXED)
-    assert wait_for(lambda: produce_error(sasl, "alice", ok) is None, "the prefixed ACL")
+    assert wait_for(lambda: produce_error(sasl, "alice", ok) is None, what="the prefixed ACL")
     grant(sasl, ResourceType.TOPIC, blocked, AclOperation.WRITE, permission=AclPermissionType.DENY)
     err = produce_error(sasl, "alice", blocked)
     assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED

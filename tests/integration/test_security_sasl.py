@@ -29,6 +29,8 @@ from confluent_kafka.admin import (
 )
 
 from tests.support.broker import BrokerProcess, free_port
+from tests.support.client_probes import KAFKAJS
+from tests.support.cluster import wait_for
 
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
         'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
@@ -37,16 +39,6 @@ ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 30.0
 
 
-def wait_for(fn: Any, timeout: float = 20.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    for _ in range(int(timeout / 0.1) + 2):
-        got = fn()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def sasl_overrides(port: int, **extra: str) -> dict[str, str]:
@@ -244,29 +236,7 @@ def test_kcat(broker: tuple[BrokerProcess, str], mechanism: str) -> None:
     assert out.stdout.split() == [b"x1", b"x2"]
 
 
-KAFKAJS = """
-const { Kafka, logLevel } = require('kafkajs');
-const [broker, mechanism, username, password, topic] = process.argv.slice(2);
-const kafka = new Kafka({ brokers: [broker], sasl: { mechanism: mechanism.toLowerCase(), username, password },
-                          ssl: false, logLevel: logLevel.NOTHING });
-(async () => {
-  const p = kafka.producer();
-  await p.connect();
-  await p.send({ topic, messages: [{ value: 'j0' }, { value: 'j1' }] });
-  await p.disconnect();
-  const c = kafka.consumer({ groupId: 'g-' + topic });
-  await c.connect();
-  await c.subscribe({ topic, fromBeginning: true });
-  const got = [];
-  await new Promise((resolve, reject) => {
-    const t = setTimeout(() => reject(new Error('timeout')), 25000);
-    c.run({ eachMessage: async ({ message }) => { got.push(message.value.toString());
-      if (got.length === 2) { clearTimeout(t); resolve(); } } });
-  });
-  await c.disconnect();
-  console.log(JSON.stringify(got));
-})().catch((e) => { console.error(e); process.exit(1); });
-"""
+
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)

@@ -35,6 +35,7 @@ from confluent_kafka.admin import (
 
 from tests.support.broker import BrokerProcess, free_port
 from tests.support.certs import PASSWORD, Pki, make_pki
+from tests.support.client_probes import KAFKAJS
 
 TIMEOUT = 30.0
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
@@ -313,31 +314,7 @@ def test_kcat_over_sasl_ssl(secured: Secured) -> None:
     assert out.stdout.split() == [b"c1", b"c2"]
 
 
-KAFKAJS = """
-const fs = require('fs');
-const { Kafka, logLevel } = require('kafkajs');
-const [broker, username, password, topic, ca] = process.argv.slice(2);
-const kafka = new Kafka({ brokers: [broker], ssl: { ca: [fs.readFileSync(ca)], rejectUnauthorized: true,
-                          checkServerIdentity: () => undefined },
-                          sasl: { mechanism: 'scram-sha-512', username, password }, logLevel: logLevel.NOTHING });
-(async () => {
-  const p = kafka.producer();
-  await p.connect();
-  await p.send({ topic, messages: [{ value: 'k0' }, { value: 'k1' }] });
-  await p.disconnect();
-  const c = kafka.consumer({ groupId: 'g-' + topic });
-  await c.connect();
-  await c.subscribe({ topic, fromBeginning: true });
-  const got = [];
-  await new Promise((resolve, reject) => {
-    const t = setTimeout(() => reject(new Error('timeout')), 25000);
-    c.run({ eachMessage: async ({ message }) => { got.push(message.value.toString());
-      if (got.length === 2) { clearTimeout(t); resolve(); } } });
-  });
-  await c.disconnect();
-  console.log(JSON.stringify(got));
-})().catch((e) => { console.error(e); process.exit(1); });
-"""
+
 
 
 def test_kafkajs_over_sasl_ssl(secured: Secured, tmp_path: Path) -> None:
@@ -348,8 +325,8 @@ def test_kafkajs_over_sasl_ssl(secured: Secured, tmp_path: Path) -> None:
     secured.allow("User:carol", ResourceType.GROUP, f"g-{topic}", AclOperation.READ)
     script = tmp_path / "sasl_ssl.js"
     script.write_text(KAFKAJS)
-    out = subprocess.run(["node", str(script), secured.bootstrap, "carol", "carol-secret", topic,
+    out = subprocess.run(["node", str(script), secured.bootstrap, "SCRAM-SHA-512", "carol", "carol-secret", topic,
                           str(secured.pki.ca.cert_path)], capture_output=True, timeout=90,
                          env={**os.environ, "NODE_PATH": str(env.JS_DIR / "node_modules")})
     assert out.returncode == 0, out.stderr.decode()[-2000:]
-    assert json.loads(out.stdout) == ["k0", "k1"]
+    assert json.loads(out.stdout) == ["j0", "j1"]

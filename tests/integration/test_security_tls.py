@@ -24,21 +24,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.support.broker import BrokerProcess, free_port
 from tests.support.certs import PASSWORD, Pki, make_pki
+from tests.support.cluster import wait_for
 
 TIMEOUT = 30.0
 RULES = "RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/,RULE:^CN=([^,]*),O=Acme$/$1/L,DEFAULT"
 
 
-def wait_for(fn: Any, timeout: float = 20.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    for _ in range(int(timeout / 0.1) + 2):
-        got = fn()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture(scope="module")
