@@ -1183,10 +1183,18 @@ class ZkMetadataStore(MetadataStore):
             paths = {entity: zl.quota_entity_path(entity) for entity in changes}
             for path in paths.values():
                 self._ensure_quota_parents(path)
+        self._edit_entity_configs(
+            {paths[e]: {k: None if v is None else zl.encode_quota_value(k, v) for k, v in ops.items()}
+             for e, ops in changes.items()}, "client quotas")
+
+    def _edit_entity_configs(self, changes: dict[str, dict[str, str | None]], what: str) -> None:
+        """Set (or, for None, remove) keys of entity config znodes (/config/users/<u>...) in one multi with a
+        /config/changes notification each, keeping the keys not named (quotas and SCRAM credentials share
+        a user's znode); retried when it lost a race."""
+        with self._unavailable():
             for _ in range(_WRITE_RETRIES):
                 tx = self.zk.transaction()
-                for entity, ops in changes.items():
-                    path = paths[entity]
+                for path, ops in changes.items():
                     try:
                         data, stat = self.zk.get(path)
                         current = zl.decode_entity_config(data)
@@ -1197,7 +1205,7 @@ class ZkMetadataStore(MetadataStore):
                         if value is None:
                             current.pop(key, None)
                         else:
-                            current[key] = zl.encode_quota_value(key, value)
+                            current[key] = value
                     if version is None:
                         tx.create(path, zl.encode_entity_config(current))
                     else:
@@ -1210,7 +1218,7 @@ class ZkMetadataStore(MetadataStore):
                     continue
                 self._purge_config_changes()
                 return
-        raise StoreUnavailable("client quotas kept changing; not written")
+        raise StoreUnavailable(f"{what} kept changing; not written")
 
     def scram_users(self) -> dict[str, dict[str, str]]:
         return self._scram
@@ -1315,48 +1323,21 @@ class ZkMetadataStore(MetadataStore):
             changes.setdefault(user, {})[mech] = None
         for (user, mech), cred in upserts.items():
             changes.setdefault(user, {})[mech] = cred.to_kafka_string()
-        with self._unavailable():
-            for _ in range(_WRITE_RETRIES):
-                tx = self.zk.transaction()
-                for user, ops in changes.items():
-                    path = zl.quota_entity_path((("user", user),))
-                    try:
-                        data, stat = self.zk.get(path)
-                        current = zl.decode_entity_config(data)
-                        version: int | None = stat.version
-                    except NoNodeError:
-                        current, version = {}, None
-                    for key, value in ops.items():
-                        if value is None:
-                            current.pop(key, None)
-                        else:
-                            current[key] = value
-                    if version is None:
-                        tx.create(path, zl.encode_entity_config(current))
-                    else:
-                        tx.set_data(path, zl.encode_entity_config(current), version=version)
-                    tx.create(zl.CONFIG_CHANGE_PREFIX, zl.encode_config_change(zl.config_change_entity(path)),
-                              sequence=True)
-                try:
-                    self._commit(tx)
-                except (BadVersionError, NodeExistsError, NoNodeError):
-                    continue
-                self._purge_config_changes()
-                # Our own write shows up through the watch too; update the cache now so the caller
-                # (AlterUserScramCredentials, then a login) sees it at once.
-                cache = {u: dict(c) for u, c in self._scram.items()}
-                for user, ops in changes.items():
-                    creds = cache.setdefault(user, {})
-                    for key, value in ops.items():
-                        if value is None:
-                            creds.pop(key, None)
-                        else:
-                            creds[key] = value
-                    if not creds:
-                        cache.pop(user, None)
-                self._scram = cache
-                return
-        raise StoreUnavailable("SCRAM credentials kept changing; not written")
+        self._edit_entity_configs({zl.quota_entity_path((("user", u),)): ops for u, ops in changes.items()},
+                                  "SCRAM credentials")
+        # Our own write shows up through the watch too; update the cache now so the caller
+        # (AlterUserScramCredentials, then a login) sees it at once.
+        cache = {u: dict(c) for u, c in self._scram.items()}
+        for user, ops in changes.items():
+            creds = cache.setdefault(user, {})
+            for key, value in ops.items():
+                if value is None:
+                    creds.pop(key, None)
+                else:
+                    creds[key] = value
+            if not creds:
+                cache.pop(user, None)
+        self._scram = cache
 
     def _purge_config_changes(self) -> None:
         """Delete /config/changes notifications older than 15 minutes, as Kafka's brokers do.
