@@ -1029,6 +1029,42 @@ def sweep_cluster_apis(ctx: Ctx) -> None:
         w.close()
 
 
+@sweep("security APIs on a PLAINTEXT listener without an authorizer")
+def sweep_security(ctx: Ctx) -> None:
+    """What Kafka answers when these reach a broker with no SASL on the listener and no authorizer:
+    ILLEGAL_SASL_STATE for the SASL exchange (KafkaApis), SECURITY_DISABLED for the ACL APIs. Logins and
+    ACL management themselves are the compat suite's security scenarios (SASL listener, authorizer)."""
+    w = ctx.wire()
+    try:
+        for v in ctx.versions(17):
+            r = w.call(17, v, mechanism="PLAIN")
+            assert int(r.error_code) == 34, f"SaslHandshake v{v}: {r.error_code}"  # ILLEGAL_SASL_STATE
+            ctx.verified.add((17, v))
+        for v in ctx.versions(36):
+            r = w.call(36, v, auth_bytes=b"\x00user\x00pass")
+            assert int(r.error_code) == 34, f"SaslAuthenticate v{v}: {r.error_code}"
+            ctx.verified.add((36, v))
+        for v in ctx.versions(29):
+            r = w.call(29, v, resource_type_filter=2, resource_name_filter=None, pattern_type_filter=1,
+                       principal_filter=None, host_filter=None, operation=1, permission_type=1)
+            assert int(r.error_code) == 54 and r.resources == (), f"DescribeAcls v{v}"  # SECURITY_DISABLED
+            ctx.verified.add((29, v))
+        for v in ctx.versions(30):
+            r = w.call(30, v, creations=[{"resource_type": 2, "resource_name": "t", "resource_pattern_type": 3,
+                                          "principal": "User:alice", "host": "*", "operation": 3,
+                                          "permission_type": 3}])
+            assert [int(x.error_code) for x in r.results] == [54], f"CreateAcls v{v}"
+            ctx.verified.add((30, v))
+        for v in ctx.versions(31):
+            r = w.call(31, v, filters=[{"resource_type_filter": 2, "resource_name_filter": None,
+                                        "pattern_type_filter": 1, "principal_filter": None, "host_filter": None,
+                                        "operation": 1, "permission_type": 1}])
+            assert [int(x.error_code) for x in r.filter_results] == [54], f"DeleteAcls v{v}"
+            ctx.verified.add((31, v))
+    finally:
+        w.close()
+
+
 # --- fixtures and tests ----------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -139,15 +139,16 @@ def test_a_suite_started_cluster_has_the_settings_of_a_kafka_cluster_of_its_size
         cfg = BrokerConfig(o)
         assert cfg.broker_id == broker_id and cfg["zookeeper.connect"] == "127.0.0.1:2181/compat"
         assert cfg["num.partitions"] == 2 and cfg["transaction.state.log.min.isr"] == 2
-        client = parse_listener(o["advertised.listeners"].split(",")[0])
-        repl = parse_listener(o["advertised.listeners"].split(",")[1])
+        client, sasl, repl = (parse_listener(x) for x in o["advertised.listeners"].split(","))
         assert (client.name, client.port) == ("PLAINTEXT", node.proxy_port)  # clients go through the proxy
+        assert (sasl.name, sasl.port) == ("SASL_PLAINTEXT", node.sasl_proxy_port)  # the security scenarios' too
+        assert cfg.security_protocols["SASL_PLAINTEXT"] == "SASL_PLAINTEXT"
         assert o["listeners"].split(",")[0] == f"PLAINTEXT://127.0.0.1:{node.broker_port}"
         assert repl.name == cfg["inter.broker.listener.name"] == "REPLICATION"  # brokers do not
         assert len(cfg["log.dirs"]) == 2
         assert node.trace_file == tmp_path / f"trace-broker{broker_id}.jsonl"
-        ports |= {node.broker_port, node.proxy_port, repl.port}
-    assert len(ports) == 9
+        ports |= {node.broker_port, node.proxy_port, node.sasl_port, node.sasl_proxy_port, repl.port}
+    assert len(ports) == 15
     assert managed.nodes == {}  # nothing started
 
 
