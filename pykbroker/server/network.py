@@ -294,6 +294,8 @@ class SocketServer:
                 with anyio.CancelScope(deadline=min(now + self._idle_timeout_s, frame_deadline)) as scope:
                     conn.receive_scope = scope
                     data = await stream_.receive(RECEIVE_SIZE)
+                    if stream_ is not stream and data:
+                        data = await _drain_tls(stream_, data)
                 conn.receive_scope = None
                 _pause_reading(stream)
                 if (self._closing or conn.evicted) and (scope.cancelled_caught or not data):
@@ -386,6 +388,27 @@ class SocketServer:
         if scope.cancelled_caught:
             return None
         return anyio.current_time() - started
+
+
+async def _drain_tls(stream: Any, data: bytes) -> bytes:
+    """More of what TLS has already received: one TLS receive gives at most one record (16 KiB), so a
+    large request would otherwise take a loop turn (and a pause and resume of the socket) per record.
+    Takes only bytes already read from the socket (decrypted or still in the read buffer): never waits."""
+    ssl_object = getattr(stream, "_ssl_object", None)
+    read_bio = getattr(stream, "_read_bio", None)
+    if ssl_object is None or read_bio is None:
+        return data
+    parts = [data]
+    size = len(data)
+    for _ in range(1024):  # bounded: at most RECEIVE_SIZE bytes, and each turn takes a record
+        if size >= RECEIVE_SIZE or not (ssl_object.pending() or read_bio.pending):
+            break
+        more = await stream.receive(RECEIVE_SIZE - size)
+        if not more:
+            break
+        parts.append(more)
+        size += len(more)
+    return b"".join(parts) if len(parts) > 1 else data
 
 
 def _pause_reading(stream: Any) -> None:
