@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compat import security, wire
+from tests.support.broker import free_port  # one set of handed-out ports for both harnesses
 
 if TYPE_CHECKING:
     from tests.support.zookeeper import ZooKeeperEnsemble
@@ -52,23 +52,6 @@ def cluster_overrides(size: int) -> dict[str, str]:
     }
 
 
-_HANDED_OUT: set[int] = set()
-
-
-def free_port() -> int:
-    """A free loopback port not handed out before in this process.
-
-    The kernel may give the same ephemeral port to two bind-and-close probes in a row, and a
-    cluster asks for several ports before anything listens on them.
-    """
-    for _ in range(1000):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
-    raise RuntimeError("no unused loopback port found in 1000 tries")
 
 
 @dataclass

@@ -226,8 +226,9 @@ def new_topic(request: pytest.FixtureRequest, helper: Client) -> Any:
     base = (mark.kwargs["name"] if mark else request.node.name).replace("/", ".")
     created: list[str] = []
 
-    def make(partitions: int = 1, configs: dict[str, str] | None = None, create: bool = True) -> str:
-        name = unique_topic(base)
+    def make(partitions: int = 1, configs: dict[str, str] | None = None, create: bool = True,
+             name: str | None = None) -> str:
+        name = name if name is not None else unique_topic(base)
         if create:
             helper.create_topic(name, partitions, 1, configs)
             created.append(name)

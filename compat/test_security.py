@@ -25,7 +25,7 @@ from compat.check import expect_error, text_msgs
 from compat.clients import base, make_client
 from compat.clients.base import Client, ClientError, Member, Msg, NotSupportedByClient, wait_until
 from compat.cluster import ClusterInfo
-from compat.conftest import get_secure_client, wait_writable
+from compat.conftest import get_secure_client
 from compat.scenario import NS_BROKER, NS_CLUSTER
 
 FAMILY = "security"
@@ -59,22 +59,9 @@ def acls(cluster: ClusterInfo) -> Iterator[security.Acls]:
 
 
 @pytest.fixture
-def topics(helper: Client) -> Iterator[Callable[..., str]]:
-    """Factory: create a topic of the given name (over PLAINTEXT) and wait until it takes writes."""
-    created: list[str] = []
-
-    def make(name: str, partitions: int = 1) -> str:
-        helper.create_topic(name, partitions, 1)
-        created.append(name)
-        wait_writable(helper, name, partitions)
-        return name
-
-    yield make
-    for t in created:
-        try:
-            helper.delete_topic(t)
-        except Exception:
-            pass
+def topics(new_topic: Any) -> Callable[..., str]:
+    """Factory: the suite's new_topic, with the name chosen by the scenario (prefix ACLs need it)."""
+    return lambda name, partitions=1: new_topic(partitions, name=name)
 
 
 def as_user(client: Client, cluster: ClusterInfo, user: str, mechanism: str = "PLAIN") -> Client:

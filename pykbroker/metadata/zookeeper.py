@@ -1269,6 +1269,7 @@ class ZkMetadataStore(MetadataStore):
         with self._unavailable():
             for _ in range(_WRITE_RETRIES):
                 tx = self.zk.transaction()
+                written: dict[ResourcePattern, list[dict[str, str]]] = {}  # each resource's entries now
                 for pattern in patterns:
                     prefixed = pattern.pattern_type == PatternType.PREFIXED
                     rtype = resource_type_name(pattern.resource_type)
@@ -1280,7 +1281,7 @@ class ZkMetadataStore(MetadataStore):
                         entries, version = zl.decode_acl_entries(data), stat.version
                     except NoNodeError:
                         entries, version = [], None
-                    new = edit(entries, pattern)
+                    new = written[pattern] = edit(entries, pattern)
                     if version is None:
                         if not new:
                             continue
@@ -1297,9 +1298,10 @@ class ZkMetadataStore(MetadataStore):
                 except (BadVersionError, NodeExistsError, NoNodeError):
                     continue
                 self._purge_acl_changes()
-                # The caller (CreateAcls/DeleteAcls, then a request it authorizes) sees the change at once;
-                # the watch brings the same set again.
-                self._acls = self._read_acls()
+                # The caller (CreateAcls/DeleteAcls, then a request it authorizes) sees the change at once:
+                # the written resources' entries replace theirs in the cache (the watch brings the same set).
+                self._acls = [b for b in self._acls if b.pattern not in written] + [
+                    AclBinding(p, entry_from_json(e)) for p, entries in written.items() for e in entries]
                 self._post_updates([("acls", None, self._acls)])
                 return
         raise StoreUnavailable("ACLs kept changing; not written")
