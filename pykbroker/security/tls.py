@@ -159,6 +159,13 @@ def _common(ctx: ssl.SSLContext, config: Any, listener: str) -> None:
                              "supported (TLSv1.2, TLSv1.3)")
     ctx.minimum_version = min((_VERSIONS[v] for v in versions), key=lambda v: v.value)
     ctx.maximum_version = max((_VERSIONS[v] for v in versions), key=lambda v: v.value)
+    # ssl.protocol names the context's protocol, as Java's SSLContext.getInstance does: a TLSv1.2 context
+    # never speaks TLSv1.3 even when ssl.enabled.protocols lists it ("TLS" and "TLSv1.3" cap nothing).
+    if setting(config, listener, "ssl.protocol") == "TLSv1.2":
+        if ctx.minimum_version.value > ssl.TLSVersion.TLSv1_2.value:
+            raise TlsConfigError(f"listener {listener}: ssl.protocol=TLSv1.2 but ssl.enabled.protocols has only "
+                                 "TLSv1.3")
+        ctx.maximum_version = ssl.TLSVersion.TLSv1_2
     ciphers = setting(config, listener, "ssl.cipher.suites")
     if ciphers:
         try:
