@@ -22,7 +22,7 @@ from tests.integration.conftest import (
     wait_until,
     watermarks,
 )
-from tests.support.broker import BrokerProcess
+from tests.support.broker import BrokerProcess, segment_sizes
 
 RETENTION_OVERRIDES = {
     "log.retention.check.interval.ms": "200",
@@ -84,7 +84,7 @@ def test_size_retention_deletes_oldest_segments(rt_broker: BrokerProcess) -> Non
         and after the file scan so a retention pass in between cannot go unnoticed.
         """
         low = watermarks(rt_broker, topic)[0]
-        sizes = {int(f.stem): f.stat().st_size for f in _pdir(rt_broker, topic).glob("*.log")}
+        sizes = segment_sizes(_pdir(rt_broker, topic))
         if not sizes or watermarks(rt_broker, topic)[0] != low:
             return None
         total, first = sum(sizes.values()), min(sizes)

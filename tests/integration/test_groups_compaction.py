@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.support.broker import BrokerProcess
+from tests.support.broker import BrokerProcess, segment_sizes
 
 OVERRIDES = {
     "log.cleaner.backoff.ms": "200",
@@ -21,7 +21,7 @@ OVERRIDES = {
 
 
 def _dir_size(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.glob("*.log"))
+    return sum(segment_sizes(path).values())
 
 
 @pytest.mark.timeout(120)

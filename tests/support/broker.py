@@ -15,6 +15,21 @@ from pykbroker.cli import healthcheck
 _HANDED_OUT: set[int] = set()
 
 
+def segment_sizes(partition_dir: Path) -> dict[int, int]:
+    """Base offset -> size of each segment file, skipping files the broker deletes mid-scan.
+
+    Retention and compaction delete segments while a test watches the directory, so a file
+    listed by the glob may be gone by the time it is stat'ed.
+    """
+    sizes: dict[int, int] = {}
+    for f in partition_dir.glob("*.log"):
+        try:
+            sizes[int(f.stem)] = f.stat().st_size
+        except FileNotFoundError:
+            continue
+    return sizes
+
+
 def free_port() -> int:
     """A free loopback port not handed out before in this process.
 
