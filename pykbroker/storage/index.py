@@ -93,6 +93,10 @@ class _IndexFile:
             self.max_index_size = needed
             os.ftruncate(fd, needed)
             self._mmap = mmap.mmap(fd, needed, access=mmap.ACCESS_WRITE)
+            # No readahead on faults: the file is mostly a preallocated hole, and with a large device
+            # readahead (8 MiB on some virtual disks) every first touch of a page would zero-fill
+            # megabytes of page cache; with a thousand partitions that was most of the broker's CPU.
+            self._mmap.madvise(mmap.MADV_RANDOM)
         except BaseException:
             os.close(fd)
             raise
