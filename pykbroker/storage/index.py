@@ -3,12 +3,11 @@
 ``.index``     8-byte entries: relative offset u32, file position u32 (big-endian).
 ``.timeindex`` 12-byte entries: timestamp i64, relative offset u32 (big-endian).
 
-The active segment's indexes are preallocated to ``segment.index.bytes`` and memory
-mapped, so appends are page-cache writes and lookups are an O(log n) binary search
-without syscalls; :meth:`trim` shrinks the file to its real size when the segment is
-rolled or closed.  Inactive indexes are read with ``os.pread`` and hold no file
-descriptor between lookups, so the number of open files does not grow with the number
-of segments.  Memory use is independent of the number of entries.
+The active segment's indexes live in memory (``segment.index.bytes`` bounds them), so
+appends are buffer writes and lookups an O(log n) binary search without syscalls; the
+entries reach the file when the log is flushed and when the segment is rolled or closed.
+Inactive indexes are read with ``os.pread`` and hold no file descriptor between lookups,
+so the number of open files is one per partition (its active ``.log``), not three.
 
 Entries are only ever hints: losing trailing entries just means a longer forward scan,
 which is why a crash-torn index can always be repaired by dropping or rebuilding it.
@@ -18,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import mmap
+import logging
 import os
 import struct
 from collections.abc import Callable
@@ -26,10 +25,10 @@ from pathlib import Path
 
 __all__ = ["CorruptIndex", "IndexFullError", "OffsetIndex", "TimeIndex"]
 
+log = logging.getLogger("pykbroker.storage.index")
+
 _MAX_RELATIVE = 0xFFFFFFFF
-# Disk blocks behind the mapping are reserved this many bytes at a time (see _IndexFile.reserve).
-_RESERVE_CHUNK = 64 * 1024
-_NO_FALLOCATE = frozenset((errno.EOPNOTSUPP, errno.ENOSYS))
+_DISK_FULL = frozenset((errno.ENOSPC, errno.EDQUOT))
 
 
 class CorruptIndex(Exception):
@@ -41,7 +40,7 @@ class IndexFullError(Exception):
 
 
 class _IndexFile:
-    """Shared machinery: fixed-size entries, mmap when writable, pread when not."""
+    """Shared machinery: fixed-size entries, an in-memory buffer when writable, pread when not."""
 
     entry_size: int = 0
     _struct: struct.Struct
@@ -50,10 +49,12 @@ class _IndexFile:
         self.path = path
         self.base_offset = base_offset
         self.max_index_size = max(self.entry_size, max_index_size - max_index_size % self.entry_size)
-        self._fd: int | None = None
-        self._mmap: mmap.mmap | None = None
-        self._writable = False
-        self._reserved = 0  # bytes of the mapped file known to be backed by disk blocks
+        # The active segment's entries (None when not writable); the file holds the first
+        # ``_synced`` of them and is ``_file_size`` bytes long (longer after a truncation or
+        # when it was preallocated by an older version).
+        self._buf: bytearray | None = None
+        self._synced = 0
+        self._file_size = 0
         existed = path.exists()
         length = path.stat().st_size if existed else 0
         self._entries = self._count_valid_entries(length) if length else 0
@@ -76,99 +77,112 @@ class _IndexFile:
 
     @property
     def size_bytes(self) -> int:
-        """Bytes of real entries (not the preallocated length)."""
+        """Bytes of real entries."""
         return self._entries * self.entry_size
 
     @property
     def writable(self) -> bool:
-        return self._writable
+        return self._buf is not None
 
     def make_writable(self) -> None:
-        """Preallocate to ``max_index_size`` and map it, for the active segment."""
-        if self._writable:
+        """Load the entries into memory for appends (the active segment).
+
+        The active index is a buffer, written to its file when the log is flushed and when
+        the segment is rolled or closed: it costs no file descriptor (a thousand partitions
+        would otherwise hold two thousand, or four thousand with mmap's own duplicates), and
+        an entry not yet written is rebuilt from the log by recovery after a crash, like
+        every index entry past the recovery point.
+        """
+        if self._buf is not None:
             return
+        size = self.size_bytes
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            needed = max(self.max_index_size, self.size_bytes)
-            self.max_index_size = needed
-            os.ftruncate(fd, needed)
-            self._mmap = mmap.mmap(fd, needed, access=mmap.ACCESS_WRITE)
-            # No readahead on faults: the file is mostly a preallocated hole, and with a large device
-            # readahead (8 MiB on some virtual disks) every first touch of a page would zero-fill
-            # megabytes of page cache; with a thousand partitions that was most of the broker's CPU.
-            self._mmap.madvise(mmap.MADV_RANDOM)
-        except BaseException:
+            data = os.pread(fd, size, 0) if size else b""
+            self._file_size = os.fstat(fd).st_size
+        finally:
             os.close(fd)
-            raise
-        self._fd = fd
-        self._writable = True
-        self._reserved = self.size_bytes  # written entries have their blocks
+        if len(data) != size:
+            raise CorruptIndex(f"{self.path}: short read of {len(data)} of {size} bytes")
+        self._buf = bytearray(data)
+        self._synced = self._entries
 
-    def reserve(self, entries: int = 1) -> None:
-        """Back the next ``entries`` slots of the mapping with disk blocks (raises OSError, e.g. ENOSPC).
+    def _write_pending(self, fd: int) -> None:
+        """Write the entries not yet in the file and cut anything stale after them.
 
-        The file is extended sparsely, and a store through a mapping into a hole on a full
-        filesystem is SIGBUS, which would kill the broker; reserving first turns a full disk
-        into an ordinary OSError before anything is written.
+        A full disk is not an error here: the file keeps a valid prefix of the entries (only
+        hints: a lookup past them scans forward in the log) and the rest stays buffered for
+        the next flush, so a full disk costs index entries, never the log's data or service.
         """
-        if self._fd is None:
+        assert self._buf is not None
+        if self._synced < self._entries:
+            start = self._synced * self.entry_size
+            written = 0
+            with memoryview(self._buf) as view:
+                pending = view[start : self.size_bytes]
+                try:
+                    while written < len(pending):
+                        written += os.pwrite(fd, pending[written:], start + written)
+                except OSError as e:
+                    if e.errno not in _DISK_FULL:
+                        raise
+                    whole = (start + written) // self.entry_size
+                    self._file_size = max(self._file_size, start + written)
+                    if (start + written) % self.entry_size:
+                        os.ftruncate(fd, whole * self.entry_size)  # no partial entry
+                        self._file_size = whole * self.entry_size
+                    self._synced = whole
+                    log.warning("%s: disk full, %d index entries not written yet", self.path,
+                                self._entries - whole)
+                    return
+            self._synced = self._entries
+            self._file_size = max(self._file_size, self.size_bytes)
+        if self._file_size > self.size_bytes:
+            os.ftruncate(fd, self.size_bytes)
+            self._file_size = self.size_bytes
+
+    def sync_to_file(self) -> None:
+        """Write buffered entries to the file (no fsync)."""
+        if self._buf is None or (self._synced == self._entries and self._file_size == self.size_bytes):
             return
-        end = min(self.max_index_size, (self._entries + entries) * self.entry_size)
-        if end <= self._reserved:
-            return
-        new_end = min(self.max_index_size, -(-end // _RESERVE_CHUNK) * _RESERVE_CHUNK)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
         try:
-            os.posix_fallocate(self._fd, self._reserved, new_end - self._reserved)
-        except OSError as exc:
-            if exc.errno not in _NO_FALLOCATE:
-                raise
-            new_end = self.max_index_size  # nothing to reserve with on this filesystem
-        self._reserved = new_end
+            self._write_pending(fd)
+        finally:
+            os.close(fd)
 
     def release(self) -> None:
-        """Drop the mapping and descriptor without touching the file (its log dir failed)."""
-        if self._mmap is not None:
-            with contextlib.suppress(OSError, ValueError):
-                self._mmap.close()
-            self._mmap = None
-        if self._fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._fd)
-            self._fd = None
-        self._writable = False
+        """Drop the buffer without touching the file (its log dir failed)."""
+        self._buf = None
 
     def trim(self) -> None:
-        """Shrink the file to its real entries and drop the mapping (segment became inactive)."""
-        if self._mmap is not None:
-            self._mmap.close()
-            self._mmap = None
-        if self._fd is not None:
-            os.ftruncate(self._fd, self.size_bytes)
-            os.close(self._fd)
-            self._fd = None
+        """Write the entries, cut the file to them and drop the buffer (segment became inactive)."""
+        if self._buf is not None:
+            self.sync_to_file()
+            self._buf = None
         elif self.path.exists() and self.path.stat().st_size != self.size_bytes:
             os.truncate(self.path, self.size_bytes)
-        self._writable = False
 
     def close(self) -> None:
         self.trim()
 
     def delete(self) -> None:
-        """Close and remove the file (segment deleted)."""
-        if self._mmap is not None:
-            self._mmap.close()
-            self._mmap = None
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-        self._writable = False
+        """Drop the buffer and remove the file (segment deleted)."""
+        self._buf = None
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
 
     def dup_fd(self) -> int | None:
-        """A duplicate descriptor for fsync from another thread (caller closes it)."""
-        if self._fd is not None:
-            return os.dup(self._fd)
+        """A descriptor of the file, with every entry written, for fsync from another thread
+        (caller closes it)."""
+        if self._buf is not None:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                self._write_pending(fd)
+            except BaseException:
+                os.close(fd)
+                raise
+            return fd
         try:
             return os.open(self.path, os.O_RDONLY)
         except FileNotFoundError:
@@ -185,19 +199,19 @@ class _IndexFile:
     # -- entry access --------------------------------------------------------------------------
 
     def _raw_entry(self, i: int, fd: int | None = None) -> tuple[int, int]:
-        if self._mmap is not None:
-            a, b = self._struct.unpack_from(self._mmap, i * self.entry_size)
+        if self._buf is not None and fd is None:
+            a, b = self._struct.unpack_from(self._buf, i * self.entry_size)
             return int(a), int(b)
         assert fd is not None
         data = os.pread(fd, self.entry_size, i * self.entry_size)
-        if len(data) < self.entry_size:
+        if len(data) != self.entry_size:
             raise CorruptIndex(f"{self.path}: short read of entry {i}")
         a, b = self._struct.unpack(data)
         return int(a), int(b)
 
     def _with_reader(self, fn: Callable[[Callable[[int], tuple[int, int]]], int]) -> int:
-        """Run ``fn(read_entry)`` against the mmap or a short-lived read-only descriptor."""
-        if self._mmap is not None:
+        """Run ``fn(read_entry)`` against the buffer or a short-lived read-only descriptor."""
+        if self._buf is not None:
             return fn(self._raw_entry)
         try:
             fd = os.open(self.path, os.O_RDONLY)
@@ -211,18 +225,24 @@ class _IndexFile:
     def _write_entry(self, i: int, a: int, b: int) -> None:
         if i >= self.max_entries:
             raise IndexFullError(f"{self.path} is full ({self.max_entries} entries)")
-        assert self._mmap is not None, "index is not writable"
-        if (i + 1) * self.entry_size > self._reserved:
-            self.reserve(i + 1 - self._entries)
-        self._struct.pack_into(self._mmap, i * self.entry_size, a, b)
+        buf = self._buf
+        assert buf is not None, "index is not writable"
+        if i * self.entry_size == len(buf):
+            buf += self._struct.pack(a, b)
+        else:
+            self._struct.pack_into(buf, i * self.entry_size, a, b)
+            self._synced = min(self._synced, i)
 
     def _truncate_entries(self, n: int) -> None:
         if n >= self._entries:
             return
-        if self._mmap is not None:
-            start = n * self.entry_size
-            end = self._entries * self.entry_size
-            self._mmap[start:end] = bytes(end - start)
+        if self._buf is not None:
+            del self._buf[n * self.entry_size :]
+            self._synced = min(self._synced, n)
+            if self._file_size > n * self.entry_size:
+                # Stale entries past the cut must not outlive it on disk (truncations are rare).
+                os.truncate(self.path, n * self.entry_size)
+                self._file_size = n * self.entry_size
         elif self.path.exists():
             os.truncate(self.path, n * self.entry_size)
         self._entries = n
@@ -341,7 +361,7 @@ class OffsetIndex(_IndexFile):
 
     def sanity_check(self, log_size: int) -> None:
         """Kafka-style cheap check of the last entry; raises :class:`CorruptIndex`."""
-        if self.path.exists() and not self._writable and self.path.stat().st_size % self.entry_size:
+        if self.path.exists() and self._buf is None and self.path.stat().st_size % self.entry_size:
             raise CorruptIndex(f"{self.path} has a partial entry")
         if self._entries:
             _, pos = self.last_entry()
@@ -417,7 +437,7 @@ class TimeIndex(_IndexFile):
         self._last = self._read_last()
 
     def sanity_check(self, next_segment_offset: int | None) -> None:
-        if self.path.exists() and not self._writable and self.path.stat().st_size % self.entry_size:
+        if self.path.exists() and self._buf is None and self.path.stat().st_size % self.entry_size:
             raise CorruptIndex(f"{self.path} has a partial entry")
         if self._entries:
             _, off = self._last

@@ -17,6 +17,7 @@ clean-shutdown marker, so the next start recovers it; a restart is what brings i
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import shutil
@@ -666,6 +667,12 @@ class LogManager:
                 partition_log = Log.open(path, config, recover=False, now_ms=self._now_ms)
                 _fsync_dir(log_dir)
             except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE):
+                    # Out of file descriptors is the process's limit, not the disk's failure: this
+                    # partition stays offline, the log dir and every other partition carry on.
+                    raise KafkaStorageError(
+                        f"creating the log of {topic}-{partition} failed: {exc} (each partition holds one "
+                        f"open file; raise the broker's open-file limit, ulimit -n)") from exc
                 self.mark_dir_offline(log_dir, f"creating the log of {topic}-{partition} failed: {exc}")
                 raise KafkaStorageError(f"creating the log of {topic}-{partition} failed: {exc}") from exc
             self._attach(partition_log)

@@ -245,10 +245,6 @@ class Segment:
         again and :attr:`size` is unchanged, so nothing unacknowledged stays readable.
         """
         position = self.size
-        # Index slots first (this append's entry, plus the one a roll adds): a full disk
-        # must fail here, before any data is written, never inside the mapped index.
-        self.offset_index.reserve(1)
-        self.time_index.reserve(2)
         with memoryview(data) as view:
             written = 0
             total = len(view)

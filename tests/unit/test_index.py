@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import bisect
+import os
+import struct
 import tempfile
 from pathlib import Path
 
@@ -79,23 +81,41 @@ def test_time_index_lookup_matches_bisect(stamps: list[int], targets: list[int])
             assert idx.lookup(target) == (entries[i] if i >= 0 else (-1, BASE))
 
 
-def test_preallocation_trim_and_reopen(tmp_path: Path) -> None:
+def test_active_index_reaches_the_file_on_sync_and_trim(tmp_path: Path) -> None:
     path = tmp_path / "a.index"
     idx = OffsetIndex(path, 0, 8 * 10 + 5, writable=True)
-    assert idx.max_entries == 10
-    assert path.stat().st_size == 80  # rounded down to whole entries
+    assert idx.max_entries == 10  # rounded down to whole entries
     for i in range(1, 4):
         idx.append(i * 10, i * 100)
-    # Simulate a crash: the preallocated, zero-padded file is reopened as is.
+    # A crash now: the file holds a valid prefix (here nothing), which recovery rebuilds.
+    assert path.stat().st_size == 0
+    assert OffsetIndex(path, 0, 80, writable=False).entries == 0
+    fd = idx.dup_fd()  # what a log flush fsyncs: every entry written first
+    assert fd is not None
+    os.close(fd)
     again = OffsetIndex(path, 0, 80, writable=False)
-    assert again.entries == 3
-    assert again.last_entry() == (30, 300)
+    assert (again.entries, again.last_entry()) == (3, (30, 300))
+    idx.truncate_to(20)  # a cut reaches the file at once: no stale entry survives it
+    assert path.stat().st_size == 8
+    idx.append(25, 250)
     idx.trim()
-    assert path.stat().st_size == 24
+    assert path.stat().st_size == 16 and not idx.writable
     again = OffsetIndex(path, 0, 80, writable=True)
-    assert again.entries == 3 and path.stat().st_size == 80
+    assert again.entries == 2 and again.lookup(30) == (25, 250)
     again.append(40, 400)
     assert again.lookup(45) == (40, 400)
+    again.close()
+    assert OffsetIndex(path, 0, 80, writable=False).last_entry() == (40, 400)
+
+
+def test_zero_padded_index_from_a_preallocating_version_loads(tmp_path: Path) -> None:
+    path = tmp_path / "p.index"
+    path.write_bytes(struct.pack(">II", 10, 100) + struct.pack(">II", 20, 200) + bytes(8 * 8))
+    idx = OffsetIndex(path, 0, 80, writable=True)
+    assert idx.entries == 2 and idx.last_entry() == (20, 200)
+    idx.append(30, 300)
+    idx.close()
+    assert path.stat().st_size == 24  # the padding is cut when the entries are written
 
 
 def test_offset_index_full_and_ordering(tmp_path: Path) -> None:
@@ -135,7 +155,10 @@ def test_time_index_first_entry_may_be_zero(tmp_path: Path) -> None:
     tidx = TimeIndex(path, 0, 120, writable=True)
     tidx.maybe_append(0, 0)
     tidx.maybe_append(5, 3)
-    reopened = TimeIndex(path, 0, 120, writable=False)  # still zero padded
+    tidx.sync_to_file()
+    with path.open("ab") as f:
+        f.write(bytes(12 * 8))  # zero padded, as a preallocating version left it
+    reopened = TimeIndex(path, 0, 120, writable=False)
     assert reopened.entries == 2
     assert reopened.lookup(4) == (0, 0)
     assert reopened.lookup(5) == (5, 3)

@@ -18,7 +18,6 @@ from kio.schema.errors import ErrorCode
 
 from pykbroker.protocol.records import build_batch, iter_batches, validate_for_append
 from pykbroker.server.replica_manager import ReplicaManager
-from pykbroker.storage.index import OffsetIndex
 from pykbroker.storage.log import KafkaStorageError, Log
 from pykbroker.storage.log_config import LogConfig
 from pykbroker.storage.log_manager import (
@@ -133,46 +132,59 @@ def test_failed_segment_write_changes_nothing_and_is_a_storage_error(
         again.close()
 
 
-def test_full_disk_under_an_index_fails_before_any_data_is_written(
+def test_full_disk_while_writing_an_index_costs_entries_not_the_log(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A write through the index mapping into a hole on a full disk would be SIGBUS: blocks are
-    # reserved first, and a refusal is an ordinary storage error with the log untouched.
+    # The active index is written when the log is flushed; on a full disk the file keeps a
+    # valid prefix and the rest waits for the next flush, while the log's data is fsynced.
     lg = Log.open(tmp_path / "t-0", LogConfig(index_interval_bytes=1), recover=False, now_ms=lambda: T0)
-    lg.on_storage_error = lambda _lg, _reason: None
+    failures: list[str] = []
+    lg.on_storage_error = lambda _lg, reason: failures.append(reason)
     for _ in range(3):
         append(lg)
-    seg = lg.active_segment
-    assert seg.offset_index.entries == 2
-    seg.offset_index._reserved = seg.offset_index.size_bytes  # as if the reserved blocks were used up
-    before = (lg.log_end_offset, seg.size, os.path.getsize(seg.log_path), seg.offset_index.entries)
+    index = lg.active_segment.offset_index
+    assert index.entries == 2
+    real_pwrite = os.pwrite
 
-    def no_space(fd: int, offset: int, length: int) -> None:
+    calls: list[int] = []
+
+    def half_then_full(fd: int, data: bytes, offset: int) -> int:
+        calls.append(offset)
+        if len(calls) == 1:
+            return real_pwrite(fd, bytes(data)[:4], offset)  # half an entry, then ENOSPC
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     with monkeypatch.context() as m:
-        m.setattr(os, "posix_fallocate", no_space)
+        m.setattr(os, "pwrite", half_then_full)
+        lg.flush()
+    assert not failures and lg.recovery_point == 3
+    assert os.path.getsize(index.path) == 0  # no partial entry left behind
+    lg.flush()  # space again: the entries follow
+    assert os.path.getsize(index.path) == 16
+
+    def broken(fd: int, data: bytes, offset: int) -> int:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    append(lg)
+    with monkeypatch.context() as m:
+        m.setattr(os, "pwrite", broken)
         with pytest.raises(KafkaStorageError):
-            append(lg)
-    assert (lg.log_end_offset, seg.size, os.path.getsize(seg.log_path), seg.offset_index.entries) == before
+            lg.flush()
+    assert failures  # a failing disk still takes the log dir offline
     lg.release()
 
 
-def test_index_reserves_blocks_in_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[tuple[int, int]] = []
-    real = os.posix_fallocate
-
-    def spy(fd: int, offset: int, length: int) -> None:
-        calls.append((offset, length))
-        real(fd, offset, length)
-
-    monkeypatch.setattr(os, "posix_fallocate", spy)
-    idx = OffsetIndex(tmp_path / "0.index", 0, 1 << 20, writable=True)
-    for i in range(1, 9000):  # 72,000 bytes of entries: two 64 KiB reservations
-        idx.append(i, i * 10)
-    assert calls == [(0, 65536), (65536, 65536)]
-    idx.close()
-    assert os.path.getsize(tmp_path / "0.index") == 8 * 8999
+def test_an_open_partition_holds_one_file_descriptor(tmp_path: Path) -> None:
+    before = len(os.listdir("/proc/self/fd"))
+    logs = [Log.open(tmp_path / f"t-{i}", LogConfig(index_interval_bytes=1), recover=False, now_ms=lambda: T0)
+            for i in range(20)]
+    for lg in logs:
+        for _ in range(3):
+            append(lg)
+    assert len(os.listdir("/proc/self/fd")) - before == 20  # each active .log; indexes hold none
+    for lg in logs:
+        lg.close()
+    assert len(os.listdir("/proc/self/fd")) == before
 
 
 def test_failed_flush_takes_the_log_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -186,3 +186,25 @@ def test_deleting_a_log_with_the_longest_legal_topic_name(tmp_path: Path) -> Non
     assert manager.get_log(topic, 0) is None
     assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == []
     manager.shutdown()
+
+
+def test_out_of_file_descriptors_fails_one_partition_not_the_log_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from pykbroker.storage.log import KafkaStorageError
+
+    mgr = LogManager([tmp_path / "d"], LogConfig(), now_ms=lambda: T0)
+    real_open = Log.open
+
+    def no_fds(*args: object, **kwargs: object) -> Log:
+        raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+
+    monkeypatch.setattr(Log, "open", no_fds)
+    with pytest.raises(KafkaStorageError, match="open-file limit"):
+        mgr.get_or_create_log("t", 0, LogConfig())
+    assert mgr.online_dirs() == [tmp_path / "d"]
+    monkeypatch.setattr(Log, "open", real_open)
+    append(mgr.get_or_create_log("t", 0, LogConfig()))  # once descriptors are free again it works
+    mgr.shutdown()
