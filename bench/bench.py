@@ -821,6 +821,7 @@ def run_scenario(target: Target, sc: Scenario, args: argparse.Namespace, run_id:
         ("consume", lambda: phase_consume(target, sc, topic, out["produce"].get("delivered", 0), args)),
     ]
     if args.e2e_seconds > 0:
+        phases.append(("drop", lambda: delete_topics(target, [topic], args.phase_timeout)))
         phases.append(("create_e2e", lambda: create_topic(target, topic + "-e2e", sc.partitions, 30)))
         phases.append(("e2e", lambda: phase_e2e(target, sc, topic + "-e2e", args)))
     for name, fn in phases:
@@ -843,7 +844,27 @@ def run_scenario(target: Target, sc: Scenario, args: argparse.Namespace, run_id:
                 break
         else:
             log(f"  [{target.label}] {sc.name}: {name} {_brief(name, r)}")
+    if target.alive():
+        # Each scenario starts from the same state: with 10,000-partition scenarios the topics of the
+        # earlier ones would otherwise pile up (open files, memory, background work) on every broker.
+        delete_topics(target, [topic, topic + "-e2e"], args.phase_timeout)
     return out
+
+
+def delete_topics(target: Target, topics: list[str], timeout: float) -> None:
+    """Best-effort DeleteTopics of a finished scenario's topics (not part of any figure)."""
+    admin = AdminClient(common_conf(target.bootstrap))
+    existing = set(admin.list_topics(timeout=10).topics)
+    doomed = [t for t in topics if t in existing]
+    if not doomed:
+        return
+    for topic, fut in admin.delete_topics(doomed, operation_timeout=min(timeout, 30)).items():
+        try:
+            fut.result(timeout=timeout)
+        except Exception as e:
+            note = f"DeleteTopics({topic}) failed: {err_str(e)}"
+            if note not in target.notes:
+                target.notes.append(note)
 
 
 def _brief(name: str, r: dict[str, Any]) -> str:

@@ -55,11 +55,13 @@ class _IndexFile:
         self._buf: bytearray | None = None
         self._synced = 0
         self._file_size = 0
-        existed = path.exists()
-        length = path.stat().st_size if existed else 0
-        self._entries = self._count_valid_entries(length) if length else 0
+        try:
+            length = os.stat(path).st_size
+        except FileNotFoundError:
+            length = -1
+        self._entries = self._count_valid_entries(length) if length > 0 else 0
         if writable:
-            self.make_writable()
+            self.make_writable(exists=length >= 0)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -84,7 +86,7 @@ class _IndexFile:
     def writable(self) -> bool:
         return self._buf is not None
 
-    def make_writable(self) -> None:
+    def make_writable(self, *, exists: bool | None = None) -> None:
         """Load the entries into memory for appends (the active segment).
 
         The active index is a buffer, written to its file when the log is flushed and when
@@ -96,6 +98,11 @@ class _IndexFile:
         if self._buf is not None:
             return
         size = self.size_bytes
+        if size == 0 and not (self.path.exists() if exists is None else exists):
+            # A new segment: an empty file, as Kafka's layout has one beside every .log.
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644))
+            self._buf, self._synced, self._file_size = bytearray(), 0, 0
+            return
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             data = os.pread(fd, size, 0) if size else b""

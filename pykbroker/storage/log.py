@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import errno
 import functools
 import logging
 import os
@@ -85,6 +86,15 @@ class OffsetOutOfRange(Exception):
     """The requested offset is outside [log start offset, log end offset]."""
 
     error_code = 1  # OFFSET_OUT_OF_RANGE
+
+
+def out_of_descriptors(exc: BaseException) -> bool:
+    """EMFILE/ENFILE: the process's (or system's) open-file limit, not a failing disk.
+
+    Such an operation fails on its own, with a log line; its log dir stays online, since
+    taking it offline would stop every partition in it for what closing a connection cures.
+    """
+    return isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE)
 
 
 class KafkaStorageError(Exception):
@@ -1182,6 +1192,9 @@ class Log:
         Returns the error for the caller to raise.  Thread-safe and lock-free: it runs on
         whichever thread hit the error, possibly holding this log's lock.
         """
+        if out_of_descriptors(exc):
+            log.error("%s %s failed: %s (raise the broker's open-file limit, ulimit -n)", what, self.dir, exc)
+            return KafkaStorageError(f"storage error while {what} {self.dir.name}: {exc}")
         first = not self.offline
         self.offline = True
         if first:

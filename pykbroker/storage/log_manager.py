@@ -17,7 +17,6 @@ clean-shutdown marker, so the next start recovers it; a restart is what brings i
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
 import shutil
@@ -28,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pykbroker.storage.log import KafkaStorageError, Log
+from pykbroker.storage.log import KafkaStorageError, Log, out_of_descriptors
 from pykbroker.storage.log_config import LogConfig
 
 __all__ = [
@@ -667,7 +666,7 @@ class LogManager:
                 partition_log = Log.open(path, config, recover=False, now_ms=self._now_ms)
                 _fsync_dir(log_dir)
             except OSError as exc:
-                if exc.errno in (errno.EMFILE, errno.ENFILE):
+                if out_of_descriptors(exc):
                     # Out of file descriptors is the process's limit, not the disk's failure: this
                     # partition stays offline, the log dir and every other partition carry on.
                     raise KafkaStorageError(
@@ -706,7 +705,10 @@ class LogManager:
                     write_offset_checkpoint(log_dir / REPLICATION_OFFSET_CHECKPOINT_FILE, in_dir)
                 except OSError as exc:
                     ok = False
-                    self.mark_dir_offline(log_dir, f"writing the high watermark checkpoint failed: {exc}")
+                    if out_of_descriptors(exc):
+                        log.error("writing the high watermark checkpoint in %s failed: %s", log_dir, exc)
+                    else:
+                        self.mark_dir_offline(log_dir, f"writing the high watermark checkpoint failed: {exc}")
         return ok
 
     def delete_log(self, topic: str, partition: int) -> None:
@@ -843,7 +845,10 @@ class LogManager:
                     )
                 except OSError as exc:
                     ok = False
-                    self.mark_dir_offline(log_dir, f"writing offset checkpoints failed: {exc}")
+                    if out_of_descriptors(exc):  # the next checkpoint interval tries again
+                        log.error("writing offset checkpoints in %s failed: %s", log_dir, exc)
+                    else:
+                        self.mark_dir_offline(log_dir, f"writing offset checkpoints failed: {exc}")
                     continue
                 for _, lg in in_dir:
                     try:

@@ -348,3 +348,30 @@ def test_produce_to_a_partition_whose_dir_failed_before_start_is_a_storage_error
     finally:
         b.log_manager.shutdown()
         b.store.close()
+
+
+def test_out_of_descriptors_at_a_roll_fails_that_append_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # EMFILE is the process's limit, not the disk's failure: the append that needed a new
+    # segment fails, the log stays online and takes the next append once descriptors are free.
+    lg = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=200), recover=False, now_ms=lambda: T0)
+    failures: list[str] = []
+    lg.on_storage_error = lambda _lg, reason: failures.append(reason)
+    append(lg)
+    append(lg)
+    real_open = os.open
+
+    def no_fds(path: Any, flags: int, *args: Any) -> int:
+        if str(path).endswith(".log"):
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        return real_open(path, flags, *args)
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "open", no_fds)
+        with pytest.raises(KafkaStorageError):
+            for _ in range(5):  # bounded: the segment is full after a few appends
+                append(lg)
+    assert not lg.offline and not failures
+    end = lg.log_end_offset
+    append(lg)
+    assert lg.log_end_offset == end + 1 and len(lg.segments) >= 2
+    lg.close()
