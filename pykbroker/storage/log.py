@@ -627,6 +627,8 @@ class Log:
 
     def first_unstable_offset(self) -> int | None:
         """First offset of the oldest open transaction (the last stable offset cannot pass it)."""
+        if not self.producer_state.has_ongoing_transactions:
+            return None  # lock-free for the common case: every fetched partition asks this
         with self._lock:
             return self.producer_state.first_unstable_offset()
 

@@ -265,6 +265,10 @@ class ProducerStateManager:
 
     # --- queries ----------------------------------------------------------------------------------
 
+    @property
+    def has_ongoing_transactions(self) -> bool:
+        return bool(self._ongoing)
+
     def first_unstable_offset(self) -> int | None:
         """The lowest first offset of any open transaction: the last stable offset cannot pass it."""
         return min(self._ongoing.values()) if self._ongoing else None

@@ -124,14 +124,21 @@ def _read_all(svc: Services, ctx: RequestContext, req: Any, by_id: bool, replica
                     remaining -= len(entry["records"])
                     first_with_data = False
                 continue
-            entry["high_watermark"] = p.high_watermark
-            entry["last_stable_offset"] = p.last_stable_offset
-            entry["log_start_offset"] = lg.log_start_offset
-            max_offset = p.last_stable_offset if read_committed else p.high_watermark
+            high_watermark = p.high_watermark
+            last_stable = p.last_stable_offset
+            log_start = lg.log_start_offset
+            entry["high_watermark"] = high_watermark
+            entry["last_stable_offset"] = last_stable
+            entry["log_start_offset"] = log_start
+            max_offset = last_stable if read_committed else high_watermark
+            fetch_offset = int(fp.fetch_offset)
+            if fetch_offset == max_offset and fetch_offset >= log_start:
+                # Caught up: nothing to read. The common case for most partitions of a consumer
+                # with many of them, so it skips the log's read path entirely.
+                continue
             limit = min(int(fp.partition_max_bytes), remaining)
             try:
-                result = lg.read(int(fp.fetch_offset), max(limit, 0), max_offset=max_offset,
-                                 min_one_message=first_with_data)
+                result = lg.read(fetch_offset, max(limit, 0), max_offset=max_offset, min_one_message=first_with_data)
                 data = result.records
                 if data and read_committed:  # aborted transactions in the returned range
                     entry["aborted_transactions"] = [
