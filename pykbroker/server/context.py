@@ -13,6 +13,7 @@ from pykbroker.metadata.store import MetadataStore
 from pykbroker.protocol import codec
 from pykbroker.protocol.header import RequestHeader
 from pykbroker.security.session import Session
+from pykbroker.server.fetch_session import FetchSessionCache
 from pykbroker.server.replica_manager import ReplicaManager
 from pykbroker.server.telemetry import ClientTelemetry
 from pykbroker.server.topics import TopicManager
@@ -25,6 +26,10 @@ if TYPE_CHECKING:  # group coordinator
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+# A full cache gives the slot of a session unused this long to a new one (Kafka's constant).
+FETCH_SESSION_EVICTION_MS = 120_000
 
 
 @dataclass
@@ -68,12 +73,21 @@ class Services:
     authorizer: Authorizer | None = None
     # Client telemetry (KIP-714); made from the config on first use.
     _telemetry: ClientTelemetry | None = None
+    # Incremental fetch sessions (KIP-227); made from the config on first use.
+    _fetch_sessions: FetchSessionCache | None = None
 
     @property
     def telemetry(self) -> ClientTelemetry:
         if self._telemetry is None:
             self._telemetry = ClientTelemetry(max_bytes=self.config["telemetry.max.bytes"])
         return self._telemetry
+
+    @property
+    def fetch_sessions(self) -> FetchSessionCache:
+        if self._fetch_sessions is None:
+            self._fetch_sessions = FetchSessionCache(self.config["max.incremental.fetch.session.cache.slots"],
+                                                     FETCH_SESSION_EVICTION_MS, now_ms)
+        return self._fetch_sessions
 
     @property
     def broker_id(self) -> int:

@@ -1,9 +1,9 @@
 """Fetch: serve whole batches from the log, long-polling until min_bytes or max_wait.
 
 Waiting fetches register on the partitions they read and are woken by the high
-watermark move that gives them data (see FetchWaiters), not by a timer loop.  Fetch
-sessions (KIP-227) are answered sessionless: session id 0 tells clients to keep
-sending full requests.
+watermark move that gives them data (see FetchWaiters), not by a timer loop.  Clients
+that ask for a fetch session (KIP-227, epoch 0) get one when the cache has room; their
+incremental requests are read through it (pykbroker.server.fetch_session).
 
 In a cluster a fetch with a replica id is a follower's: it reads up to the log end offset
 (consumers only up to the high watermark), is checked for a diverging epoch (KIP-320), waits
@@ -24,13 +24,20 @@ from pykbroker.replication.rules import diverging_epoch
 from pykbroker.server.authorizer import AclOperation, ResourceType
 from pykbroker.server.authz import cluster_allowed, denied_names
 from pykbroker.server.context import RequestContext, Services
+from pykbroker.server.fetch_session import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    FetchSession,
+    FetchSessionError,
+    PartitionKey,
+    SessionTopic,
+    next_epoch,
+)
 from pykbroker.server.replica_manager import Partition
 from pykbroker.storage.log import KafkaStorageError, OffsetOutOfRange
 
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
-FINAL_EPOCH = -1
-INITIAL_EPOCH = 0
 _ZERO_UUID = uuid.UUID(int=0)
 
 
@@ -235,15 +242,76 @@ def _fetched_partitions(svc: Services, req: Any, by_id: bool) -> list[tuple[str,
     return out
 
 
+class _SessionRequest:
+    """An incremental request seen through its session: every partition the session holds."""
+
+    __slots__ = ("isolation_level", "max_bytes", "topics")
+
+    def __init__(self, req: Any, topics: list[SessionTopic]) -> None:
+        self.max_bytes = req.max_bytes
+        self.isolation_level = getattr(req, "isolation_level", READ_UNCOMMITTED)
+        self.topics = topics
+
+
+def _keep_changed(source: _SessionRequest, plan: _Plan, session: FetchSession) -> None:
+    """An incremental response carries only the partitions with news (KIP-227); the ones that
+    returned records are read last next time."""
+    returned: list[PartitionKey] = []
+    kept_topics = []
+    for st, topic in zip(source.topics, plan.topics, strict=True):
+        kept = []
+        for cp, entry in zip(st.partitions, topic["partitions"], strict=True):
+            if cp.must_respond(entry):
+                kept.append(entry)
+                if entry["records"]:
+                    returned.append((cp.topic_id if session.by_id else cp.topic or "", cp.partition))
+        if kept:
+            topic["partitions"] = kept
+            kept_topics.append(topic)
+    plan.topics = kept_topics
+    session.rotate(returned)
+
+
+def _open_session(svc: Services, req: Any, plan: _Plan, by_id: bool) -> int:
+    """A session for a full request with epoch 0, if the cache has room; its id (0: none)."""
+    size = sum(len(t.partitions) for t in req.topics)
+    session = svc.fetch_sessions.create(by_id, size)
+    if session is None:
+        return 0
+    session.apply(req.topics, (), lambda tid: _topic_name(svc, tid))
+    for t, topic in zip(req.topics, plan.topics, strict=True):
+        key = t.topic_id if by_id else t.topic
+        for entry in topic["partitions"]:
+            cp = session.partitions.get((key, entry["partition_index"]))
+            if cp is not None:
+                cp.remember(entry)
+    return session.id
+
+
+def _topic_name(svc: Services, topic_id: uuid.UUID) -> str | None:
+    rec = svc.store.topic_by_id(topic_id)
+    return rec.name if rec is not None else None
+
+
 async def handle_fetch(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
     v = ctx.version
     by_id = v >= 13
     session_epoch = int(getattr(req, "session_epoch", FINAL_EPOCH))
     session_id = int(getattr(req, "session_id", 0))
-    if session_id != 0 or session_epoch not in (INITIAL_EPOCH, FINAL_EPOCH):
-        # We never hand out sessions, so a client naming one is out of step.
-        return {"throttle_time": 0, "error_code": ErrorCode.fetch_session_id_not_found, "session_id": 0,
-                "responses": ()}
+    session: FetchSession | None = None
+    source: Any = req
+    if v >= 7:
+        if session_epoch in (INITIAL_EPOCH, FINAL_EPOCH):
+            if session_id:  # a full request closes the session it names
+                svc.fetch_sessions.remove(session_id)
+        else:
+            try:
+                session = svc.fetch_sessions.incremental(session_id, session_epoch)
+            except FetchSessionError as e:
+                return {"throttle_time": 0, "error_code": e.code, "session_id": 0, "responses": ()}
+            session.apply(req.topics, getattr(req, "forgotten_topics_data", ()) or (),
+                          lambda tid: _topic_name(svc, tid))
+            source = _SessionRequest(req, session.topics())
 
     max_wait_s = req.max_wait.total_seconds()
     min_bytes = int(req.min_bytes)
@@ -255,10 +323,11 @@ async def handle_fetch(svc: Services, ctx: RequestContext, req: Any) -> dict[str
         if replica_id_of(req, v) >= 0:  # a follower needs CLUSTER_ACTION, else every partition is refused
             denied = not cluster_allowed(ctx, AclOperation.CLUSTER_ACTION)
         else:
-            denied = denied_names(ctx, AclOperation.READ, ResourceType.TOPIC, _request_topic_names(svc, req, by_id))
-    plan = _read_all(svc, ctx, req, by_id, replica_id, denied=denied)
+            denied = denied_names(ctx, AclOperation.READ, ResourceType.TOPIC,
+                                  _request_topic_names(svc, source, by_id))
+    plan = _read_all(svc, ctx, source, by_id, replica_id, denied=denied)
     if plan.bytes < min_bytes and not plan.errors and max_wait_s > 0:
-        tps = _fetched_partitions(svc, req, by_id)
+        tps = _fetched_partitions(svc, source, by_id)
         # A follower waits for appends, a consumer for the high watermark to move.
         waiters = svc.replicas.replica_fetch_waiters if replica_id >= 0 else svc.replicas.fetch_waiters
         while plan.bytes < min_bytes and not plan.errors and not svc.shutting_down.is_set():
@@ -266,10 +335,18 @@ async def handle_fetch(svc: Services, ctx: RequestContext, req: Any) -> dict[str
             if remaining <= 0:
                 break
             await waiters.wait(tps, remaining)
-            plan = _read_all(svc, ctx, req, by_id, replica_id, first_pass=False, denied=denied)
+            plan = _read_all(svc, ctx, source, by_id, replica_id, first_pass=False, denied=denied)
     if v <= 3:  # clients from before Kafka 0.11 read message format v0/v1; never on the modern path
         _down_convert(svc, req, plan.topics, 0 if v <= 1 else 1)
-    return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": plan.topics}
+    response_session_id = 0
+    if session is not None:
+        _keep_changed(source, plan, session)
+        session.epoch = next_epoch(session.epoch)
+        response_session_id = session.id
+    elif v >= 7 and session_epoch == INITIAL_EPOCH:
+        response_session_id = _open_session(svc, req, plan, by_id)
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": response_session_id,
+            "responses": plan.topics}
 
 
 def _down_convert(svc: Services, req: Any, topics: list[dict[str, Any]], magic: int) -> None:
