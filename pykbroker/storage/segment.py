@@ -190,6 +190,10 @@ class Segment:
         self.txn_index.delete()
         self.active = False
 
+    def dup_data_fd(self) -> int | None:
+        """A duplicate descriptor of the .log file, for a data-only sync from another thread."""
+        return os.dup(self._fd) if self._fd >= 0 else None
+
     def dup_fds(self) -> list[int]:
         """Duplicate descriptors of all files so another thread can fsync them lock-free."""
         fds = [os.dup(self._fd)] if self._fd >= 0 else []
