@@ -43,3 +43,17 @@ def test_cluster_bench_smoke() -> None:
     out = _run("cluster_bench.py", "--only", "metadata", "--partitions", "20", "--metadata-rounds", "3")
     assert "| create 20 partitions (RF 1, 1 topics of 20) s |" in out
     assert "| Metadata v12 one topic (20 partitions) p99 ms |" in out
+
+
+def test_bench_smoke() -> None:
+    out = _run("bench.py", "--compare", "--brokers", "pykbroker", "--sizes", "100", "--acks", "1",
+               "--partitions", "20", "--count-small", "2000", "--e2e-seconds", "0.5", "--e2e-rate", "500",
+               "--wait-idle", "0")
+    assert "| 100B acks=1 p=20 | pykbroker |" in out and "FAIL" not in out.split("CPU (broker")[0]
+
+
+def test_fanout_bench_smoke() -> None:
+    out = _run("fanout_bench.py", "--groups", "2", "--consumers", "2", "--idle-producers", "10",
+               "--active-producers", "3", "--rate", "300", "--seconds", "1", "--drain", "2")
+    assert "| idle producer connections up | 10 |" in out
+    assert "| received per group, min of 2 (of " in out
