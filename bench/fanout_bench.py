@@ -28,6 +28,7 @@ import multiprocessing as mp
 import os
 import platform
 import queue as _queue
+import shutil
 import sys
 import tempfile
 import threading
@@ -238,6 +239,7 @@ def run(args: argparse.Namespace) -> int:
             if p.is_alive():
                 p.kill()
         B.stop_broker(target)
+        shutil.rmtree(workdir, ignore_errors=True)
     return rc
 
 
