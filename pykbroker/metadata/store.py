@@ -220,6 +220,14 @@ class MetadataStore(ABC):
     def topic(self, name: str) -> TopicRecord | None:
         return self.topics().get(name)
 
+    def read_topic_configs(self, name: str) -> dict[str, str] | None:
+        """The topic's config overrides read from the source of truth (None: no such topic).
+
+        Why: a cached store (ZooKeeper) can lag a topic another broker just created; an admin request
+        that names it must not get UNKNOWN_TOPIC_OR_PARTITION for that lag. In-memory stores have no lag."""
+        rec = self.topic(name)
+        return None if rec is None else dict(rec.configs)
+
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicRecord | None:
         # An index checked against topics() on every hit, so it cannot serve a deleted or
         # replaced record; a miss rebuilds it (an unknown id costs the scan it always did).

@@ -1131,6 +1131,20 @@ class ZkMetadataStore(MetadataStore):
         log.info("added partitions %s to topic %s", sorted(new), name)
         return TopicRecord(name, assignment.topic_id, parts, dict(base.configs) if base else {})
 
+    def read_topic_configs(self, name: str) -> dict[str, str] | None:
+        rec = self._topics.get(name)
+        if rec is not None:
+            return dict(rec.configs)
+        with self._unavailable():
+            self.zk.sync(zl.topic_path(name))
+            if self.zk.exists(zl.topic_path(name)) is None:
+                return None
+            try:
+                data, _ = self.zk.get(zl.topic_config_path(name))
+            except NoNodeError:
+                return {}
+        return zl.decode_entity_config(data)
+
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicRecord:
         path = zl.topic_config_path(name)
         with self._unavailable():

@@ -599,3 +599,15 @@ def test_old_config_change_notifications_are_purged(stores: Stores, monkeypatch:
     assert len(left) == zkstore._KEEP_CONFIG_CHANGES
     newest = max(left)
     assert json.loads(s.zk.get(f"{zl.CONFIG_CHANGES}/{newest}")[0])["entity_path"] == "groups/last"
+
+
+def test_read_topic_configs_sees_a_topic_before_the_cache_does(stores: Stores) -> None:
+    """Admin requests right after another broker created a topic read ZooKeeper itself (the watch may lag)."""
+    s1, _ = stores.store(1)
+    s2, _ = stores.store(2)  # its loop is never pumped: its cache cannot have seen the topic
+    s1.create_topic(record("fresh", {0: [1]}, {"retention.ms": "1234"}))
+    s1.create_topic(record("bare", {0: [1]}))
+    assert s2.topic("fresh") is None
+    assert s2.read_topic_configs("fresh") == {"retention.ms": "1234"}
+    assert s2.read_topic_configs("bare") == {}
+    assert s2.read_topic_configs("absent") is None

@@ -298,3 +298,56 @@ def test_embedded_store_keeps_entity_configs(tmp_path: Path) -> None:
     assert again.configs_of(4, "0") == {"message.max.bytes": "2000"}
     assert again.client_metrics_configs() == {"sub": {"interval.ms": "1000"}}
     assert again.entity_configs(32) == {}
+
+
+class _LaggingStore(EmbeddedMetadataStore):
+    """A store whose cache has not yet seen a topic another broker created (the ZooKeeper watch lag)."""
+
+    blocking = True
+
+    def __init__(self, *args: Any, hidden: dict[str, dict[str, str]]) -> None:
+        super().__init__(*args)
+        self.hidden = hidden
+        self.written: dict[str, dict[str, str]] = {}
+
+    def read_topic_configs(self, name: str) -> dict[str, str] | None:
+        if name in self.hidden:
+            return dict(self.hidden[name])
+        return super().read_topic_configs(name)
+
+    def set_topic_configs(self, name: str, configs: dict[str, str]) -> Any:
+        self.written[name] = dict(configs)
+
+
+def test_configs_of_a_topic_the_cache_has_not_seen_come_from_the_store(tmp_path: Path) -> None:
+    """DescribeConfigs / IncrementalAlterConfigs right after another broker created the topic: the answer
+    comes from the store, not UNKNOWN_TOPIC_OR_PARTITION (seen with the Java admin client on 3 brokers)."""
+    import types
+
+    import anyio
+    from kio.schema.errors import ErrorCode
+
+    from pykbroker.server.handlers.configs import handle_describe_configs, handle_incremental_alter_configs
+
+    store = _LaggingStore(tmp_path, 0, [("PLAINTEXT", "127.0.0.1", 9092)], hidden={"fresh": {"retention.ms": "5"}})
+    store.start()
+    svc: Any = types.SimpleNamespace(config=BrokerConfig(), store=store)
+    ctx: Any = types.SimpleNamespace(authorizer=None)
+
+    def res(name: str, keys: list[str] | None = None) -> Any:
+        return types.SimpleNamespace(resource_type=2, resource_name=name, configuration_keys=keys)
+
+    req = types.SimpleNamespace(resources=[res("fresh", ["retention.ms"]), res("absent")],
+                                include_synonyms=False, include_documentation=False)
+    out = anyio.run(handle_describe_configs, svc, ctx, req)
+    fresh, absent = out["results"]
+    assert fresh["error_code"] == ErrorCode.none
+    assert [(c["name"], c["value"]) for c in fresh["configs"]] == [("retention.ms", "5")]
+    assert absent["error_code"] == ErrorCode.unknown_topic_or_partition
+
+    op = types.SimpleNamespace(name="cleanup.policy", config_operation=0, value="compact")
+    alter = types.SimpleNamespace(resources=[types.SimpleNamespace(resource_type=2, resource_name="fresh",
+                                                                   configs=[op])], validate_only=False)
+    out = anyio.run(handle_incremental_alter_configs, svc, ctx, alter)
+    assert out["responses"][0]["error_code"] == ErrorCode.none
+    assert store.written["fresh"] == {"retention.ms": "5", "cleanup.policy": "compact"}

@@ -227,6 +227,24 @@ def _describe_one(svc: Services, rtype: int, name: str, keys: list[str] | None, 
     raise ResourceError(ErrorCode.invalid_request, f"Unsupported resource type: {_type_name(rtype)}")
 
 
+async def _describe_uncached_topic(svc: Services, name: str, keys: list[str] | None, synonyms: bool,
+                                   documentation: bool) -> list[dict[str, Any]]:
+    """A topic this broker's metadata cache has not seen yet: ask the store itself before answering
+    UNKNOWN_TOPIC_OR_PARTITION (another broker may have just created it)."""
+    overrides = await _read_uncached_topic(svc, name, None)
+    return describe_topic_configs(svc.config, overrides, keys, synonyms, documentation)
+
+
+async def _read_uncached_topic(svc: Services, name: str, message: str | None) -> dict[str, str]:
+    try:
+        overrides = await run_store(svc.store, svc.store.read_topic_configs, name)
+    except StoreUnavailable as e:
+        raise ResourceError(ErrorCode.unknown_server_error, str(e)) from None
+    if overrides is None:
+        raise ResourceError(ErrorCode.unknown_topic_or_partition, message)
+    return overrides
+
+
 def _type_name(rtype: int) -> str:
     return {0: "UNKNOWN", 2: "TOPIC", 4: "BROKER", 8: "BROKER_LOGGER", 16: "CLIENT_METRICS",
             32: "GROUP"}.get(rtype, "UNKNOWN")
@@ -272,7 +290,12 @@ async def handle_describe_configs(svc: Services, ctx: RequestContext, req: Any) 
             result["error_message"] = refusal.message
             continue
         try:
-            result["configs"] = _describe_one(svc, rtype, r.resource_name, keys, synonyms, documentation)
+            if rtype == RESOURCE_TOPIC and svc.store.blocking and svc.store.topic(r.resource_name) is None \
+                    and topic_name_problem(r.resource_name) is None:
+                result["configs"] = await _describe_uncached_topic(svc, r.resource_name, keys, synonyms,
+                                                                   documentation)
+            else:
+                result["configs"] = _describe_one(svc, rtype, r.resource_name, keys, synonyms, documentation)
         except ResourceError as e:
             result["error_code"] = e.code
             result["error_message"] = e.message
@@ -302,7 +325,9 @@ def _default(rtype: int) -> Callable[[str], str | None]:
     return default
 
 
-def _current(svc: Services, rtype: int, name: str) -> dict[str, str]:
+def _current(svc: Services, rtype: int, name: str, fresh: dict[str, str] | None = None) -> dict[str, str]:
+    if fresh is not None:
+        return dict(fresh)
     if rtype == RESOURCE_TOPIC:
         rec = svc.store.topic(name)
         return dict(rec.configs) if rec is not None else {}
@@ -331,14 +356,16 @@ def _check_resource(svc: Services, rtype: int, name: str) -> None:
         raise ResourceError(ErrorCode.invalid_request, f"Unknown resource type {rtype}")
 
 
-def validate_resource_configs(svc: Services, rtype: int, name: str, configs: dict[str, str]) -> dict[str, str]:
-    """Validate a resource's complete new configs; returns them normalised, raises ResourceError."""
+def validate_resource_configs(svc: Services, rtype: int, name: str, configs: dict[str, str], *,
+                              known: bool = False) -> dict[str, str]:
+    """Validate a resource's complete new configs; returns them normalised, raises ResourceError.
+    `known`: the caller has already seen the resource in the store itself."""
     try:
         if rtype == RESOURCE_BROKER:
             return validate_dynamic_broker_configs(svc.config, configs, per_broker=bool(name))
         if rtype == RESOURCE_TOPIC:
             normalised = validate_topic_configs(configs, svc.config)
-            if svc.store.topic(name) is None:
+            if not known and svc.store.topic(name) is None:
                 raise ResourceError(ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist.")
             return normalised
         if rtype == RESOURCE_GROUP:
@@ -404,10 +431,13 @@ async def _alter(svc: Services, ctx: RequestContext, req: Any, incremental: bool
                 if refusal is not None:
                     raise refusal
             _check_resource(svc, rtype, name)
+            fresh = None
+            if rtype == RESOURCE_TOPIC and svc.store.blocking and svc.store.topic(name) is None:
+                fresh = await _read_uncached_topic(svc, name, f"The topic '{name}' does not exist.")
             if incremental:
                 try:
                     new = apply_incremental_ops(
-                        _current(svc, rtype, name),
+                        _current(svc, rtype, name, fresh),
                         [(c.name, int(c.config_operation), c.value) for c in r.configs],
                         _definition(rtype), _default(rtype))
                 except ConfigRequestError as e:
@@ -416,7 +446,7 @@ async def _alter(svc: Services, ctx: RequestContext, req: Any, incremental: bool
                     raise ResourceError(ErrorCode.invalid_config, str(e)) from None
             else:
                 new = {c.name: c.value for c in r.configs}
-            normalised = validate_resource_configs(svc, rtype, name, new)
+            normalised = validate_resource_configs(svc, rtype, name, new, known=fresh is not None)
             if not req.validate_only:
                 await store_resource_configs(svc, rtype, name, normalised)
         except ResourceError as e:
