@@ -26,6 +26,7 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as e:
         log.error("invalid configuration: %s", e)
         return 2
+    logsetup.configure(args.log_level, config["pykbroker.log.format"])
     if config.no_effect_keys():
         log.info("accepted with no effect on this broker: %s (see README 'Settings not implemented')",
                  ", ".join(config.no_effect_keys()))

@@ -60,6 +60,8 @@ class BrokerProcess:
         }
         self.log_path = data_dir / "broker.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        # More command-line arguments for `pykbroker serve` (e.g. ["--log-level", "DEBUG"]).
+        self.extra_args: list[str] = []
 
     @property
     def bootstrap(self) -> str:
@@ -67,7 +69,7 @@ class BrokerProcess:
 
     def start(self, timeout: float = 30.0) -> BrokerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        args = [sys.executable, "-m", "pykbroker", "serve"]
+        args = [sys.executable, "-m", "pykbroker", "serve", *self.extra_args]
         for k, v in self.overrides.items():
             args += ["--override", f"{k}={v}"]
         logf = open(self.log_path, "ab")  # noqa: SIM115 - owned by the process

@@ -1,0 +1,290 @@
+"""The broker as Prometheus metric families, named after Kafka's JMX metrics where one exists.
+
+A scrape arrives on prometheus_client's HTTP thread; the broker's state belongs to the event loop.
+So `collect()` asks the loop for a snapshot of plain values (one short loop turn: counters copied,
+partitions and groups walked) and builds the metric families on the HTTP thread, where the cost of
+exposition does not hold up requests. Kafka's ``kafka.server:type=BrokerTopicMetrics,name=BytesInPerSec,
+topic=t`` becomes ``kafka_server_brokertopicmetrics_bytesin_total{topic="t"}``: the jmx_exporter
+convention Kafka dashboards are written against.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from pykbroker.observability.lag import LagRow, consumer_lag
+from pykbroker.observability.otlp import OtlpError, number_points
+
+if TYPE_CHECKING:
+    from pykbroker.server.broker import Broker
+
+_API_NAMES: dict[int, str] = {}
+
+
+def _api_name(key: int) -> str:
+    if not _API_NAMES:
+        from pykbroker.protocol import codec
+
+        # Kafka's request names: "Produce", "FetchConsumer" is not split here; "ApiVersions" etc.
+        for k, name in codec.API_NAMES.items():
+            _API_NAMES[k] = "".join(part[:1].upper() + part[1:] for part in name.split("_"))
+    return _API_NAMES.get(key, str(key))
+
+
+@dataclass
+class PartitionRow:
+    topic: str
+    partition: int
+    size: int
+    segments: int
+    start_offset: int
+    end_offset: int
+    high_watermark: int
+    leader: bool
+    replicas: int
+    isr: int
+    offline: bool
+
+
+@dataclass
+class Snapshot:
+    requests: list[tuple[int, int, list[tuple[str, int]], float, int]] = field(default_factory=list)
+    topics: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)
+    connections: Counter[str] = field(default_factory=Counter)
+    purgatory: dict[str, int] = field(default_factory=dict)
+    partitions: list[PartitionRow] = field(default_factory=list)
+    offline_partitions: int | None = None
+    active_controller: int = 0
+    groups: Counter[tuple[str, str]] = field(default_factory=Counter)
+    rebalances: dict[str, int] = field(default_factory=dict)
+    transactions: Counter[str] = field(default_factory=Counter)
+    lag: list[LagRow] = field(default_factory=list)
+    client_pushes: list[tuple[str, str, bytes]] = field(default_factory=list)
+
+
+def take_snapshot(broker: Broker) -> Snapshot:
+    """On the event loop: copy what the families need. Nothing here blocks or awaits."""
+    svc = broker.services
+    snap = Snapshot()
+    stats = svc.stats
+    for (key, version), h in stats.requests.items():
+        snap.requests.append((key, version, h.cumulative(), h.sum, h.count))
+    for name, c in stats.topics.items():
+        snap.topics.append((name, (c.messages_in, c.bytes_in, c.bytes_out, c.replication_bytes_in,
+                                   c.replication_bytes_out, c.produce_requests, c.fetch_requests)))
+    snap.connections = broker.server.connections_by_listener()
+    replicas = svc.replicas
+    snap.purgatory = {"Produce": replicas.produce_waiters.waiting,
+                      "Fetch": replicas.fetch_waiters.waiting + replicas.replica_fetch_waiters.waiting}
+    end_offsets: dict[tuple[str, int], int] = {}
+    for tp, p in replicas.partitions().items():
+        lg = p.log
+        offline = p.offline
+        snap.partitions.append(PartitionRow(
+            p.topic, p.index, 0 if offline else lg.size_bytes, 0 if offline else len(lg.segments),
+            lg.log_start_offset, lg.log_end_offset, p.high_watermark, p.is_leader, len(p.replicas) or 1,
+            len(p.isr) or 1, offline))
+        end_offsets[tp] = p.high_watermark
+    store = svc.store
+    if store.is_cluster():
+        snap.active_controller = int(store.controller_id() == broker.broker_id)
+        if snap.active_controller:  # as in Kafka, the controller reports offline partitions
+            snap.offline_partitions = sum(1 for rec in store.topics().values()
+                                          for a in rec.partitions.values() if a.leader < 0)
+    else:
+        snap.active_controller = 1
+        snap.offline_partitions = sum(1 for r in snap.partitions if r.offline)
+    manager = broker.groups.manager
+    for g in manager.list_groups():
+        snap.groups[(g["group_type"], g["group_state"])] += 1
+    snap.rebalances = dict(manager.rebalances)
+    snap.lag = consumer_lag(manager.offsets, end_offsets)
+    for txn in broker.txn.sm.txns.values():
+        snap.transactions[txn.state.name] += 1
+    telemetry = svc._telemetry
+    if telemetry is not None:
+        for inst in telemetry.instances.values():
+            if inst.latest is not None:
+                snap.client_pushes.append((str(inst.instance_id), inst.selector.client_id, inst.latest.data))
+    return snap
+
+
+_UNSAFE = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def _metric_name(name: str) -> str:
+    """A KIP-714 name (org.apache.kafka.producer.record.queue.time.avg) as a Prometheus name."""
+    return "kafka_client_" + _UNSAFE.sub("_", name.removeprefix("org.apache.kafka."))
+
+
+def families(snap: Snapshot) -> Iterator[Metric]:
+    """The snapshot as metric families (on the HTTP thread)."""
+    requests = CounterMetricFamily("kafka_network_requestmetrics_requests", "Requests completed, by API "
+                                   "and version (Kafka's RequestsPerSec).", labels=["request", "version"])
+    latency = HistogramMetricFamily("kafka_network_requestmetrics_totaltime_seconds", "Time from a request's "
+                                    "arrival to its response (Kafka's TotalTimeMs), including time waiting in "
+                                    "purgatory.", labels=["request", "version"])
+    for key, version, buckets, total, count in sorted(snap.requests):
+        labels = [_api_name(key), str(version)]
+        requests.add_metric(labels, count)
+        latency.add_metric(labels, buckets=buckets, sum_value=total)
+    yield requests
+    yield latency
+
+    topic_families = [
+        CounterMetricFamily("kafka_server_brokertopicmetrics_messagesin", "Messages appended (MessagesInPerSec).",
+                            labels=["topic"]),
+        CounterMetricFamily("kafka_server_brokertopicmetrics_bytesin", "Bytes appended from producers "
+                            "(BytesInPerSec).", labels=["topic"]),
+        CounterMetricFamily("kafka_server_brokertopicmetrics_bytesout", "Bytes returned to consumers "
+                            "(BytesOutPerSec).", labels=["topic"]),
+        CounterMetricFamily("kafka_server_brokertopicmetrics_replicationbytesin", "Bytes appended as a follower "
+                            "(ReplicationBytesInPerSec).", labels=["topic"]),
+        CounterMetricFamily("kafka_server_brokertopicmetrics_replicationbytesout", "Bytes returned to followers "
+                            "(ReplicationBytesOutPerSec).", labels=["topic"]),
+        CounterMetricFamily("kafka_server_brokertopicmetrics_totalproducerequests", "Partition appends from "
+                            "produce requests (TotalProduceRequestsPerSec).", labels=["topic"]),
+        CounterMetricFamily("kafka_server_brokertopicmetrics_totalfetchrequests", "Consumer fetches that returned "
+                            "data for the topic (TotalFetchRequestsPerSec).", labels=["topic"]),
+    ]
+    totals = [0] * len(topic_families)
+    for name, values in sorted(snap.topics):
+        for i, v in enumerate(values):
+            topic_families[i].add_metric([name], v)
+            totals[i] += v
+    for fam in topic_families:
+        yield fam
+    for fam, total in zip(topic_families[:3], totals[:3], strict=True):  # the broker-wide rates, as Kafka has
+        yield CounterMetricFamily(fam.name + "_all_topics", fam.documentation + " All topics.", value=total)
+
+    conns = GaugeMetricFamily("kafka_server_socketservermetrics_connection_count", "Open client connections.",
+                              labels=["listener"])
+    for listener, n in sorted(snap.connections.items()):
+        conns.add_metric([listener], n)
+    yield conns
+    purgatory = GaugeMetricFamily("kafka_server_delayedoperationpurgatory_purgatorysize", "Requests waiting: "
+                                  "acks=all produces for the ISR, long-poll fetches for data.",
+                                  labels=["delayedOperation"])
+    for op, n in sorted(snap.purgatory.items()):
+        purgatory.add_metric([op], n)
+    yield purgatory
+
+    size = GaugeMetricFamily("kafka_log_log_size", "Bytes of the partition's log.", labels=["topic", "partition"])
+    segs = GaugeMetricFamily("kafka_log_log_numlogsegments", "Segments of the partition's log.",
+                             labels=["topic", "partition"])
+    start = GaugeMetricFamily("kafka_log_log_logstartoffset", "The log start offset.", labels=["topic", "partition"])
+    end = GaugeMetricFamily("kafka_log_log_logendoffset", "The log end offset.", labels=["topic", "partition"])
+    hwm = GaugeMetricFamily("kafka_cluster_partition_highwatermark", "The high watermark (what consumers can read "
+                            "to).", labels=["topic", "partition"])
+    urp_by_partition = GaugeMetricFamily("kafka_cluster_partition_underreplicated", "1 when this broker leads "
+                                         "the partition and its ISR is smaller than its replica set.",
+                                         labels=["topic", "partition"])
+    leaders = urp = offline_replicas = 0
+    for r in sorted(snap.partitions, key=lambda r: (r.topic, r.partition)):
+        labels = [r.topic, str(r.partition)]
+        size.add_metric(labels, r.size)
+        segs.add_metric(labels, r.segments)
+        start.add_metric(labels, r.start_offset)
+        end.add_metric(labels, r.end_offset)
+        hwm.add_metric(labels, r.high_watermark)
+        under = r.leader and r.isr < r.replicas
+        urp_by_partition.add_metric(labels, int(under))
+        leaders += r.leader
+        urp += under
+        offline_replicas += r.offline
+    yield from (size, segs, start, end, hwm, urp_by_partition)
+    yield GaugeMetricFamily("kafka_server_replicamanager_partitioncount", "Partitions with a replica here.",
+                            value=len(snap.partitions))
+    yield GaugeMetricFamily("kafka_server_replicamanager_leadercount", "Partitions this broker leads.", value=leaders)
+    yield GaugeMetricFamily("kafka_server_replicamanager_underreplicatedpartitions", "Partitions this broker leads "
+                            "whose ISR is smaller than their replica set.", value=urp)
+    yield GaugeMetricFamily("kafka_server_replicamanager_offlinereplicacount", "Replicas here whose log dir "
+                            "failed.", value=offline_replicas)
+    yield GaugeMetricFamily("kafka_controller_kafkacontroller_activecontrollercount", "1 on the active controller.",
+                            value=snap.active_controller)
+    if snap.offline_partitions is not None:
+        yield GaugeMetricFamily("kafka_controller_kafkacontroller_offlinepartitionscount", "Partitions without a "
+                                "live leader (reported by the controller).", value=snap.offline_partitions)
+
+    groups = GaugeMetricFamily("kafka_coordinator_group_groupmetadatamanager_numgroups", "Groups this broker "
+                               "coordinates, by type and state.", labels=["type", "state"])
+    for (gtype, state), n in sorted(snap.groups.items()):
+        groups.add_metric([gtype, state], n)
+    yield groups
+    rebalances = CounterMetricFamily("kafka_coordinator_group_rebalances", "Rebalances completed (classic: a "
+                                     "generation; consumer: a group epoch).", labels=["type"])
+    for gtype, n in sorted(snap.rebalances.items()):
+        rebalances.add_metric([gtype], n)
+    yield rebalances
+    txns = GaugeMetricFamily("kafka_coordinator_transaction_transactions", "Transactional ids this broker "
+                             "coordinates, by state.", labels=["state"])
+    for state, n in sorted(snap.transactions.items()):
+        txns.add_metric([state], n)
+    yield txns
+
+    lag = GaugeMetricFamily("kafka_consumergroup_lag", "End offset (high watermark) minus the group's committed "
+                            "offset, computed by the broker.", labels=["consumergroup", "topic", "partition"])
+    current = GaugeMetricFamily("kafka_consumergroup_current_offset", "The group's committed offset.",
+                                labels=["consumergroup", "topic", "partition"])
+    lag_sum: Counter[tuple[str, str]] = Counter()
+    for row in sorted(snap.lag, key=lambda r: (r.group, r.topic, r.partition)):
+        labels = [row.group, row.topic, str(row.partition)]
+        lag.add_metric(labels, row.lag)
+        current.add_metric(labels, row.committed)
+        lag_sum[(row.group, row.topic)] += row.lag
+    yield lag
+    yield current
+    summed = GaugeMetricFamily("kafka_consumergroup_lag_sum", "The group's lag summed over a topic's partitions.",
+                               labels=["consumergroup", "topic"])
+    for (group, topic), n in sorted(lag_sum.items()):
+        summed.add_metric([group, topic], n)
+    yield summed
+    yield from _client_families(snap.client_pushes)
+
+
+def _client_families(pushes: list[tuple[str, str, bytes]]) -> Iterator[Metric]:
+    """KIP-714: the latest push of each client instance, one gauge family per metric name."""
+    by_name: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for instance_id, client_id, data in pushes:
+        try:
+            points = number_points(data)
+        except OtlpError:
+            continue
+        for pt in points:
+            labels = {"client_instance_id": instance_id, "client_id": client_id}
+            for k, v in pt.attributes:
+                labels.setdefault(_UNSAFE.sub("_", k), v)
+            by_name.setdefault(_metric_name(pt.name), []).append((labels, pt.value))
+    for name, rows in sorted(by_name.items()):
+        keys = sorted({k for labels, _ in rows for k in labels})
+        fam = GaugeMetricFamily(name, "Pushed by the client (KIP-714).", labels=keys)
+        seen: set[tuple[str, ...]] = set()
+        for labels, value in rows:
+            values = tuple(labels.get(k, "") for k in keys)
+            if values not in seen:  # one sample per label set
+                seen.add(values)
+                fam.add_metric(list(values), value)
+        yield fam
+
+
+class BrokerCollector(Collector):
+    """Registered in the endpoint's registry; each scrape takes a fresh snapshot on the event loop."""
+
+    def __init__(self, snapshot: Callable[[], Snapshot], on_loop: Callable[[Callable[[], Snapshot]], Snapshot]
+                 ) -> None:
+        self._snapshot = snapshot
+        self._on_loop = on_loop
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self._on_loop(self._snapshot)
+        yield from families(snap)
+
+    def describe(self) -> list[Any]:
+        return []  # no fixed set: registration must not take a snapshot

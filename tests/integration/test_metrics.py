@@ -1,0 +1,201 @@
+"""The Prometheus endpoint (pykbroker.metrics.listener) and structured logs, checked against what real
+clients did: confluent-kafka produces and a group consumes and commits while a scraper polls the
+endpoint over HTTP every 100 ms; then every count and the broker-computed lag must match."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.request
+import uuid
+from typing import Any
+
+import pytest
+from confluent_kafka import TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.integration.conftest import (
+    CLIENT_TIMEOUT,
+    BrokerFactory,
+    create_topic,
+    make_consumer,
+    make_producer,
+    produce_all,
+    unique_topic,
+    wait_until,
+)
+from tests.integration.test_telemetry import subscribe
+from tests.support.broker import BrokerProcess, free_port
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(port: int) -> Samples:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        assert r.status == 200
+        text = r.read().decode()
+    out: Samples = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def total(samples: Samples, name: str, **labels: str) -> float:
+    """The sum over every series of `name` whose labels include `labels`."""
+    return sum(v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= set(ls))
+
+
+@pytest.fixture
+def metered(broker_factory: BrokerFactory) -> tuple[BrokerProcess, int]:
+    port = free_port()
+    b = broker_factory({"pykbroker.metrics.listener": f"http://127.0.0.1:{port}"})
+    return b, port
+
+
+def test_counts_and_lag_match_what_the_clients_did(metered: tuple[BrokerProcess, int]) -> None:
+    b, port = metered
+    topic = unique_topic("metrics")
+    create_topic(b, topic, partitions=3)
+    scrapes: list[Samples] = []
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def scraper() -> None:
+        for _ in range(600):  # bounded: 60 s at most
+            if stop.is_set():
+                return
+            try:
+                scrapes.append(scrape(port))
+            except BaseException as e:
+                errors.append(e)
+                return
+            time.sleep(0.1)
+
+    t = threading.Thread(target=scraper, daemon=True)
+    t.start()
+    try:
+        p = make_producer(b, **{"client.id": "metrics-producer"})
+        messages = [{"key": str(i).encode(), "value": b"v" * 100, "partition": i % 3} for i in range(3000)]
+        reports = produce_all(p, topic, messages)
+        assert all(r.error is None for r in reports)
+
+        group = f"lag-{uuid.uuid4().hex[:8]}"
+        c = make_consumer(b, **{"group.id": group, "client.id": "metrics-consumer"})
+        try:
+            c.subscribe([topic])
+            got = 0
+            deadline = time.monotonic() + CLIENT_TIMEOUT * 2
+            while got < 3000 and time.monotonic() < deadline:
+                got += sum(1 for m in c.consume(500, 0.2) if m.error() is None)
+            assert got == 3000
+            # Commit a known position: 1000 / 900 / 800 read of the 1000 each partition holds.
+            c.commit(offsets=[TopicPartition(topic, i, 1000 - 100 * i) for i in range(3)], asynchronous=False)
+            live = scrape(port)
+            assert value(live, "kafka_coordinator_group_groupmetadatamanager_numgroups",
+                         type="classic", state="Stable") >= 1
+        finally:
+            c.close()
+    finally:
+        stop.set()
+        t.join(15)
+    assert not errors, errors
+    assert len(scrapes) >= 3, "the scraper ran during the traffic"
+
+    final = scrape(port)
+    assert value(final, "kafka_server_brokertopicmetrics_messagesin_total", topic=topic) == 3000
+    assert value(final, "kafka_server_brokertopicmetrics_bytesin_total", topic=topic) >= 3000 * 100
+    assert value(final, "kafka_server_brokertopicmetrics_bytesout_total", topic=topic) >= 3000 * 100
+    assert total(final, "kafka_log_log_logendoffset", topic=topic) == 3000
+    assert total(final, "kafka_log_log_size", topic=topic) >= 3000 * 100
+    assert total(final, "kafka_log_log_numlogsegments", topic=topic) == 3
+    # Counters only grow between scrapes.
+    series = [value(s, "kafka_server_brokertopicmetrics_messagesin_total", topic=topic) for s in scrapes]
+    assert series == sorted(series)
+
+    lag = {int(dict(ls)["partition"]): v for (n, ls), v in final.items()
+           if n == "kafka_consumergroup_lag" and dict(ls)["consumergroup"] == group}
+    assert lag == {0: 0, 1: 100, 2: 200}
+    assert value(final, "kafka_consumergroup_lag_sum", consumergroup=group, topic=topic) == 300
+    assert value(final, "kafka_consumergroup_current_offset", consumergroup=group, topic=topic,
+                 partition="2") == 800
+
+    produces = value(final, "kafka_network_requestmetrics_requests_total", request="Produce",
+                     version=_version(final, "Produce"))
+    assert produces >= 1
+    # The histogram's count is the request count, and its buckets are cumulative.
+    assert value(final, "kafka_network_requestmetrics_totaltime_seconds_count", request="Produce",
+                 version=_version(final, "Produce")) == produces
+    assert total(final, "kafka_network_requestmetrics_requests_total", request="Fetch") >= 1
+    assert total(final, "kafka_network_requestmetrics_requests_total", request="OffsetCommit") >= 1
+    assert value(final, "kafka_server_replicamanager_partitioncount") >= 3
+    assert value(final, "kafka_server_replicamanager_underreplicatedpartitions") == 0
+    assert value(final, "kafka_controller_kafkacontroller_offlinepartitionscount") == 0
+    assert total(final, "kafka_coordinator_group_rebalances_total", type="classic") >= 1
+    assert value(final, "kafka_server_socketservermetrics_connection_count", listener="PLAINTEXT") >= 0
+    assert value(final, "process_cpu_seconds_total") > 0
+
+
+def _version(samples: Samples, request: str) -> str:
+    versions = [dict(ls)["version"] for (n, ls), _ in samples.items()
+                if n == "kafka_network_requestmetrics_requests_total" and dict(ls)["request"] == request]
+    assert versions, f"no {request} requests counted"
+    return max(versions, key=int)
+
+
+def test_client_pushed_metrics_appear(metered: tuple[BrokerProcess, int]) -> None:
+    """KIP-714: what librdkafka pushes under a CLIENT_METRICS subscription is on the endpoint."""
+    b, port = metered
+    client_id = f"pushed-{uuid.uuid4().hex[:8]}"
+    subscribe(b, "all-producers", {"metrics": "org.apache.kafka.producer.", "interval.ms": "500",
+                                   "match": f"client_id={client_id}"})
+    topic = unique_topic("pushed")
+    create_topic(b, topic)
+    p = make_producer(b, **{"client.id": client_id})
+    p.produce(topic, value=b"x")
+    assert p.flush(CLIENT_TIMEOUT) == 0
+
+    def pushed() -> list[str] | None:
+        p.poll(0.1)
+        names = [n for (n, ls) in scrape(port) if n.startswith("kafka_client_producer_")
+                 and dict(ls).get("client_id") == client_id]
+        return names or None
+
+    names = wait_until(pushed, timeout=30, what="the producer's pushed metrics on the endpoint")
+    assert all(n.startswith("kafka_client_producer_") for n in names)
+
+
+def test_structured_logs_and_request_log(broker_factory: BrokerFactory) -> None:
+    b = broker_factory({"pykbroker.log.format": "json"}, start=False)
+    b.extra_args = ["--log-level", "DEBUG"]
+    b.start()
+    topic = unique_topic("logs")
+    create_topic(b, topic)
+    p = make_producer(b, **{"client.id": "log-probe"})
+    produce_all(p, topic, [{"value": b"x"}])
+
+    def request_lines() -> list[dict[str, Any]] | None:
+        docs = []
+        for line in b.log().splitlines():
+            if line.startswith("{"):
+                docs.append(json.loads(line))
+        hits = [d for d in docs if d.get("logger") == "pykbroker.request.logger" and d.get("client_id") == "log-probe"
+                and d.get("api") == "produce"]
+        return hits or None
+
+    hits = wait_until(request_lines, timeout=10, what="a JSON request log line for the produce")
+    assert {"ts", "level", "msg", "version", "latency_ms", "peer", "correlation_id"} <= set(hits[0])
+    assert hits[0]["level"] == "debug"
+    started = [json.loads(line) for line in b.log().splitlines() if line.startswith("{")]
+    assert any("started broker_id" in d["msg"] for d in started), "the broker's own lines are JSON too"
+
+
+def test_bad_metrics_listener_refuses_to_start(broker_factory: BrokerFactory) -> None:
+    b = broker_factory({"pykbroker.metrics.listener": "https://127.0.0.1:9"}, start=False)
+    with pytest.raises(RuntimeError, match="pykbroker.metrics.listener"):
+        b.start(timeout=20)
