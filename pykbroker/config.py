@@ -423,6 +423,23 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         _D("group.consumer.migration.policy", "string", "bidirectional",
            validator=one_of("disabled", "downgrade", "upgrade", "bidirectional")),
         # --- end group coordinator ---
+        # --- share groups (KIP-932; pykbroker/coordinator/share) ---
+        _D("group.share.enable", "bool", False, "Serve share groups (KIP-932): advertise and answer the share "
+           "APIs. Kafka 4.2 gates them on the share.version feature; pykbroker has no finalized features, so "
+           "this static switch stands in for it (docs/queues.md). Embedded metadata only."),
+        _D("group.share.record.lock.duration.ms", "int", 30000, "How long a share consumer holds the records "
+           "it acquired before they are released for redelivery.", at_least(1)),
+        _D("group.share.delivery.count.limit", "int", 5, "Deliveries of a record after which it is archived "
+           "(and sent to the dead-letter topic, if any) instead of released.", at_least(1)),
+        _D("group.share.partition.max.record.locks", "int", 2000, "In-flight records per share-partition: "
+           "no records past start offset + this are acquired.", at_least(1)),
+        _D("group.share.heartbeat.interval.ms", "int", 5000, validator=at_least(1)),
+        _D("group.share.session.timeout.ms", "int", 45000, validator=at_least(1)),
+        _D("group.share.max.size", "int", 200, "Members per share group.", at_least(1)),
+        _D("share.coordinator.state.topic.num.partitions", "int", 50, validator=at_least(1)),
+        _D("share.coordinator.state.topic.replication.factor", "int", 3, validator=at_least(1)),
+        _D("share.coordinator.state.topic.segment.bytes", "int", 104857600, validator=at_least(14)),
+        # --- end share groups ---
         _D("fetch.max.bytes", "int", 57671680, validator=at_least(1024)),
         _D("max.incremental.fetch.session.cache.slots", "int", 1000, "Incremental fetch sessions (KIP-227) the "
            "broker keeps; 0 answers every client sessionless.", at_least(0)),
@@ -692,6 +709,9 @@ class BrokerConfig:
         if self["zookeeper.connect"].strip() and self.broker_id < 0:
             raise ConfigError("configuration 'broker.id' must be set (0 or more) when 'zookeeper.connect' is set: "
                               "broker id generation is not implemented")
+        if self["zookeeper.connect"].strip() and self["group.share.enable"]:
+            raise ConfigError("configuration 'group.share.enable' is not supported yet with 'zookeeper.connect': "
+                              f"share groups are implemented for embedded metadata only ({NOT_IMPLEMENTED_HINT})")
         if self["zookeeper.connect"].strip() and any(a.port == 0 for a in self.advertised_listeners):
             raise ConfigError("configuration 'listeners' has port 0 (an ephemeral port), which cannot be registered "
                               "in ZooKeeper for other brokers and clients: give each listener its port")
@@ -1053,6 +1073,10 @@ def _parse_dynamic(props: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, 
 GROUP_CONFIG_SYNONYMS: dict[str, str] = {
     "consumer.session.timeout.ms": "group.consumer.session.timeout.ms",
     "consumer.heartbeat.interval.ms": "group.consumer.heartbeat.interval.ms",
+    "share.session.timeout.ms": "group.share.session.timeout.ms",
+    "share.heartbeat.interval.ms": "group.share.heartbeat.interval.ms",
+    "share.record.lock.duration.ms": "group.share.record.lock.duration.ms",
+    "share.delivery.count.limit": "group.share.delivery.count.limit",
 }
 GROUP_CONFIG_DEFS: dict[str, ConfigDef] = {
     "consumer.session.timeout.ms": _D(
@@ -1061,13 +1085,40 @@ GROUP_CONFIG_DEFS: dict[str, ConfigDef] = {
     "consumer.heartbeat.interval.ms": _D(
         "consumer.heartbeat.interval.ms", "int", None,
         "The heartbeat interval given to the members.", at_least(1)),
+    # Share groups (KIP-932, docs/queues.md).
+    "share.session.timeout.ms": _D(
+        "share.session.timeout.ms", "int", None, "The timeout to detect share group member failures.", at_least(1)),
+    "share.heartbeat.interval.ms": _D(
+        "share.heartbeat.interval.ms", "int", None, "The heartbeat interval given to share group members.",
+        at_least(1)),
+    "share.record.lock.duration.ms": _D(
+        "share.record.lock.duration.ms", "int", None, "The record acquisition lock duration.", at_least(1)),
+    "share.delivery.count.limit": _D(
+        "share.delivery.count.limit", "int", None, "Deliveries after which a record is archived.", at_least(1)),
+    "share.auto.offset.reset": _D(
+        "share.auto.offset.reset", "string", "latest", "Where a share group starts on a partition with no "
+        "state: latest or earliest.", one_of("latest", "earliest")),
+    "share.isolation.level": _D(
+        "share.isolation.level", "string", "read_uncommitted", "read_committed acquires records up to the last "
+        "stable offset only, and never records of aborted transactions.",
+        one_of("read_uncommitted", "read_committed")),
+    "pykbroker.share.dlq.topic": _D(
+        "pykbroker.share.dlq.topic", "string", "", "pykbroker extension: the dead-letter topic that rejected "
+        "records and records past the delivery count limit are appended to (docs/queues.md); empty: none."),
 }
-_SHARE_GROUPS = "share groups (KIP-932) are not implemented"
 
 
-def effective_group_config(broker: BrokerConfig, overrides: Mapping[str, str]) -> dict[str, int]:
-    return {k: int(overrides[k]) if k in overrides else int(broker[GROUP_CONFIG_SYNONYMS[k]])
-            for k in GROUP_CONFIG_DEFS}
+def effective_group_config(broker: BrokerConfig, overrides: Mapping[str, str]) -> dict[str, Any]:
+    """Each group config's value for a group: its own, else the broker's synonym, else the default."""
+    out: dict[str, Any] = {}
+    for k, d in GROUP_CONFIG_DEFS.items():
+        if k in overrides:
+            out[k] = d.parse(overrides[k])
+        elif k in GROUP_CONFIG_SYNONYMS:
+            out[k] = broker[GROUP_CONFIG_SYNONYMS[k]]
+        else:
+            out[k] = d.default
+    return out
 
 
 def validate_group_configs(broker: BrokerConfig, configs: Mapping[str, str | None]) -> dict[str, str]:
@@ -1077,14 +1128,15 @@ def validate_group_configs(broker: BrokerConfig, configs: Mapping[str, str | Non
     for key, value in configs.items():
         d = GROUP_CONFIG_DEFS.get(key)
         if d is None:
-            if key.startswith("share."):
-                raise ConfigError(f"{key} is not supported yet: {_SHARE_GROUPS} ({NOT_IMPLEMENTED_HINT})")
             raise ConfigError(f"Unknown group config name: {key}")
         assert value is not None
         try:
             out[key] = str(d.parse(value))
         except ValueError as e:
             raise ConfigError(f"Invalid value {value} for configuration {key}: {e}") from None
+        problem = d.validator(d.parse(value)) if d.validator is not None else None
+        if problem:
+            raise ConfigError(f"Invalid value {value} for configuration {key}: {problem}")
     eff = effective_group_config(broker, out)
     hb, session = eff["consumer.heartbeat.interval.ms"], eff["consumer.session.timeout.ms"]
     for ms, key, lo_key, hi_key in (
@@ -1098,6 +1150,8 @@ def validate_group_configs(broker: BrokerConfig, configs: Mapping[str, str | Non
             raise ConfigError(f"{key} must be less than or equal to {hi_key}")
     if session <= hb:
         raise ConfigError("consumer.session.timeout.ms must be greater than consumer.heartbeat.interval.ms")
+    if eff["share.session.timeout.ms"] <= eff["share.heartbeat.interval.ms"]:
+        raise ConfigError("share.session.timeout.ms must be greater than share.heartbeat.interval.ms")
     return out
 
 

@@ -30,6 +30,7 @@ from pykbroker import __version__
 from pykbroker.config import BrokerConfig, effective_topic_config, log_config_for
 from pykbroker.coordinator.group.service import OFFSETS_TOPIC, GroupCoordinator
 from pykbroker.coordinator.inter_broker import InterBrokerClients
+from pykbroker.coordinator.share.service import ShareCoordinator
 from pykbroker.coordinator.transaction.offsets import TxnOffsets
 from pykbroker.coordinator.transaction.service import TXN_TOPIC, TransactionCoordinator
 from pykbroker.metadata.embedded import META_PROPERTIES, EmbeddedMetadataStore, write_atomically
@@ -126,6 +127,9 @@ class Broker:
         self.txn = TransactionCoordinator(config, self.store, self.replicas, self.topics)
         self.txn.txn_offsets = self.groups.txn_offsets = TxnOffsets(self.groups)
         self.services.txn_coordinator = self.txn
+        self.shares: ShareCoordinator | None = None
+        if config["group.share.enable"]:  # share groups (pykbroker/coordinator/share)
+            self.shares = self.services.shares = ShareCoordinator(config, self.store, self.replicas, self.topics)
         self.dispatcher = Dispatcher(self.services)
         self.server = SocketServer(
             self.dispatcher.handle,
@@ -176,6 +180,8 @@ class Broker:
         self.topics.load_all()
         self.groups.startup()  # creates __consumer_offsets, marks its partitions loading
         self.txn.startup()  # creates __transaction_state, marks its partitions loading
+        if self.shares is not None:
+            self.shares.startup()  # creates __share_group_state
         self.log_manager.startup_complete()  # partitions of a dir that failed to load stay offline
         log.debug(
             "storage ready log_dirs=%s partitions=%d topics=%d in %.3fs",
@@ -382,6 +388,8 @@ class Broker:
 
             tg.start_soon(serve_all)
             tg.start_soon(self.groups.run)  # loads offsets partitions, fires group timers
+            if self.shares is not None:
+                tg.start_soon(self.shares.run)  # replays __share_group_state, fires lock and session timers
             if self.config["log.cleaner.enable"]:  # log compaction
                 tg.start_soon(_periodic(self.config["log.cleaner.backoff.ms"] / 1000, self.cleaner.run_once,
                                         thread=True))

@@ -20,6 +20,7 @@ from pykbroker.server.topics import TopicManager
 
 if TYPE_CHECKING:  # group coordinator
     from pykbroker.coordinator.group.service import GroupCoordinator
+    from pykbroker.coordinator.share.service import ShareCoordinator
     from pykbroker.coordinator.transaction.service import TransactionCoordinator
     from pykbroker.server.authorizer import Authorizer
 
@@ -69,6 +70,8 @@ class Services:
     groups: GroupCoordinator | None = None
     # The transaction coordinator; set by the broker at construction.
     txn_coordinator: TransactionCoordinator | None = None
+    # Share groups (KIP-932); None unless group.share.enable.
+    shares: ShareCoordinator | None = None
     # The authorizer (authorizer.class.name); None: every principal may do everything.
     authorizer: Authorizer | None = None
     # Client telemetry (KIP-714); made from the config on first use.

@@ -37,7 +37,7 @@ from pykbroker.security.sasl.settings import server_settings as sasl_server_sett
 from pykbroker.security.session import Session
 from pykbroker.server.context import CloseConnection, RequestContext, Services
 from pykbroker.server.handlers import acls as acl_handlers
-from pykbroker.server.handlers import admin, cluster, configs, fetch, metadata, offsets, produce
+from pykbroker.server.handlers import admin, cluster, configs, fetch, metadata, offsets, produce, share
 from pykbroker.server.handlers import quotas as client_quotas
 from pykbroker.server.handlers import sasl as sasl_handlers
 from pykbroker.server.handlers import telemetry as client_telemetry
@@ -66,7 +66,7 @@ async def handle_api_versions(svc: Services, ctx: RequestContext, req: Any) -> d
                 return {"error_code": ErrorCode.invalid_request, "api_keys": (), "throttle_time": 0}
         # KIP-714 subscriptions may match on the client software this connection names.
         svc.telemetry.note_client_software(ctx.peer, req.client_software_name, req.client_software_version)
-    return api_versions_body(ErrorCode.none, ctx.version)
+    return api_versions_body(ErrorCode.none, ctx.version, hidden_apis(svc))
 
 
 # Feature flags (KIP-584) this broker supports, as (name, min version, max version).  None: pykbroker
@@ -84,12 +84,21 @@ def supported_features(version: int, features: tuple[tuple[str, int, int], ...] 
     return [{"name": n, "min_version": lo, "max_version": hi} for n, lo, hi in features if version >= 4 or lo >= 1]
 
 
-def api_versions_body(error: ErrorCode, version: int = 0) -> dict[str, Any]:
+# Share group APIs (KIP-932): Kafka advertises them only once share groups are enabled (the share.version
+# feature); pykbroker's switch is group.share.enable (docs/queues.md).
+SHARE_APIS = frozenset({76, 77, 78, 79})
+
+
+def hidden_apis(svc: Services) -> frozenset[int]:
+    return SHARE_APIS if svc.shares is None else frozenset()
+
+
+def api_versions_body(error: ErrorCode, version: int = 0, hidden: frozenset[int] = frozenset()) -> dict[str, Any]:
     return {
         "error_code": error,
         "api_keys": [
             {"api_key": s.key, "min_version": s.min_version, "max_version": s.max_version}
-            for s in sorted(API_TABLE.values(), key=lambda s: s.key)
+            for s in sorted(API_TABLE.values(), key=lambda s: s.key) if s.key not in hidden
         ],
         "throttle_time": 0,
         "supported_features": supported_features(version),
@@ -166,6 +175,12 @@ API_TABLE: dict[int, ApiSpec] = {
         ApiSpec(65, 0, 0, txn.handle_describe_transactions),
         ApiSpec(66, 0, 1, txn.handle_list_transactions),
         # --- end transaction coordinator ---
+        # --- share groups (KIP-932), advertised only with group.share.enable ---
+        ApiSpec(76, 1, 1, share.handle_share_group_heartbeat),
+        ApiSpec(77, 1, 1, share.handle_share_group_describe),
+        ApiSpec(78, 1, 2, share.handle_share_fetch),
+        ApiSpec(79, 1, 2, share.handle_share_acknowledge),
+        # --- end share groups ---
     ]
 }
 
@@ -222,7 +237,8 @@ class Dispatcher:
         if not spec.min_version <= header.api_version <= spec.max_version:
             if header.api_key == API_VERSIONS:
                 # KIP-511: answer in v0 so any client can read which versions we have.
-                body = codec.encode_response(API_VERSIONS, 0, api_versions_body(ErrorCode.unsupported_version))
+                body = codec.encode_response(API_VERSIONS, 0, api_versions_body(ErrorCode.unsupported_version, 0,
+                                                                             hidden_apis(self.services)))
                 return encode_frame(encode_response_header(header.correlation_id, False) + body)
             raise CloseConnection(
                 f"unsupported version {header.api_version} of API key {header.api_key} "

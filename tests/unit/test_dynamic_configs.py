@@ -138,8 +138,12 @@ def test_group_config_validation() -> None:
         validate_group_configs(cfg, {"consumer.heartbeat.interval.ms": "10"})
     with pytest.raises(ConfigError, match="^Unknown group config name: foo$"):
         validate_group_configs(cfg, {"foo": "1"})
-    with pytest.raises(ConfigError, match="share groups"):
-        validate_group_configs(cfg, {"share.session.timeout.ms": "50000"})
+    assert validate_group_configs(cfg, {"share.auto.offset.reset": "earliest"}) == \
+        {"share.auto.offset.reset": "earliest"}
+    with pytest.raises(ConfigError, match="share.auto.offset.reset"):
+        validate_group_configs(cfg, {"share.auto.offset.reset": "none"})
+    with pytest.raises(ConfigError, match="share.session.timeout.ms must be greater than"):
+        validate_group_configs(cfg, {"share.session.timeout.ms": "5000"})
     wide = BrokerConfig({"group.consumer.min.session.timeout.ms": "1000",
                          "group.consumer.min.heartbeat.interval.ms": "1000"})
     with pytest.raises(ConfigError, match="consumer.session.timeout.ms must be greater than "
@@ -268,6 +272,9 @@ def test_broker_describe_per_broker_and_cluster_default() -> None:
 def test_group_and_client_metrics_describe() -> None:
     cfg = BrokerConfig()
     entries = describe_group_configs(cfg, {"consumer.session.timeout.ms": "50000"}, synonyms=True)
+    share = {e["name"]: e["value"] for e in entries if "share." in e["name"]}
+    assert share["share.auto.offset.reset"] == "latest" and share["share.record.lock.duration.ms"] == "30000"
+    entries = [e for e in entries if e["name"].startswith("consumer.")]
     assert [(e["name"], e["value"], e["config_source"], _syn(e)) for e in entries] == [
         ("consumer.heartbeat.interval.ms", "5000", SOURCE_DEFAULT,
          [("consumer.heartbeat.interval.ms", "5000", SOURCE_DEFAULT)]),

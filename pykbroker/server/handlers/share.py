@@ -1,0 +1,329 @@
+"""Share group APIs (KIP-932): ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch, ShareAcknowledge.
+
+The state machines are in :mod:`pykbroker.coordinator.share`; this module turns requests into calls on
+the broker's :class:`ShareCoordinator` and its answers into Kafka's responses.  With
+``group.share.enable=false`` the APIs are not advertised and answer UNSUPPORTED_VERSION.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import anyio
+from kio.schema.errors import ErrorCode
+
+from pykbroker.coordinator.share.service import ShareCoordinator
+from pykbroker.coordinator.share.session import FINAL_EPOCH, INITIAL_EPOCH, TopicIdPartition
+from pykbroker.server.authorizer import AclOperation, ResourceType
+from pykbroker.server.authz import allowed, denied_names
+from pykbroker.server.context import RequestContext, Services
+
+# How long a share request waits for the state to be replayed at start before answering anyway.
+LOAD_WAIT_S = 30.0
+
+
+def _shares(svc: Services) -> ShareCoordinator | None:
+    return svc.shares
+
+
+def _client_host(ctx: RequestContext) -> str:
+    return "/" + (ctx.peer.rsplit(":", 1)[0] if ctx.peer else "")
+
+
+def _not_coordinator(svc: Services, group_id: str) -> bool:
+    gc = svc.groups
+    if gc is None:
+        return False
+    node = gc.coordinator_node(group_id)
+    return node is not None and node != svc.broker_id
+
+
+# --- ShareGroupHeartbeat / ShareGroupDescribe ----------------------------------------------------------
+
+def _hb_error(code: ErrorCode, message: str | None = None) -> dict[str, Any]:
+    return {"throttle_time": 0, "error_code": code, "error_message": message, "member_id": None,
+            "member_epoch": -1, "heartbeat_interval": 0, "assignment": None}
+
+
+async def handle_share_group_heartbeat(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    shares = _shares(svc)
+    if shares is None:
+        return _hb_error(ErrorCode.unsupported_version)
+    if not allowed(ctx, AclOperation.READ, ResourceType.GROUP, req.group_id):
+        return _hb_error(ErrorCode.group_authorization_failed)
+    names = list(req.subscribed_topic_names or ())
+    if names and denied_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, names):
+        return _hb_error(ErrorCode.topic_authorization_failed)
+    if _not_coordinator(svc, req.group_id):
+        return _hb_error(ErrorCode.not_coordinator)
+    if svc.groups is not None and req.group_id in svc.groups.manager.groups:
+        return _hb_error(ErrorCode.group_id_not_found, f"Group {req.group_id} is not a share group.")
+    g = shares.group_config(req.group_id)
+    subscribed = tuple(req.subscribed_topic_names) if req.subscribed_topic_names is not None else None
+    res = shares.groups.heartbeat(req.group_id, req.member_id, int(req.member_epoch), req.rack_id, subscribed,
+                                  g["share.session.timeout.ms"], ctx.header.client_id or "", _client_host(ctx))
+    shares.timers_changed()
+    if res.error != ErrorCode.none:
+        return _hb_error(res.error, res.message)
+    await shares.flush()  # a leaving member's released records were persisted
+    assignment = None
+    if res.assignment is not None:
+        assignment = {"topic_partitions": [{"topic_id": tid, "partitions": sorted(parts)}
+                                           for tid, parts in sorted(res.assignment.items(), key=lambda x: str(x[0]))]}
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "member_id": req.member_id,
+            "member_epoch": res.member_epoch, "heartbeat_interval": g["share.heartbeat.interval.ms"],
+            "assignment": assignment}
+
+
+async def handle_share_group_describe(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    shares = _shares(svc)
+    out = []
+    for gid in req.group_ids:
+        entry: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None, "group_id": gid,
+                                 "group_state": "Dead", "group_epoch": -1, "assignment_epoch": -1,
+                                 "assignor_name": "simple", "members": [], "authorized_operations": -2147483648}
+        out.append(entry)
+        if shares is None:
+            entry["error_code"] = ErrorCode.unsupported_version
+            continue
+        if not allowed(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, gid):
+            entry["error_code"] = ErrorCode.group_authorization_failed
+            continue
+        if _not_coordinator(svc, gid):
+            entry["error_code"] = ErrorCode.not_coordinator
+            continue
+        g = shares.groups.groups.get(gid)
+        if g is None:
+            entry["error_code"] = ErrorCode.group_id_not_found
+            entry["error_message"] = f"Group {gid} not found."
+            continue
+        names = {rec.topic_id: name for name, rec in svc.store.topics().items()}
+        entry.update(group_state=g.state, group_epoch=g.group_epoch, assignment_epoch=g.assignment_epoch)
+        entry["members"] = [
+            {"member_id": m.member_id, "rack_id": m.rack_id, "member_epoch": m.member_epoch,
+             "client_id": m.client_id, "client_host": m.client_host, "subscribed_topic_names": list(m.subscribed),
+             "assignment": {"topic_partitions": [
+                 {"topic_id": tid, "topic_name": names.get(tid, ""), "partitions": sorted(parts)}
+                 for tid, parts in m.assignment.items() if tid in names]}}
+            for m in g.members.values()]
+    return {"throttle_time": 0, "groups": out}
+
+
+# --- ShareFetch / ShareAcknowledge ---------------------------------------------------------------------
+
+def _leader(svc: Services, name: str | None, idx: int) -> dict[str, int]:
+    p = svc.replicas.partition(name, idx) if name is not None else None
+    if p is None:
+        return {"leader_id": -1, "leader_epoch": -1}
+    return {"leader_id": p.leader_id, "leader_epoch": p.leader_epoch}
+
+
+def _partition_error(svc: Services, ctx: RequestContext, name: str | None, idx: int) -> ErrorCode:
+    if name is None:
+        return ErrorCode.unknown_topic_id
+    if not allowed(ctx, AclOperation.READ, ResourceType.TOPIC, name):
+        return ErrorCode.topic_authorization_failed
+    p = svc.replicas.partition(name, idx)
+    if p is None:
+        return ErrorCode.kafka_storage_error if svc.replicas.is_offline(name, idx) else \
+            ErrorCode.unknown_topic_or_partition
+    if p.log.offline:
+        return ErrorCode.kafka_storage_error
+    if p.leader_id != svc.broker_id:
+        return ErrorCode.not_leader_or_follower
+    return ErrorCode.none
+
+
+def _acks_by_partition(svc: Services, topics: Any) -> dict[TopicIdPartition, list[tuple[int, int, list[int]]]]:
+    out: dict[TopicIdPartition, list[tuple[int, int, list[int]]]] = {}
+    for t in topics:
+        for part in t.partitions:
+            batches = [(int(b.first_offset), int(b.last_offset), [int(x) for x in b.acknowledge_types])
+                       for b in part.acknowledgement_batches]
+            if batches:
+                out.setdefault((t.topic_id, int(part.partition_index)), []).extend(batches)
+    return out
+
+
+def _apply_acks(svc: Services, ctx: RequestContext, shares: ShareCoordinator, group_id: str, member_id: str,
+                acks: dict[TopicIdPartition, list[tuple[int, int, list[int]]]]) -> dict[TopicIdPartition, ErrorCode]:
+    results: dict[TopicIdPartition, ErrorCode] = {}
+    for (tid, idx), batches in acks.items():
+        rec = svc.store.topic_by_id(tid)
+        name = rec.name if rec is not None else None
+        code = _partition_error(svc, ctx, name, idx)
+        if code == ErrorCode.none and name is not None:
+            code = shares.acknowledge(group_id, member_id, name, idx, batches)
+        results[(tid, idx)] = code
+    return results
+
+
+def _release_session(svc: Services, shares: ShareCoordinator, group_id: str, member_id: str) -> None:
+    """A closed share session gives back what its member still holds (KIP-932)."""
+    shares.release_member(group_id, member_id)
+
+
+async def handle_share_fetch(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    shares = _shares(svc)
+    lock_ms = 0
+
+    def top(code: ErrorCode, message: str | None = None) -> dict[str, Any]:
+        return {"throttle_time": 0, "error_code": code, "error_message": message,
+                "acquisition_lock_timeout": lock_ms, "responses": [], "node_endpoints": []}
+
+    if shares is None:
+        return top(ErrorCode.unsupported_version)
+    group_id, member_id = req.group_id or "", req.member_id or ""
+    if not group_id or not member_id:
+        return top(ErrorCode.invalid_request, "GroupId and MemberId must be set.")
+    if not allowed(ctx, AclOperation.READ, ResourceType.GROUP, group_id):
+        return top(ErrorCode.group_authorization_failed)
+    with anyio.move_on_after(LOAD_WAIT_S):
+        await shares.loaded.wait()
+    if not shares.loaded.is_set():
+        return top(ErrorCode.coordinator_load_in_progress)
+    lock_ms = shares.limits(group_id).lock_duration_ms
+    epoch = int(req.share_session_epoch)
+    code = shares.sessions.check(group_id, member_id, epoch)
+    if code != ErrorCode.none:
+        return top(code)
+    acks = _acks_by_partition(svc, req.topics)
+    if epoch == INITIAL_EPOCH and acks:
+        return top(ErrorCode.invalid_request, "Acknowledgements are not allowed when opening a share session.")
+    if epoch != FINAL_EPOCH and not shares.groups.is_member(group_id, member_id):
+        return top(ErrorCode.unknown_member_id)
+    requested = [(t.topic_id, int(p.partition_index)) for t in req.topics for p in t.partitions]
+    if epoch == INITIAL_EPOCH:
+        session = shares.sessions.open(group_id, member_id)
+        session.partitions = list(dict.fromkeys(requested))
+    else:
+        found = shares.sessions.get(group_id, member_id)
+        assert found is not None
+        session = found
+        forgotten = {(t.topic_id, int(p)) for t in req.forgotten_topics_data for p in t.partitions}
+        session.partitions = [tp for tp in dict.fromkeys(session.partitions + requested) if tp not in forgotten]
+    ack_results = _apply_acks(svc, ctx, shares, group_id, member_id, acks)
+    if epoch == FINAL_EPOCH:
+        shares.sessions.close(group_id, member_id)
+        _release_session(svc, shares, group_id, member_id)
+    else:
+        shares.sessions.advance(session)
+    results: dict[TopicIdPartition, dict[str, Any]] = {}
+    max_records = int(req.max_records) if epoch != FINAL_EPOCH else 0
+    if max_records > 0:
+        await _fetch(svc, ctx, shares, req, group_id, member_id, session.partitions, max_records, results)
+    await shares.flush()
+    for tp, c in ack_results.items():
+        entry = results.setdefault(tp, _entry(svc, tp, ErrorCode.none))
+        entry["acknowledge_error_code"] = c
+    by_topic: dict[uuid.UUID, list[dict[str, Any]]] = {}
+    for (tid, _), entry in results.items():
+        by_topic.setdefault(tid, []).append(entry)
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
+            "acquisition_lock_timeout": lock_ms,
+            "responses": [{"topic_id": tid, "partitions": parts} for tid, parts in by_topic.items()],
+            "node_endpoints": []}
+
+
+def _entry(svc: Services, tp: TopicIdPartition, code: ErrorCode) -> dict[str, Any]:
+    rec = svc.store.topic_by_id(tp[0])
+    return {"partition_index": tp[1], "error_code": code, "error_message": None, "acknowledge_error_code": 0,
+            "acknowledge_error_message": None, "current_leader": _leader(svc, rec.name if rec else None, tp[1]),
+            "records": b"", "acquired_records": []}
+
+
+async def _fetch(svc: Services, ctx: RequestContext, shares: ShareCoordinator, req: Any, group_id: str,
+                 member_id: str, partitions: list[TopicIdPartition], max_records: int,
+                 results: dict[TopicIdPartition, dict[str, Any]]) -> None:
+    """Acquire records from the session's partitions, long-polling up to max_wait for some to arrive."""
+    wait = req.max_wait
+    wait_s = wait.total_seconds() if hasattr(wait, "total_seconds") else int(wait) / 1000
+    deadline = anyio.current_time() + max(wait_s, 0.0)
+    max_bytes = min(max(int(req.max_bytes), 0), svc.config["fetch.max.bytes"])
+    while True:
+        remaining = max_records
+        tps: list[tuple[str, int]] = []
+        got_any = False
+        for tid, idx in partitions:
+            rec = svc.store.topic_by_id(tid)
+            name = rec.name if rec is not None else None
+            code = _partition_error(svc, ctx, name, idx)
+            if code != ErrorCode.none or name is None:
+                results[(tid, idx)] = _entry(svc, (tid, idx), code)
+                got_any = True
+                continue
+            p = svc.replicas.partition(name, idx)
+            assert p is not None
+            tps.append((name, idx))
+            if remaining <= 0 or max_bytes <= 0:
+                continue
+            sp = shares.share_partition(group_id, name, tid, idx, p)
+            acquired, archived = shares.acquire(group_id, member_id, name, p, sp, remaining, max_bytes)
+            if archived:
+                shares.after_change(group_id, name, idx, sp, archived)
+            if acquired.ranges:
+                entry = results.setdefault((tid, idx), _entry(svc, (tid, idx), ErrorCode.none))
+                entry["records"] = acquired.records
+                entry["acquired_records"] = [{"first_offset": f, "last_offset": last, "delivery_count": c}
+                                             for f, last, c in acquired.ranges]
+                remaining -= sum(last - f + 1 for f, last, _ in acquired.ranges)
+                max_bytes -= len(acquired.records)
+                got_any = True
+        shares.timers_changed()
+        left = deadline - anyio.current_time()
+        if got_any or left <= 0 or not tps or svc.shutting_down.is_set():
+            return
+        event = anyio.Event()
+        svc.replicas.fetch_waiters.register(tps, event)
+        shares.waiters.register(tps, event)
+        try:
+            with anyio.move_on_after(left):
+                await event.wait()
+        finally:
+            svc.replicas.fetch_waiters.unregister(tps, event)
+            shares.waiters.unregister(tps, event)
+
+
+async def handle_share_acknowledge(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    shares = _shares(svc)
+    lock_ms = 0
+
+    def top(code: ErrorCode, message: str | None = None) -> dict[str, Any]:
+        return {"throttle_time": 0, "error_code": code, "error_message": message,
+                "acquisition_lock_timeout": lock_ms, "responses": [], "node_endpoints": []}
+
+    if shares is None:
+        return top(ErrorCode.unsupported_version)
+    group_id, member_id = req.group_id or "", req.member_id or ""
+    if not group_id or not member_id:
+        return top(ErrorCode.invalid_request, "GroupId and MemberId must be set.")
+    if not allowed(ctx, AclOperation.READ, ResourceType.GROUP, group_id):
+        return top(ErrorCode.group_authorization_failed)
+    lock_ms = shares.limits(group_id).lock_duration_ms
+    epoch = int(req.share_session_epoch)
+    if epoch == INITIAL_EPOCH:
+        return top(ErrorCode.invalid_share_session_epoch)
+    code = shares.sessions.check(group_id, member_id, epoch)
+    if code != ErrorCode.none:
+        return top(code)
+    acks = _acks_by_partition(svc, req.topics)
+    results = _apply_acks(svc, ctx, shares, group_id, member_id, acks)
+    if epoch == FINAL_EPOCH:
+        shares.sessions.close(group_id, member_id)
+        _release_session(svc, shares, group_id, member_id)
+    else:
+        session = shares.sessions.get(group_id, member_id)
+        if session is not None:
+            shares.sessions.advance(session)
+    await shares.flush()
+    by_topic: dict[uuid.UUID, list[dict[str, Any]]] = {}
+    for (tid, idx), c in results.items():
+        rec = svc.store.topic_by_id(tid)
+        by_topic.setdefault(tid, []).append({"partition_index": idx, "error_code": c, "error_message": None,
+                                             "current_leader": _leader(svc, rec.name if rec else None, idx)})
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
+            "acquisition_lock_timeout": lock_ms,
+            "responses": [{"topic_id": tid, "partitions": parts} for tid, parts in by_topic.items()],
+            "node_endpoints": []}
+
