@@ -472,6 +472,18 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         _D("log.flush.on.ack", "bool", False,
            "pykbroker: fsync the log before acknowledging acks=1/all, so that a lone broker loses nothing "
            "acknowledged on power loss. Kafka itself relies on replication instead."),
+        # --- delayed delivery (pykbroker/delay; docs/queues.md "Delayed delivery") ---
+        _D("pykbroker.delay.enable", "bool", False,
+           "pykbroker: hold records carrying a pykbroker.delay.ms or pykbroker.deliver.at.ms header, or produced "
+           "to a topic with pykbroker.delay.ms, in __delayed_records until they fall due. Off: the headers are "
+           "ordinary headers and the produce path pays nothing. Embedded metadata only."),
+        _D("pykbroker.delay.ms", "long", 0,
+           "pykbroker: default delay of every record produced to a topic (topic config pykbroker.delay.ms "
+           "overrides it); 0 delivers at once. Needs pykbroker.delay.enable.", at_least(0)),
+        _D("pykbroker.delay.max.ms", "long", 604800000,
+           "pykbroker: the longest delay a header or topic may ask for; a record asking more is refused with "
+           "INVALID_RECORD.", at_least(1)),
+        # --- end delayed delivery ---
         _D("pykbroker.fault.drop.produce.response", "int", 0,
            "Testing hook: drop the connection after appending but before answering this many Produce "
            "requests (0 disables)."),
@@ -496,6 +508,7 @@ TOPIC_CONFIG_SYNONYMS: dict[str, str] = {
     "flush.ms": "log.flush.interval.ms",
     "file.delete.delay.ms": "log.segment.delete.delay.ms",
     "cleanup.policy": "log.cleanup.policy",
+    "pykbroker.delay.ms": "pykbroker.delay.ms",
     "delete.retention.ms": "log.cleaner.delete.retention.ms",
     "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
     "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
@@ -709,6 +722,11 @@ class BrokerConfig:
         if self["zookeeper.connect"].strip() and self.broker_id < 0:
             raise ConfigError("configuration 'broker.id' must be set (0 or more) when 'zookeeper.connect' is set: "
                               "broker id generation is not implemented")
+        if self["zookeeper.connect"].strip() and self["pykbroker.delay.enable"]:
+            raise ConfigError("configuration 'pykbroker.delay.enable' is not supported yet with 'zookeeper.connect': "
+                              f"delayed delivery is implemented for embedded metadata only ({NOT_IMPLEMENTED_HINT})")
+        if self["pykbroker.delay.ms"] > 0 and not self["pykbroker.delay.enable"]:
+            raise ConfigError("configuration 'pykbroker.delay.ms' needs 'pykbroker.delay.enable=true'")
         if self["zookeeper.connect"].strip() and self["group.share.enable"]:
             raise ConfigError("configuration 'group.share.enable' is not supported yet with 'zookeeper.connect': "
                               f"share groups are implemented for embedded metadata only ({NOT_IMPLEMENTED_HINT})")
@@ -848,6 +866,7 @@ TOPIC_CONFIG_DEFS: dict[str, ConfigDef] = {
                            validator=one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")),
     "preallocate": _D("preallocate", "bool", None),
     "message.downconversion.enable": _D("message.downconversion.enable", "bool", None),
+    "pykbroker.delay.ms": _D("pykbroker.delay.ms", "long", None, validator=at_least(0)),
 }
 
 
@@ -881,6 +900,8 @@ _TOPIC_CONFIG_DOCS = {
     "preallocate": "Whether segment files are preallocated on disk when rolled.",
     "message.downconversion.enable": "Whether old Fetch versions (v0-3) get this topic's data converted to "
                                      "message format v0/v1, or UNSUPPORTED_VERSION.",
+    "pykbroker.delay.ms": "pykbroker: records produced to this topic are delivered this many milliseconds after "
+                          "their timestamp (docs/queues.md, Delayed delivery); 0 delivers at once.",
 }
 TOPIC_CONFIG_DEFS = {k: dataclasses.replace(d, doc=_TOPIC_CONFIG_DOCS.get(k, d.doc))
                      for k, d in TOPIC_CONFIG_DEFS.items()}
@@ -942,6 +963,11 @@ def validate_topic_configs(configs: Mapping[str, str | None], broker: BrokerConf
         if lo > hi:
             raise ConfigError(f"conflict topic config setting min.compaction.lag.ms ({lo}) > "
                               f"max.compaction.lag.ms ({hi})")
+        if eff["pykbroker.delay.ms"] > 0 and not broker["pykbroker.delay.enable"]:
+            raise ConfigError("pykbroker.delay.ms needs the broker setting pykbroker.delay.enable=true")
+        if eff["pykbroker.delay.ms"] > broker["pykbroker.delay.max.ms"]:
+            raise ConfigError(f"pykbroker.delay.ms {eff['pykbroker.delay.ms']} exceeds the broker's "
+                              f"pykbroker.delay.max.ms {broker['pykbroker.delay.max.ms']}")
     return out
 
 

@@ -26,7 +26,9 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+# __delayed_records: the scheduled log of delayed delivery (pykbroker/delay).
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__delayed_records",
+                             "__share_group_state"})
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 

@@ -33,6 +33,7 @@ from pykbroker.coordinator.inter_broker import InterBrokerClients
 from pykbroker.coordinator.share.service import ShareCoordinator
 from pykbroker.coordinator.transaction.offsets import TxnOffsets
 from pykbroker.coordinator.transaction.service import TXN_TOPIC, TransactionCoordinator
+from pykbroker.delay.service import DelayService
 from pykbroker.metadata.embedded import META_PROPERTIES, EmbeddedMetadataStore, write_atomically
 from pykbroker.metadata.store import MetadataStore, StoreUnavailable, run_store
 from pykbroker.replication.client import BrokerClient
@@ -127,6 +128,9 @@ class Broker:
         self.txn = TransactionCoordinator(config, self.store, self.replicas, self.topics)
         self.txn.txn_offsets = self.groups.txn_offsets = TxnOffsets(self.groups)
         self.services.txn_coordinator = self.txn
+        self.delays: DelayService | None = None
+        if config["pykbroker.delay.enable"]:  # delayed delivery (pykbroker/delay)
+            self.delays = self.services.delays = DelayService(config, self.store, self.replicas, self.topics)
         self.shares: ShareCoordinator | None = None
         if config["group.share.enable"]:  # share groups (pykbroker/coordinator/share)
             self.shares = self.services.shares = ShareCoordinator(config, self.store, self.replicas, self.topics)
@@ -183,6 +187,8 @@ class Broker:
         if self.shares is not None:
             self.shares.startup()  # creates __share_group_state
         self.log_manager.startup_complete()  # partitions of a dir that failed to load stay offline
+        if self.delays is not None:  # creates and replays __delayed_records before clients can produce
+            self.delays.startup()
         log.debug(
             "storage ready log_dirs=%s partitions=%d topics=%d in %.3fs",
             ",".join(str(d) for d in self.config.log_dirs), len(self.replicas.partitions()),
@@ -394,6 +400,8 @@ class Broker:
                 tg.start_soon(_periodic(self.config["log.cleaner.backoff.ms"] / 1000, self.cleaner.run_once,
                                         thread=True))
             tg.start_soon(self.txn.run)  # loads transaction state, aborts timed-out transactions
+            if self.delays is not None:
+                tg.start_soon(self.delays.run)  # delivers the scheduled records as they fall due
             if handle_signals:
                 tg.start_soon(self._watch_signals)
             tg.start_soon(_periodic(RELEASE_INTERVAL_S, release_free_memory, thread=True))

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # group coordinator
     from pykbroker.coordinator.group.service import GroupCoordinator
     from pykbroker.coordinator.share.service import ShareCoordinator
     from pykbroker.coordinator.transaction.service import TransactionCoordinator
+    from pykbroker.delay.service import DelayService
     from pykbroker.server.authorizer import Authorizer
 
 
@@ -72,6 +73,8 @@ class Services:
     txn_coordinator: TransactionCoordinator | None = None
     # Share groups (KIP-932); None unless group.share.enable.
     shares: ShareCoordinator | None = None
+    # Delayed delivery (pykbroker.delay.enable); None: produce never looks at delay headers.
+    delays: DelayService | None = None
     # The authorizer (authorizer.class.name); None: every principal may do everything.
     authorizer: Authorizer | None = None
     # Client telemetry (KIP-714); made from the config on first use.

@@ -78,6 +78,10 @@ def _append(svc: Services, p: Partition, records: bytes, acks: int, now: int,
     if rebuilt is not None:  # recompressed to the topic's codec, or offsets renumbered
         buf = rebuilt
         batches = [parse_batch_header(buf, 0)]
+    if svc.delays is not None:  # pykbroker.delay.enable: records due later go to __delayed_records instead
+        buf, batches = svc.delays.divert(p, buf, batches, now)
+        if not batches:  # every record was scheduled: no offset in the target yet
+            return {**_partition_error(p.index, ErrorCode.none), "log_start_offset": lg.log_start_offset}
     # A retried idempotent batch (result.duplicate) appends nothing and reports its original offsets.
     result = lg.append(buf, batches, log_append_time_ms=now if log_append else None)
     if not result.duplicate:
@@ -224,6 +228,8 @@ async def handle_produce(svc: Services, ctx: RequestContext, req: Any) -> dict[s
                 parts.append(_append(svc, p, records, acks, now, getattr(req, "transactional_id", None),
                                      ctx.version))
                 appended.append(p)
+                if svc.delays is not None and (scheduled := svc.delays.take_diverted()) is not None:
+                    appended.append(scheduled)  # log.flush.on.ack: the scheduled log is what must be durable
                 if acks == -1 and p.high_watermark < p.log.log_end_offset:  # followers must have it first
                     awaiting.append((p, p.log.log_end_offset, parts, len(parts) - 1, min_isr))
             except InvalidRecords as e:
