@@ -78,6 +78,8 @@ if [ $WANT_TEST -eq 1 ]; then
     # kcat comes from Debian; Java for the Java client; Node for kafkajs.
     # ZooKeeper (Debian's 3.8 package) for the cluster tests, which start their own servers.
     apt_install kcat ca-certificates zookeeper
+    # Prometheus and headless Chromium for the dashboard test (tests/integration/test_dashboard.py).
+    apt_install prometheus chromium-headless-shell
     command -v javac >/dev/null || apt_install openjdk-17-jdk-headless
     command -v node >/dev/null || apt_install nodejs npm
     pip_install -e '.[test,spark]'

@@ -76,8 +76,10 @@ def take_snapshot(broker: Broker) -> Snapshot:
     stats = svc.stats
     for (key, version), h in stats.requests.items():
         snap.requests.append((key, version, h.cumulative(), h.sum, h.count))
-    for name, c in stats.topics.items():
-        snap.topics.append((name, (c.messages_in, c.bytes_in, c.bytes_out, c.replication_bytes_in,
+    replicated = svc.replicas.replication_bytes_in
+    for name in stats.topics.keys() | replicated.keys():
+        c = stats.topic(name)
+        snap.topics.append((name, (c.messages_in, c.bytes_in, c.bytes_out, replicated.get(name, 0),
                                    c.replication_bytes_out, c.produce_requests, c.fetch_requests)))
     snap.connections = broker.server.connections_by_listener()
     replicas = svc.replicas

@@ -42,17 +42,17 @@ class LatencyHistogram:
 
 
 class TopicCounters:
-    """Kafka's BrokerTopicMetrics for one topic: messages and bytes in, bytes out, and the replication
-    traffic counted apart (ReplicationBytesIn/Out), as Kafka does."""
+    """Kafka's BrokerTopicMetrics for one topic: messages and bytes in, bytes out, and the bytes sent to
+    followers counted apart (ReplicationBytesOut), as Kafka does. (ReplicationBytesIn is counted by the
+    replica fetchers, `ReplicaManager.replication_bytes_in`.)"""
 
     __slots__ = ("bytes_in", "bytes_out", "fetch_requests", "messages_in", "produce_requests",
-                 "replication_bytes_in", "replication_bytes_out")
+                 "replication_bytes_out")
 
     def __init__(self) -> None:
         self.messages_in = 0
         self.bytes_in = 0
         self.bytes_out = 0
-        self.replication_bytes_in = 0
         self.replication_bytes_out = 0
         self.produce_requests = 0
         self.fetch_requests = 0
