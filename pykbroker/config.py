@@ -443,6 +443,10 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         _D("fetch.max.bytes", "int", 57671680, validator=at_least(1024)),
         _D("max.incremental.fetch.session.cache.slots", "int", 1000, "Incremental fetch sessions (KIP-227) the "
            "broker keeps; 0 answers every client sessionless.", at_least(0)),
+        # --- client quota enforcement (pykbroker.quotas) ---
+        _D("quota.window.num", "int", 11, "Samples client quota rates are measured over.", at_least(1)),
+        _D("quota.window.size.seconds", "int", 1, "Length of one client quota sample.", at_least(1)),
+        # --- end client quota enforcement ---
         # --- client telemetry (KIP-714) ---
         _D("telemetry.max.bytes", "int", 1048576, "The largest metrics payload a client may push "
            "(PushTelemetry); larger ones get TELEMETRY_TOO_LARGE.", at_least(1)),

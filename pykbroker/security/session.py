@@ -22,6 +22,8 @@ class Session:
     authenticator: Any = None
     # anyio clock time after which the connection must re-authenticate (KIP-368), or None.
     reauth_deadline: float | None = None
+    # anyio clock time until which a throttled client's next request is not read (client quotas, KIP-219).
+    muted_until: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

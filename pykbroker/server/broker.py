@@ -36,6 +36,7 @@ from pykbroker.coordinator.transaction.service import TXN_TOPIC, TransactionCoor
 from pykbroker.delay.service import DelayService
 from pykbroker.metadata.embedded import META_PROPERTIES, EmbeddedMetadataStore, write_atomically
 from pykbroker.metadata.store import MetadataStore, StoreUnavailable, run_store
+from pykbroker.quotas import QuotaManager
 from pykbroker.replication.client import BrokerClient
 from pykbroker.security.sasl.client import on_connect_hook as sasl_on_connect_hook
 from pykbroker.security.sasl.settings import inter_broker_credentials
@@ -128,6 +129,9 @@ class Broker:
         self.txn = TransactionCoordinator(config, self.store, self.replicas, self.topics)
         self.txn.txn_offsets = self.groups.txn_offsets = TxnOffsets(self.groups)
         self.services.txn_coordinator = self.txn
+        # Client quotas are read from the store on every check, so changes apply without a restart.
+        self.services.quotas = QuotaManager(self.store.client_quotas, samples=config["quota.window.num"],
+                                            window_seconds=config["quota.window.size.seconds"])
         self.delays: DelayService | None = None
         if config["pykbroker.delay.enable"]:  # delayed delivery (pykbroker/delay)
             self.delays = self.services.delays = DelayService(config, self.store, self.replicas, self.topics)

@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # group coordinator
     from pykbroker.coordinator.share.service import ShareCoordinator
     from pykbroker.coordinator.transaction.service import TransactionCoordinator
     from pykbroker.delay.service import DelayService
+    from pykbroker.quotas.manager import QuotaManager
     from pykbroker.server.authorizer import Authorizer
 
 
@@ -77,6 +78,8 @@ class Services:
     delays: DelayService | None = None
     # The authorizer (authorizer.class.name); None: every principal may do everything.
     authorizer: Authorizer | None = None
+    # Client quota enforcement (pykbroker.quotas); set by the broker, None: no client is throttled.
+    quotas: QuotaManager | None = None
     # Client telemetry (KIP-714); made from the config on first use.
     _telemetry: ClientTelemetry | None = None
     # Incremental fetch sessions (KIP-227); made from the config on first use.

@@ -13,7 +13,7 @@ import logging
 import re
 import struct
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
@@ -32,6 +32,7 @@ from pykbroker.protocol.header import (
     finish_flexible_header,
     parse_request_header_prefix,
 )
+from pykbroker.quotas import QuotaManager, Usage, charge, run_timed
 from pykbroker.security.sasl.authenticator import SaslAuthenticator, SaslClose, SaslServerSettings
 from pykbroker.security.sasl.settings import server_settings as sasl_server_settings
 from pykbroker.security.session import Session
@@ -283,8 +284,14 @@ class Dispatcher:
         peer = session.peer
         ctx = RequestContext(header, session.listener, peer, session, self.services.authorizer)
         spec = API_TABLE[header.api_key]
+        quotas = self.services.quotas
+        usage: Usage | None = None
         try:
-            body = await spec.handler(self.services, ctx, request)
+            if quotas is not None and quotas.active():  # the one check when no client quota is stored
+                request, usage = self._metered(quotas, session, header, request, len(frame))
+                body, usage.handler_seconds = await run_timed(spec.handler(self.services, ctx, request))
+            else:
+                body = await spec.handler(self.services, ctx, request)
         except CloseConnection:
             raise
         except Exception:
@@ -293,6 +300,8 @@ class Dispatcher:
                           header.correlation_id)
             raise CloseConnection("internal error while handling the request") from None
         if body is None:
+            if usage is not None and quotas is not None:  # acks=0: no response, but still muted
+                self._throttle(quotas, usage, None, [], session, header.api_version)
             return None
         api_key = header.api_key
         version = header.api_version
@@ -302,6 +311,8 @@ class Dispatcher:
             parts = fast(version, body) if fast is not None else None
             if parts is None:
                 parts = [codec.encode_response(api_key, version, body)]
+            if usage is not None and quotas is not None:
+                parts = self._throttle(quotas, usage, body, parts, session, version)
         except Exception:
             # A body the version cannot carry is a broker bug: it ends this connection, not the broker.
             log.exception("response encoding failed api=%s version=%d client=%s peer=%s correlation_id=%d",
@@ -315,3 +326,35 @@ class Dispatcher:
             prefix = _SIZE_AND_CORRELATION.pack(size + 4, header.correlation_id)
         parts.insert(0, prefix)
         return b"".join(parts)
+
+    @staticmethod
+    def _metered(quotas: QuotaManager, session: Session, header: RequestHeader, request: Any,
+                 request_bytes: int) -> tuple[Any, Usage]:
+        """The usage record of a request under client quotas; a consumer's fetch asks for no more than
+        its quota can let through (Kafka's getMaxValueInQuotaWindow), else it would never be answered."""
+        user, client_id = session.principal.name, header.client_id or ""
+        follower = header.api_key == 1 and fetch.replica_id_of(request, header.api_version) >= 0
+        if header.api_key == 1 and not follower and hasattr(request, "max_bytes"):
+            cap = quotas.fetch_max_bytes(user, client_id)
+            if cap is not None and cap < request.max_bytes:
+                request = replace(request, max_bytes=max(cap, 1))
+        return request, Usage(header.api_key, user, client_id, request_bytes, 0.0, follower)
+
+    @staticmethod
+    def _throttle(quotas: QuotaManager, usage: Usage, body: dict[str, Any] | None, parts: list[bytes],
+                  session: Session, version: int) -> list[bytes]:
+        """Charge a request to its client's quotas.  A throttled client gets the throttle time in the
+        response at once (a throttled fetch gets no data) and its connection is muted until then (KIP-219)."""
+        now = anyio.current_time()
+        throttle = charge(quotas, usage, None if body is None else sum(map(len, parts)), now * 1000.0)
+        if not throttle.ms:
+            return parts
+        session.muted_until = max(session.muted_until, now + throttle.ms / 1000.0)
+        if body is None:
+            return parts
+        body["throttle_time"] = max(throttle.ms, body.get("throttle_time") or 0)
+        if throttle.drop_fetch_data:
+            body["responses"] = []
+        fast = FAST_ENCODERS.get(usage.api_key)
+        again = fast(version, body) if fast is not None else None
+        return again if again is not None else [codec.encode_response(usage.api_key, version, body)]

@@ -264,6 +264,9 @@ class SocketServer:
                 stream_ = wrapped
             _pause_reading(stream)
             while not self._closing and not conn.evicted:
+                if conn.session.muted_until:  # a throttled client: read nothing more until then (KIP-219)
+                    await self._stay_muted(conn)
+                    continue
                 size = decoder.peek_size()
                 if size is not None and not reserved and size:
                     waited = await self._reserve(conn, size)
@@ -339,6 +342,14 @@ class SocketServer:
             self._notify_slot_freed()
             with anyio.CancelScope(shield=True):
                 await stream_.aclose()
+
+    async def _stay_muted(self, conn: Connection) -> None:
+        """Wait out a connection's throttle time; shutdown and eviction end the wait early."""
+        with anyio.CancelScope(deadline=conn.session.muted_until) as scope:
+            conn.receive_scope = scope
+            await anyio.sleep_forever()
+        conn.receive_scope = None
+        conn.session.muted_until = 0.0
 
     async def _tls_handshake(self, stream: SocketStream, conn: Connection, tls: ListenerTls) -> TLSStream | None:
         """Wrap a connection in TLS; None (after one log line) when the handshake fails or times out.

@@ -1,9 +1,9 @@
-"""DescribeClientQuotas and AlterClientQuotas (KIP-546): quotas are stored, not yet enforced.
+"""DescribeClientQuotas and AlterClientQuotas (KIP-546): the quotas clients are throttled by.
 
 Validation and matching follow Kafka's KRaft controller and metadata image, including its
-error messages, so admin tools see the answers they expect.  Nothing throttles a client by
-these values yet (the operations work adds that); the broker says so in its log the first
-time a quota is set, and the README says so too.
+error messages, so admin tools see the answers they expect.  The values are enforced by
+``pykbroker.quotas``, except ``controller_mutation_rate`` (KIP-599) and the ``connection_creation_rate``
+of ``ip`` entities, which are stored and described only, as the broker says the first time one is set.
 """
 
 from __future__ import annotations
@@ -43,7 +43,14 @@ _CLIENT_KEYS = {
 _USER_KEYS = {**_CLIENT_KEYS, "SCRAM-SHA-256": "STRING", "SCRAM-SHA-512": "STRING"}
 _IP_KEYS = {"connection_creation_rate": "INT"}
 
-_warned = False
+# Stored quota keys nothing enforces -> what to use instead; each is logged once.
+_NOT_ENFORCED = {
+    "connection_creation_rate": "IP quotas (connection_creation_rate) are stored but not enforced: use "
+                                "max.connection.creation.rate and max.connections.per.ip.overrides (see README)",
+    "controller_mutation_rate": "controller_mutation_rate quotas (KIP-599) are stored but not enforced: topic "
+                                "and partition creations and deletions are not throttled (see README)",
+}
+_warned: set[str] = set()
 
 
 class _Invalid(Exception):
@@ -120,7 +127,6 @@ def _entity_data(entity: QuotaEntity) -> list[dict[str, Any]]:
 
 
 async def handle_alter_client_quotas(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
-    global _warned
     if not cluster_allowed(ctx, AclOperation.ALTER_CONFIGS):  # every entry refused, entities as sent
         return {"throttle_time": 0, "entries": [
             {"error_code": ErrorCode.cluster_authorization_failed, "error_message": "Cluster authorization failed.",
@@ -176,10 +182,12 @@ async def handle_alter_client_quotas(svc: Services, ctx: RequestContext, req: An
             for key in changes:
                 results[key] = (ErrorCode.request_timed_out, f"The metadata store is not reachable: {e}")
             changes = {}
-        if not _warned and any(v is not None for c in changes.values() for v in c.values()):
-            _warned = True
-            log.warning("client quotas are stored but not enforced yet: no client is throttled by them "
-                        "(enforcement comes with the operations work; see README)")
+        if svc.quotas is not None and changes:
+            svc.quotas.invalidate()  # stores that change their map in place; the next request sees it
+        for unenforced in {k for c in changes.values() for k, v in c.items() if v is not None} & set(_NOT_ENFORCED):
+            if unenforced not in _warned:
+                _warned.add(unenforced)
+                log.warning(_NOT_ENFORCED[unenforced])
     return {
         "throttle_time": 0,
         "entries": [{"error_code": results[k][0], "error_message": results[k][1], "entity": _entity_data(k)}
