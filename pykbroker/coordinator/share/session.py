@@ -29,7 +29,7 @@ def next_epoch(epoch: int) -> int:
 class ShareSession:
     group_id: str
     member_id: str
-    epoch: int = 1  # the epoch the next request must carry
+    epoch: int = 0  # the epoch the next request must carry (0 until the opening request is answered)
     partitions: list[TopicIdPartition] = field(default_factory=list)
 
 

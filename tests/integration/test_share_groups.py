@@ -1,0 +1,243 @@
+"""Share groups (KIP-932) with confluent-kafka's ShareConsumer against a broker subprocess.
+
+Several share consumers on one partition get distinct records that together are all of them; released
+and lock-expired records come back with a growing delivery count; rejected records and records past the
+delivery count limit land in the dead-letter topic with their provenance headers; a broker killed with
+SIGKILL forgets no acknowledgement and delivers nothing acknowledged again.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import AcknowledgeType, Consumer, ShareConsumer
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+from tests.integration.conftest import BrokerFactory, admin_for, create_topic, make_producer, unique_topic
+from tests.support.broker import BrokerProcess
+
+SHARE = {"group.share.enable": "true"}
+CLIENT_TIMEOUT = 20
+
+
+@pytest.fixture(scope="module")
+def broker(module_broker_factory: BrokerFactory) -> BrokerProcess:
+    return module_broker_factory(SHARE)
+
+
+def set_group_configs(b: BrokerProcess, group: str, configs: dict[str, str]) -> None:
+    admin = admin_for(b)
+    res = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()])
+    admin.incremental_alter_configs([res])[res].result(timeout=CLIENT_TIMEOUT)
+
+
+def share_consumer(b: BrokerProcess, group: str, **conf: Any) -> ShareConsumer:
+    base: dict[str, Any] = {"bootstrap.servers": b.bootstrap, "broker.address.family": "v4", "group.id": group}
+    base.update(conf)
+    return ShareConsumer(base)
+
+
+def produce(b: BrokerProcess, topic: str, n: int, start: int = 0, headers: list[tuple[str, bytes]] | None = None
+            ) -> None:
+    p = make_producer(b)
+    for i in range(start, start + n):
+        p.produce(topic, key=b"k%d" % i, value=b"v%d" % i, headers=headers)
+    assert p.flush(CLIENT_TIMEOUT) == 0
+
+
+def poll_until(c: ShareConsumer, want: int, timeout: float) -> list[Any]:
+    out: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while len(out) < want and time.monotonic() < deadline:
+        for m in c.poll(0.5):
+            assert m.error() is None, m.error()
+            out.append(m)
+    return out
+
+
+def read_all(b: BrokerProcess, topic: str, want: int, timeout: float = 20) -> list[Any]:
+    c = Consumer({"bootstrap.servers": b.bootstrap, "broker.address.family": "v4", "group.id": unique_topic("r"),
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe([topic])
+    out: list[Any] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(out) < want and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                out.append(m)
+    finally:
+        c.close()
+    return out
+
+
+@pytest.fixture
+def closing() -> Iterator[list[ShareConsumer]]:
+    consumers: list[ShareConsumer] = []
+    yield consumers
+    for c in consumers:
+        try:
+            c.close()
+        except Exception:  # best effort after a failed test
+            pass
+
+
+def test_consumers_share_one_partition(broker: BrokerProcess, closing: list[ShareConsumer]) -> None:
+    topic, group = unique_topic("share"), unique_topic("g")
+    create_topic(broker, topic, 1)
+    set_group_configs(broker, group, {"share.auto.offset.reset": "earliest"})
+    total = 300
+    produce(broker, topic, total)
+    got: dict[int, list[int]] = {i: [] for i in range(3)}
+    lock = threading.Lock()
+    done = threading.Event()
+    consumers = [share_consumer(broker, group, **{"max.poll.records": 10}) for _ in range(3)]
+    closing.extend(consumers)
+    for c in consumers:
+        c.subscribe([topic])
+
+    def run(i: int) -> None:
+        deadline = time.monotonic() + 60
+        while not done.is_set() and time.monotonic() < deadline:
+            msgs = consumers[i].poll(0.3)
+            with lock:
+                got[i].extend(m.offset() for m in msgs if m.error() is None)
+                if sum(len(v) for v in got.values()) >= total:
+                    done.set()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(70)
+    everything = [o for v in got.values() for o in v]
+    assert sorted(everything) == list(range(total)), "every record exactly once"
+    assert sum(1 for v in got.values() if v) >= 2, f"records spread over consumers: {[len(v) for v in got.values()]}"
+
+
+def test_release_redelivers_then_dead_letters_at_the_limit(broker: BrokerProcess,
+                                                           closing: list[ShareConsumer]) -> None:
+    topic, group, dlq = unique_topic("share"), unique_topic("g"), unique_topic("dlq")
+    create_topic(broker, topic, 1)
+    set_group_configs(broker, group, {"share.auto.offset.reset": "earliest", "share.delivery.count.limit": "3",
+                                      "pykbroker.share.dlq.topic": dlq})
+    produce(broker, topic, 1, headers=[("h", b"x")])
+    c = share_consumer(broker, group, **{"share.acknowledgement.mode": "explicit"})
+    closing.append(c)
+    c.subscribe([topic])
+    counts = []
+    for _ in range(3):
+        msgs = poll_until(c, 1, 20)
+        assert [m.offset() for m in msgs] == [0]
+        counts.append(msgs[0].delivery_count())
+        c.acknowledge(msgs[0], AcknowledgeType.RELEASE)
+        c.commit_sync(CLIENT_TIMEOUT)
+    assert counts == [1, 2, 3]
+    assert poll_until(c, 1, 3) == [], "archived after the third delivery"
+    dead = read_all(broker, dlq, 1)
+    assert len(dead) == 1
+    m = dead[0]
+    assert (m.key(), m.value()) == (b"k0", b"v0")
+    h = dict(m.headers())
+    assert h["h"] == b"x"
+    assert h["pykbroker.dlq.source.topic"] == topic.encode()
+    assert h["pykbroker.dlq.source.partition"] == b"0"
+    assert h["pykbroker.dlq.source.offset"] == b"0"
+    assert h["pykbroker.dlq.group"] == group.encode()
+    assert h["pykbroker.dlq.delivery.count"] == b"3"
+    assert h["pykbroker.dlq.reason"] == b"delivery-count-exceeded"
+
+
+def test_reject_goes_to_the_dead_letter_topic(broker: BrokerProcess, closing: list[ShareConsumer]) -> None:
+    topic, group, dlq = unique_topic("share"), unique_topic("g"), unique_topic("dlq")
+    create_topic(broker, topic, 1)
+    set_group_configs(broker, group, {"share.auto.offset.reset": "earliest", "pykbroker.share.dlq.topic": dlq})
+    produce(broker, topic, 4)
+    c = share_consumer(broker, group, **{"share.acknowledgement.mode": "explicit"})
+    closing.append(c)
+    c.subscribe([topic])
+    msgs = poll_until(c, 4, 20)
+    assert [m.offset() for m in msgs] == [0, 1, 2, 3]
+    for m in msgs:
+        c.acknowledge(m, AcknowledgeType.REJECT if m.offset() in (1, 3) else AcknowledgeType.ACCEPT)
+    c.commit_sync(CLIENT_TIMEOUT)
+    dead = read_all(broker, dlq, 2)
+    assert sorted(m.value() for m in dead) == [b"v1", b"v3"]
+    for m in dead:
+        h = dict(m.headers())
+        assert h["pykbroker.dlq.reason"] == b"rejected"
+        assert h["pykbroker.dlq.delivery.count"] == b"1"
+    assert poll_until(c, 1, 2) == [], "nothing comes back"
+
+
+def test_lock_expiry_redelivers_to_another_consumer(broker: BrokerProcess, closing: list[ShareConsumer]) -> None:
+    topic, group = unique_topic("share"), unique_topic("g")
+    create_topic(broker, topic, 1)
+    set_group_configs(broker, group, {"share.auto.offset.reset": "earliest",
+                                      "share.record.lock.duration.ms": "1500"})
+    produce(broker, topic, 3)
+    a = share_consumer(broker, group, **{"share.acknowledgement.mode": "explicit"})
+    closing.append(a)
+    a.subscribe([topic])
+    first = poll_until(a, 3, 20)
+    assert [(m.offset(), m.delivery_count()) for m in first] == [(0, 1), (1, 1), (2, 1)]
+    # a holds them and never acknowledges: after the lock expires, b gets them again.
+    b = share_consumer(broker, group, **{"share.acknowledgement.mode": "explicit"})
+    closing.append(b)
+    b.subscribe([topic])
+    again = poll_until(b, 3, 20)
+    assert sorted((m.offset(), m.delivery_count()) for m in again) == [(0, 2), (1, 2), (2, 2)]
+    for m in again:
+        b.acknowledge(m, AcknowledgeType.ACCEPT)
+    b.commit_sync(CLIENT_TIMEOUT)
+
+
+def test_kill9_loses_no_acknowledgement(broker_factory: BrokerFactory, closing: list[ShareConsumer]) -> None:
+    b = broker_factory(SHARE)
+    topic, group = unique_topic("share"), unique_topic("g")
+    create_topic(b, topic, 1)
+    set_group_configs(b, group, {"share.auto.offset.reset": "earliest"})
+    total = 200
+    produce(b, topic, total)
+    c = share_consumer(b, group, **{"share.acknowledgement.mode": "explicit", "max.poll.records": 20})
+    c.subscribe([topic])
+    acked: set[int] = set()
+    deadline = time.monotonic() + 30
+    while len(acked) < total // 2 and time.monotonic() < deadline:
+        msgs = c.poll(0.5)
+        for m in msgs:
+            assert m.error() is None
+            c.acknowledge(m, AcknowledgeType.ACCEPT)
+        if msgs:
+            result = c.commit_sync(CLIENT_TIMEOUT)
+            assert all(e is None for e in result.values()), result
+            acked.update(m.offset() for m in msgs)
+    assert len(acked) >= total // 2
+    # A few more acquired but never acknowledged: those may come back; the acknowledged ones may not.
+    c.poll(0.5)
+    b.kill()
+    try:
+        c.close()
+    except Exception:  # the broker is gone
+        pass
+    b.restart()
+    c2 = share_consumer(b, group, **{"share.acknowledgement.mode": "explicit", "max.poll.records": 50})
+    closing.append(c2)
+    c2.subscribe([topic])
+    after: list[int] = []
+    deadline = time.monotonic() + 60
+    while len(acked) + len(set(after)) < total and time.monotonic() < deadline:
+        msgs = c2.poll(0.5)
+        for m in msgs:
+            assert m.error() is None
+            c2.acknowledge(m, AcknowledgeType.ACCEPT)
+            after.append(m.offset())
+        if msgs:
+            c2.commit_sync(CLIENT_TIMEOUT)
+    assert not acked & set(after), f"acknowledged records delivered again: {sorted(acked & set(after))[:10]}"
+    assert acked | set(after) == set(range(total))
