@@ -98,6 +98,18 @@ def at_least(n: int) -> Callable[[Any], str | None]:
     return lambda v: None if v >= n else f"value must be at least {n}"
 
 
+def _valid_metrics_listener(value: Any) -> str | None:
+    if not value:
+        return None
+    from pykbroker.observability.endpoint import parse_metrics_listener
+
+    try:
+        parse_metrics_listener(value)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def one_of(*options: str) -> Callable[[Any], str | None]:
     return lambda v: None if v in options else f"value must be one of {', '.join(options)}"
 
@@ -451,6 +463,15 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         _D("telemetry.max.bytes", "int", 1048576, "The largest metrics payload a client may push "
            "(PushTelemetry); larger ones get TELEMETRY_TOO_LARGE.", at_least(1)),
         # --- end client telemetry ---
+        # --- observability (pykbroker.observability) ---
+        _D("pykbroker.metrics.listener", "string", "", "pykbroker: where the Prometheus endpoint listens, as "
+           "http://host:port (path /metrics); empty turns it off.", _valid_metrics_listener),
+        _D("pykbroker.metrics.partition.series", "bool", True, "pykbroker: export Kafka's per-partition log "
+           "gauges (size, segments, start/end offsets, high watermark, under-replicated); false exports them "
+           "summed per topic, for brokers with thousands of partitions (each sample costs scrape time)."),
+        _D("pykbroker.log.format", "string", "text", "pykbroker: log line format: text, logfmt or json.",
+           one_of("text", "logfmt", "json")),
+        # --- end observability ---
         # --- cluster and replication (ZooKeeper mode) ---
         _D("replica.lag.time.max.ms", "long", 30000, "A follower that has not caught up for this long leaves "
            "the ISR.", at_least(1)),

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import anyio
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -67,12 +68,14 @@ class Snapshot:
     transactions: Counter[str] = field(default_factory=Counter)
     lag: list[LagRow] = field(default_factory=list)
     client_pushes: list[tuple[str, str, bytes]] = field(default_factory=list)
+    partition_series: bool = True
+    quotas: list[Any] = field(default_factory=list)  # pykbroker.quotas.QuotaSnapshot rows
 
 
 def take_snapshot(broker: Broker) -> Snapshot:
     """On the event loop: copy what the families need. Nothing here blocks or awaits."""
     svc = broker.services
-    snap = Snapshot()
+    snap = Snapshot(partition_series=svc.config["pykbroker.metrics.partition.series"])
     stats = svc.stats
     for (key, version), h in stats.requests.items():
         snap.requests.append((key, version, h.cumulative(), h.sum, h.count))
@@ -110,6 +113,8 @@ def take_snapshot(broker: Broker) -> Snapshot:
     snap.lag = consumer_lag(manager.offsets, end_offsets)
     for txn in broker.txn.sm.txns.values():
         snap.transactions[txn.state.name] += 1
+    if svc.quotas is not None:
+        snap.quotas = svc.quotas.snapshot(anyio.current_time() * 1000.0)
     telemetry = svc._telemetry
     if telemetry is not None:
         for inst in telemetry.instances.values():
@@ -178,30 +183,13 @@ def families(snap: Snapshot) -> Iterator[Metric]:
         purgatory.add_metric([op], n)
     yield purgatory
 
-    size = GaugeMetricFamily("kafka_log_log_size", "Bytes of the partition's log.", labels=["topic", "partition"])
-    segs = GaugeMetricFamily("kafka_log_log_numlogsegments", "Segments of the partition's log.",
-                             labels=["topic", "partition"])
-    start = GaugeMetricFamily("kafka_log_log_logstartoffset", "The log start offset.", labels=["topic", "partition"])
-    end = GaugeMetricFamily("kafka_log_log_logendoffset", "The log end offset.", labels=["topic", "partition"])
-    hwm = GaugeMetricFamily("kafka_cluster_partition_highwatermark", "The high watermark (what consumers can read "
-                            "to).", labels=["topic", "partition"])
-    urp_by_partition = GaugeMetricFamily("kafka_cluster_partition_underreplicated", "1 when this broker leads "
-                                         "the partition and its ISR is smaller than its replica set.",
-                                         labels=["topic", "partition"])
     leaders = urp = offline_replicas = 0
-    for r in sorted(snap.partitions, key=lambda r: (r.topic, r.partition)):
-        labels = [r.topic, str(r.partition)]
-        size.add_metric(labels, r.size)
-        segs.add_metric(labels, r.segments)
-        start.add_metric(labels, r.start_offset)
-        end.add_metric(labels, r.end_offset)
-        hwm.add_metric(labels, r.high_watermark)
+    for r in snap.partitions:
         under = r.leader and r.isr < r.replicas
-        urp_by_partition.add_metric(labels, int(under))
         leaders += r.leader
         urp += under
         offline_replicas += r.offline
-    yield from (size, segs, start, end, hwm, urp_by_partition)
+    yield from (_partition_families(snap.partitions) if snap.partition_series else _topic_log_families(snap.partitions))
     yield GaugeMetricFamily("kafka_server_replicamanager_partitioncount", "Partitions with a replica here.",
                             value=len(snap.partitions))
     yield GaugeMetricFamily("kafka_server_replicamanager_leadercount", "Partitions this broker leads.", value=leaders)
@@ -248,7 +236,78 @@ def families(snap: Snapshot) -> Iterator[Metric]:
     for (group, topic), n in sorted(lag_sum.items()):
         summed.add_metric([group, topic], n)
     yield summed
+    yield from _quota_families(snap.quotas)
     yield from _client_families(snap.client_pushes)
+
+
+_QUOTA_UNITS = {"Produce": ("byte_rate", "bytes/s"), "Fetch": ("byte_rate", "bytes/s"),
+                "Request": ("request_time", "percent of one thread")}
+
+
+def _quota_families(rows: list[Any]) -> Iterator[Metric]:
+    """Kafka's per-client quota sensors (kafka.server:type=Produce|Fetch|Request,user=,client-id=)."""
+    by_type: dict[str, list[Any]] = {}
+    for row in rows:
+        by_type.setdefault(row.quota_type, []).append(row)
+    for qtype, items in sorted(by_type.items()):
+        prefix = f"kafka_server_{qtype.lower()}"
+        rate_name, unit = _QUOTA_UNITS.get(qtype, ("rate", ""))
+        labels = ["user", "client_id"]
+        rate = GaugeMetricFamily(f"{prefix}_{rate_name}", f"Measured {unit} of a quota entity.", labels=labels)
+        quota = GaugeMetricFamily(f"{prefix}_quota", f"The entity's quota ({unit}).", labels=labels)
+        throttle = GaugeMetricFamily(f"{prefix}_throttle_time", "Average throttle time given over the last "
+                                     "minute, ms.", labels=labels)
+        for row in items:
+            ls = [row.user, row.client_id]
+            rate.add_metric(ls, row.rate)
+            quota.add_metric(ls, row.quota)
+            throttle.add_metric(ls, row.throttle_time_ms)
+        yield from (rate, quota, throttle)
+
+
+def _partition_families(partitions: list[PartitionRow]) -> list[GaugeMetricFamily]:
+    """Kafka's per-partition log gauges. Each is one sample per partition: at 1,000 partitions a scrape
+    renders 6,000 samples (about 70 ms of CPU), hence `pykbroker.metrics.partition.series`."""
+    labels_ = ["topic", "partition"]
+    size = GaugeMetricFamily("kafka_log_log_size", "Bytes of the partition's log.", labels=labels_)
+    segs = GaugeMetricFamily("kafka_log_log_numlogsegments", "Segments of the partition's log.", labels=labels_)
+    start = GaugeMetricFamily("kafka_log_log_logstartoffset", "The log start offset.", labels=labels_)
+    end = GaugeMetricFamily("kafka_log_log_logendoffset", "The log end offset.", labels=labels_)
+    hwm = GaugeMetricFamily("kafka_cluster_partition_highwatermark", "The high watermark (what consumers can read "
+                            "to).", labels=labels_)
+    urp = GaugeMetricFamily("kafka_cluster_partition_underreplicated", "1 when this broker leads the partition "
+                            "and its ISR is smaller than its replica set.", labels=labels_)
+    for r in sorted(partitions, key=lambda r: (r.topic, r.partition)):
+        labels = [r.topic, str(r.partition)]
+        size.add_metric(labels, r.size)
+        segs.add_metric(labels, r.segments)
+        start.add_metric(labels, r.start_offset)
+        end.add_metric(labels, r.end_offset)
+        hwm.add_metric(labels, r.high_watermark)
+        urp.add_metric(labels, int(r.leader and r.isr < r.replicas))
+    return [size, segs, start, end, hwm, urp]
+
+
+def _topic_log_families(partitions: list[PartitionRow]) -> list[GaugeMetricFamily]:
+    """The same gauges summed per topic (`pykbroker.metrics.partition.series=false`), for brokers with
+    so many partitions that one sample each would make scraping costly."""
+    sums: dict[str, list[int]] = {}
+    for r in partitions:
+        t = sums.setdefault(r.topic, [0, 0, 0, 0])
+        t[0] += r.size
+        t[1] += r.segments
+        t[2] += r.end_offset - r.start_offset
+        t[3] += int(r.leader and r.isr < r.replicas)
+    names = [("pykbroker_log_topic_size", "Bytes of the topic's logs on this broker."),
+             ("pykbroker_log_topic_numlogsegments", "Segments of the topic's logs on this broker."),
+             ("pykbroker_log_topic_records", "Log end minus log start offsets, summed over the topic's partitions."),
+             ("pykbroker_topic_underreplicatedpartitions", "The topic's partitions this broker leads with an ISR "
+              "smaller than their replica set.")]
+    fams = [GaugeMetricFamily(n, doc, labels=["topic"]) for n, doc in names]
+    for topic in sorted(sums):
+        for fam, v in zip(fams, sums[topic], strict=True):
+            fam.add_metric([topic], v)
+    return fams
 
 
 def _client_families(pushes: list[tuple[str, str, bytes]]) -> Iterator[Metric]:

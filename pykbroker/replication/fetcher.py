@@ -262,6 +262,8 @@ class ReplicaFetcherManager:
             records = pd.records
             if records:
                 p.log.append_as_follower(records)
+                counts = self.replicas.replication_bytes_in
+                counts[p.topic] = counts.get(p.topic, 0) + len(records)
             leader_start = int(pd.log_start_offset)
             if leader_start > p.log.log_start_offset:
                 try:

@@ -25,6 +25,9 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.from_thread
+import anyio.lowlevel
+import anyio.to_thread
 
 from pykbroker import __version__
 from pykbroker.config import BrokerConfig, effective_topic_config, log_config_for
@@ -36,6 +39,8 @@ from pykbroker.coordinator.transaction.service import TXN_TOPIC, TransactionCoor
 from pykbroker.delay.service import DelayService
 from pykbroker.metadata.embedded import META_PROPERTIES, EmbeddedMetadataStore, write_atomically
 from pykbroker.metadata.store import MetadataStore, StoreUnavailable, run_store
+from pykbroker.observability.collector import Snapshot, take_snapshot
+from pykbroker.observability.endpoint import MetricsEndpoint
 from pykbroker.quotas import QuotaManager
 from pykbroker.replication.client import BrokerClient
 from pykbroker.security.sasl.client import on_connect_hook as sasl_on_connect_hook
@@ -122,6 +127,7 @@ class Broker:
         self.topics = TopicManager(config, self.store, self.replicas)
         self.services = Services(config, self.store, self.replicas, self.topics, advertised,
                                  drop_produce_responses=config["pykbroker.fault.drop.produce.response"])
+        self.store.add_listener(self._forget_deleted_topic_metrics)
         self.groups = GroupCoordinator(config, self.store, self.replicas, self.topics)
         self.services.groups = self.groups
         self.cleaner = LogCleaner(self.log_manager.all_logs, self._delete_retention_ms,
@@ -153,6 +159,7 @@ class Broker:
         )
         self._stop = anyio.Event()
         self.bound_ports: list[int] = []
+        self.metrics_port: int | None = None  # the bound port of pykbroker.metrics.listener
         self._fatal: str | None = None  # why the broker must exit non-zero (all log dirs failed)
         self._dir_failure = anyio.Event()
 
@@ -383,6 +390,7 @@ class Broker:
                 self.log_manager.shutdown()
                 self.store.close()
                 raise
+        metrics = self._start_metrics()
         async with anyio.create_task_group() as tg:
             serve_scope = anyio.CancelScope()
             serve_done = anyio.Event()
@@ -430,6 +438,8 @@ class Broker:
             )
             await self._stop.wait()
             log.debug("shutting down")
+            if metrics is not None:
+                await anyio.to_thread.run_sync(metrics.stop)
             if self.cluster and self.config["controlled.shutdown.enable"]:
                 await self._controlled_shutdown()  # still serving: clients follow the moved leaders
             await self._stop_controller()
@@ -454,6 +464,29 @@ class Broker:
         if self._fatal is not None:
             log.critical("exiting with status 1: %s", self._fatal)
             raise SystemExit(1)
+
+    def _forget_deleted_topic_metrics(self, name: str, record: Any) -> None:
+        """A deleted topic's per-topic series go with it, as Kafka removes its BrokerTopicMetrics."""
+        if record is None:
+            self.services.stats.forget_topic(name)
+            self.replicas.replication_bytes_in.pop(name, None)
+
+    def _start_metrics(self) -> MetricsEndpoint | None:
+        """The Prometheus endpoint, when pykbroker.metrics.listener is set; scrapes read state on this loop."""
+        listener = self.config["pykbroker.metrics.listener"]
+        if not listener:
+            return None
+        token = anyio.lowlevel.current_token()
+
+        def on_loop(fn: Callable[[], Snapshot]) -> Snapshot:
+            return anyio.from_thread.run_sync(fn, token=token)
+
+        endpoint = MetricsEndpoint(listener, lambda: take_snapshot(self), on_loop)
+        try:
+            self.metrics_port = endpoint.start()
+        except OSError as e:
+            raise StartupError(f"cannot listen on pykbroker.metrics.listener={listener}: {e}") from e
+        return endpoint
 
     async def _handle_log_dir_failures(self) -> None:
         """Take the partitions of each failed log dir offline (Kafka's LogDirFailureHandler).

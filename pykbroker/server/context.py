@@ -10,6 +10,7 @@ import anyio
 
 from pykbroker.config import BrokerConfig, Listener
 from pykbroker.metadata.store import MetadataStore
+from pykbroker.observability.stats import BrokerStats
 from pykbroker.protocol import codec
 from pykbroker.protocol.header import RequestHeader
 from pykbroker.security.session import Session
@@ -84,6 +85,8 @@ class Services:
     _telemetry: ClientTelemetry | None = None
     # Incremental fetch sessions (KIP-227); made from the config on first use.
     _fetch_sessions: FetchSessionCache | None = None
+    # Counters for the metrics endpoint (pykbroker.observability).
+    stats: BrokerStats = field(default_factory=BrokerStats)
 
     @property
     def telemetry(self) -> ClientTelemetry:

@@ -14,6 +14,7 @@ import re
 import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from time import perf_counter
 from typing import Any
 
 import anyio
@@ -44,6 +45,8 @@ from pykbroker.server.handlers import sasl as sasl_handlers
 from pykbroker.server.handlers import telemetry as client_telemetry
 
 log = logging.getLogger("pykbroker.requests")
+# One debug line per completed request (client id, API, latency), as Kafka's kafka.request.logger.
+request_log = logging.getLogger("pykbroker.request.logger")
 
 Handler = Callable[[Services, RequestContext, Any], Awaitable[dict[str, Any] | None]]
 
@@ -269,6 +272,7 @@ class Dispatcher:
         """Process one request frame; None means no response (acks=0 produce)."""
         if session is None:
             session = Session()
+        started = perf_counter()
         auth = self._sasl_gate(frame, session) if session.uses_sasl else None
         if isinstance(auth, bytes):
             return auth
@@ -302,6 +306,7 @@ class Dispatcher:
         if body is None:
             if usage is not None and quotas is not None:  # acks=0: no response, but still muted
                 self._throttle(quotas, usage, None, [], session, header.api_version)
+            self._done(header, peer, started, 0)
             return None
         api_key = header.api_key
         version = header.api_version
@@ -325,6 +330,7 @@ class Dispatcher:
         else:
             prefix = _SIZE_AND_CORRELATION.pack(size + 4, header.correlation_id)
         parts.insert(0, prefix)
+        self._done(header, peer, started, size)
         return b"".join(parts)
 
     @staticmethod
@@ -358,3 +364,13 @@ class Dispatcher:
         fast = FAST_ENCODERS.get(usage.api_key)
         again = fast(version, body) if fast is not None else None
         return again if again is not None else [codec.encode_response(usage.api_key, version, body)]
+
+    def _done(self, header: RequestHeader, peer: str, started: float, response_bytes: int) -> None:
+        """Request metrics, and the request log at debug level (Kafka's kafka.request.logger)."""
+        seconds = perf_counter() - started
+        self.services.stats.request(header.api_key, header.api_version, seconds)
+        if request_log.isEnabledFor(logging.DEBUG):
+            request_log.debug("completed request", extra={"kv": {
+                "api": codec.API_NAMES.get(header.api_key, header.api_key), "version": header.api_version,
+                "client_id": header.client_id, "correlation_id": header.correlation_id, "peer": peer,
+                "latency_ms": round(seconds * 1000, 3), "response_bytes": response_bytes}})

@@ -20,6 +20,7 @@ import logging
 import math
 import socket
 import ssl
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -101,6 +102,9 @@ class SocketServer:
     @property
     def connection_count(self) -> int:
         return len(self._connections)
+
+    def connections_by_listener(self) -> Counter[str]:
+        return Counter(c.listener for c in self._connections)
 
     def begin_shutdown(self) -> None:
         """Stop reading new requests; connections finish what they hold and close."""

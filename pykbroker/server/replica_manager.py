@@ -150,6 +150,8 @@ class FetchWaiters:
 
     def __init__(self) -> None:
         self._by_partition: dict[TopicPartition, set[anyio.Event]] = {}
+        # How many requests wait now (Kafka's purgatory size, for the metrics).
+        self.waiting = 0
 
     def register(self, tps: Iterable[TopicPartition], event: anyio.Event) -> None:
         for tp in tps:
@@ -167,10 +169,12 @@ class FetchWaiters:
         """Until one of ``tps`` is notified or ``timeout_s`` passes (the caller re-checks either way)."""
         event = anyio.Event()
         self.register(tps, event)
+        self.waiting += 1
         try:
             with anyio.move_on_after(timeout_s):
                 await event.wait()
         finally:
+            self.waiting -= 1
             self.unregister(tps, event)
 
     def notify(self, tp: TopicPartition) -> None:
@@ -198,6 +202,8 @@ class ReplicaManager:
         self.fetch_waiters = FetchWaiters()
         self.replica_fetch_waiters = FetchWaiters()
         self.produce_waiters = FetchWaiters()
+        # Bytes appended as a follower, per topic (ReplicationBytesInPerSec, for the metrics).
+        self.replication_bytes_in: dict[str, int] = {}
         # AlterReplicaLogDirs: moves run in this task group (see run_log_dir_moves).
         self._move_group: anyio.abc.TaskGroup | None = None
         self._moves: dict[TopicPartition, LogMove] = {}

@@ -27,9 +27,11 @@ from tests.integration.conftest import (
     unique_topic,
 )
 from tests.integration.test_client_quotas import KpQuotas
-from tests.support.broker import BrokerProcess
+from tests.integration.test_metrics import scrape, value
+from tests.support.broker import BrokerProcess, free_port
 
 QUOTA = 200_000  # bytes per second
+METRICS_PORT = free_port()
 RUN_S = 12.0
 STEADY = (3.0, 11.0)  # seconds into the run
 VALUE = b"v" * 1000
@@ -37,7 +39,8 @@ VALUE = b"v" * 1000
 
 @pytest.fixture(scope="module")
 def broker(module_broker_factory: BrokerFactory) -> BrokerProcess:
-    return module_broker_factory({"quota.window.num": "2", "quota.window.size.seconds": "1"})
+    return module_broker_factory({"quota.window.num": "2", "quota.window.size.seconds": "1",
+                                  "pykbroker.metrics.listener": f"http://127.0.0.1:{METRICS_PORT}"})
 
 
 @pytest.fixture
@@ -120,6 +123,11 @@ def test_producer_byte_rate_throttles_one_client_id_only(broker: BrokerProcess, 
     # librdkafka read the throttle time from the responses (KIP-219) and reported it.
     assert slow.throttles and max(slow.throttles) > 0
     assert not fast.throttles
+    # The quota sensors on the metrics endpoint, as Kafka's kafka.server:type=Produce,client-id=... beans.
+    samples = scrape(METRICS_PORT)
+    assert value(samples, "kafka_server_produce_quota", user="", client_id="slow-producer") == QUOTA
+    assert value(samples, "kafka_server_produce_throttle_time", user="", client_id="slow-producer") > 0
+    assert 0 < value(samples, "kafka_server_produce_byte_rate", user="", client_id="slow-producer") < 2 * QUOTA
 
     # Removed while the broker runs: the same client id is no longer held back.
     assert kp.alter((("client-id", "slow-producer"),), {"producer_byte_rate": None}) == (0, None)
@@ -185,3 +193,8 @@ def test_consumer_byte_rate_throttles_one_client_id_only(broker: BrokerProcess, 
     assert count * len(VALUE) / fast_seconds > 3 * QUOTA, fast_seconds
     assert slow.throttles and max(slow.throttles) > 0
     assert not fast.throttles
+    # The quota sensors on the metrics endpoint, as Kafka's kafka.server:type=Produce,client-id=... beans.
+    samples = scrape(METRICS_PORT)
+    assert value(samples, "kafka_server_produce_quota", user="", client_id="slow-producer") == QUOTA
+    assert value(samples, "kafka_server_produce_throttle_time", user="", client_id="slow-producer") > 0
+    assert 0 < value(samples, "kafka_server_produce_byte_rate", user="", client_id="slow-producer") < 2 * QUOTA

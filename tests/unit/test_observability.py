@@ -117,3 +117,18 @@ def test_log_formats_carry_fields(fmt: str) -> None:
         assert "pykbroker.x: hello world" in line and 'client_id="a b"' in line
     with pytest.raises(ValueError):
         logsetup.configure("INFO", "xml")
+
+
+def test_partition_series_or_per_topic_sums() -> None:
+    from pykbroker.observability.collector import PartitionRow
+
+    rows = [PartitionRow("t", i, 100 * (i + 1), 1, 5, 10 + i, 10 + i, True, 3, 3 - (i == 1), False) for i in range(3)]
+    per_partition = {f.name: f for f in families(Snapshot(partitions=rows))}
+    assert [s.value for s in per_partition["kafka_log_log_size"].samples] == [100, 200, 300]
+    assert [s.value for s in per_partition["kafka_cluster_partition_underreplicated"].samples] == [0, 1, 0]
+    assert [s.value for s in per_partition["kafka_server_replicamanager_underreplicatedpartitions"].samples] == [1]
+    summed = {f.name: f for f in families(Snapshot(partitions=rows, partition_series=False))}
+    assert "kafka_log_log_size" not in summed
+    assert [(s.labels, s.value) for s in summed["pykbroker_log_topic_size"].samples] == [({"topic": "t"}, 600)]
+    assert [s.value for s in summed["pykbroker_log_topic_records"].samples] == [5 + 6 + 7]
+    assert [s.value for s in summed["pykbroker_topic_underreplicatedpartitions"].samples] == [1]

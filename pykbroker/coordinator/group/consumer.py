@@ -482,6 +482,7 @@ class ConsumerGroups:
         for g in self.m.groups.values():
             if isinstance(g, ConsumerGroup) and g.members and (name in g.topic_snapshot or g.is_subscribed_to(name)):
                 g.group_epoch += 1
+                self.m.rebalances["consumer"] += 1
 
     def validate_commit(self, g: ConsumerGroup, member_id: str, epoch: int) -> ErrorCode | None:
         if epoch < 0 and not member_id:
@@ -697,6 +698,7 @@ class ConsumerGroups:
             bump = True
         if bump:
             g.group_epoch += 1
+            self.m.rebalances["consumer"] += 1
         if created:
             log.info("member %s joined consumer group %s (group epoch %d)", member_id, gid, g.group_epoch)
         self._maybe_refresh_regexes(g, new_regex, last_refresh, now)
@@ -752,6 +754,7 @@ class ConsumerGroups:
         for kind in ("chb", "crev", "cjoin", "csync"):
             self.m.timers.cancel((kind, g.group_id, m.member_id))
         g.group_epoch += 1
+        self.m.rebalances["consumer"] += 1
         g.state_timestamp = self.m.clock()
         log.info("member %s %s consumer group %s (group epoch %d)", m.member_id, why, g.group_id, g.group_epoch)
         if m.classic is None and self._maybe_downgrade(g):
@@ -818,6 +821,7 @@ class ConsumerGroups:
             assert isinstance(grp, ConsumerGroup)
             if self._resolve_regexes(grp):
                 grp.group_epoch += 1
+                self.m.rebalances["consumer"] += 1
                 log.info("consumer group %s: regular expressions resolved to %s; group epoch %d", gid,
                          {rx: sorted(r.topics) for rx, r in grp.resolved.items()}, grp.group_epoch)
 
@@ -1057,6 +1061,7 @@ class ConsumerGroups:
             if instance is not None:
                 g.static_members[instance] = member_id
             g.group_epoch += 1
+            self.m.rebalances["consumer"] += 1
             created = True
             log.info("classic member %s joined consumer group %s (group epoch %d)", member_id, gid, g.group_epoch)
         m.client_id, m.client_host = req.client_id, req.client_host
@@ -1067,6 +1072,7 @@ class ConsumerGroups:
             m.subscribed_names = topics
             if not created:
                 g.group_epoch += 1
+                self.m.rebalances["consumer"] += 1
         self._update_target(g)
         self._reconcile(g, m, self._names_to_ids(sub.owned))
         g.state_timestamp = self.m.clock()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -116,6 +117,8 @@ class GroupManager:
         self.timers = Timers()
         self.groups: dict[str, Any] = {}
         self.offsets: dict[str, dict[TopicPartition, OffsetValue]] = {}
+        # Rebalances completed, by group type (for the metrics): a classic generation, a consumer group epoch.
+        self.rebalances: Counter[str] = Counter()
         self.partitions: dict[int, str] = {}
         # Set by the consumer-protocol module; None until it is attached.
         self.consumer: Any = None
@@ -595,6 +598,7 @@ class GroupManager:
         g.protocol_name = g.select_protocol()
         g.compute_subscriptions()
         g.transition(GroupState.COMPLETING_REBALANCE, now)
+        self.rebalances["classic"] += 1
         log.info("stabilized group %s generation %d protocol %s with %d members", g.group_id, g.generation_id,
                  g.protocol_name, len(g.members))
         for m in g.members.values():

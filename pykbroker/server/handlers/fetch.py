@@ -338,6 +338,8 @@ async def handle_fetch(svc: Services, ctx: RequestContext, req: Any) -> dict[str
             plan = _read_all(svc, ctx, source, by_id, replica_id, first_pass=False, denied=denied)
     if v <= 3:  # clients from before Kafka 0.11 read message format v0/v1; never on the modern path
         _down_convert(svc, req, plan.topics, 0 if v <= 1 else 1)
+    if plan.bytes:
+        _count_bytes_out(svc, plan, replica_id >= 0)
     response_session_id = 0
     if session is not None:
         _keep_changed(source, plan, session)
@@ -347,6 +349,20 @@ async def handle_fetch(svc: Services, ctx: RequestContext, req: Any) -> dict[str
         response_session_id = _open_session(svc, req, plan, by_id)
     return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": response_session_id,
             "responses": plan.topics}
+
+
+def _count_bytes_out(svc: Services, plan: _Plan, replication: bool) -> None:
+    """BytesOutPerSec (ReplicationBytesOutPerSec for a follower) per topic, for the metrics."""
+    stats = svc.stats
+    for t in plan.topics:
+        n = sum(len(e["records"]) for e in t["partitions"] if e["records"])
+        if n:
+            c = stats.topic(t["topic"])
+            if replication:
+                c.replication_bytes_out += n
+            else:
+                c.bytes_out += n
+                c.fetch_requests += 1
 
 
 def _down_convert(svc: Services, req: Any, topics: list[dict[str, Any]], magic: int) -> None:

@@ -86,6 +86,7 @@ def _append(svc: Services, p: Partition, records: bytes, acks: int, now: int,
     result = lg.append(buf, batches, log_append_time_ms=now if log_append else None)
     if not result.duplicate:
         svc.replicas.on_appended(p)
+        svc.stats.appended(p.topic, result.last_offset - result.first_offset + 1, len(buf))
     return {
         "index": p.index,
         "error_code": ErrorCode.none,
