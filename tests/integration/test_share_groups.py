@@ -17,7 +17,14 @@ import pytest
 from confluent_kafka import AcknowledgeType, Consumer, ShareConsumer
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
-from tests.integration.conftest import BrokerFactory, admin_for, create_topic, make_producer, unique_topic
+from tests.integration.conftest import (
+    BrokerFactory,
+    RawConnection,
+    admin_for,
+    create_topic,
+    make_producer,
+    unique_topic,
+)
 from tests.support.broker import BrokerProcess
 
 SHARE = {"group.share.enable": "true"}
@@ -241,3 +248,40 @@ def test_kill9_loses_no_acknowledgement(broker_factory: BrokerFactory, closing: 
             c2.commit_sync(CLIENT_TIMEOUT)
     assert not acked & set(after), f"acknowledged records delivered again: {sorted(acked & set(after))[:10]}"
     assert acked | set(after) == set(range(total))
+
+
+def test_share_group_is_listed_and_described(broker: BrokerProcess, closing: list[ShareConsumer]) -> None:
+    topic, group = unique_topic("share"), unique_topic("g")
+    create_topic(broker, topic, 1)
+    set_group_configs(broker, group, {"share.auto.offset.reset": "earliest"})
+    produce(broker, topic, 1)
+    c = share_consumer(broker, group)
+    closing.append(c)
+    c.subscribe([topic])
+    assert len(poll_until(c, 1, 20)) == 1
+    with RawConnection(broker) as conn:
+        versions = {k.api_key: (k.min_version, k.max_version) for k in conn.request(18, 3, {
+            "client_software_name": "t", "client_software_version": "1"}).api_keys}
+        assert versions[76] == (1, 1) and versions[78] == (1, 2)
+        listed = conn.request(16, 5, {"states_filter": [], "types_filter": ["share"]}, 2).groups
+        assert [(g.group_id, g.group_type, g.protocol_type, g.group_state) for g in listed
+                if g.group_id == group] == [(group, "share", "share", "Stable")]
+        assert all(g.group_type == "share" for g in listed)
+        described = conn.request(77, 1, {"group_ids": [group, "nope"], "include_authorized_operations": False},
+                                 3).groups
+        assert described[0].group_state == "Stable" and described[0].assignor_name == "simple"
+        [member] = described[0].members
+        assert member.subscribed_topic_names == (topic,)
+        assert [(tp.topic_name, tp.partitions) for tp in member.assignment.topic_partitions] == [(topic, (0,))]
+        assert described[1].error_code == 69  # GROUP_ID_NOT_FOUND
+
+
+def test_share_apis_hidden_when_disabled(broker_factory: BrokerFactory) -> None:
+    b = broker_factory()
+    with RawConnection(b) as conn:
+        keys = {k.api_key for k in conn.request(18, 3, {"client_software_name": "t",
+                                                        "client_software_version": "1"}).api_keys}
+        assert not keys & {76, 77, 78, 79}
+        res = conn.request(76, 1, {"group_id": "g", "member_id": "m", "member_epoch": 0,
+                                   "subscribed_topic_names": ["x"]}, 2)
+        assert res.error_code == 35  # UNSUPPORTED_VERSION

@@ -422,6 +422,8 @@ async def handle_list_groups(svc: Services, ctx: RequestContext, req: Any) -> di
     if any(st == "loading" for st in mgr.partitions.values()):
         error = ErrorCode.coordinator_load_in_progress
     groups = mgr.list_groups(states, types)
+    if svc.shares is not None:  # share groups (KIP-932) live beside the others, keyed the same way
+        groups += svc.shares.groups.listed(states, types)
     if ctx.authorizer is not None and not cluster_allowed(ctx, AclOperation.DESCRIBE, log_denial=False):
         # Without DESCRIBE on the cluster, only the groups the principal may DESCRIBE (silently).
         groups = [g for g in groups if allowed(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, g["group_id"],
@@ -440,6 +442,8 @@ async def handle_describe_groups(svc: Services, ctx: RequestContext, req: Any) -
                            "members": [], "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED})
             continue
         d = mgr.describe_group(gid)
+        if svc.shares is not None and gid in svc.shares.groups.groups and ctx.version >= 6:
+            d["error_message"] = f"Group {gid} is not a classic group."  # Kafka 4.x, KIP-1043
         if d["error_code"] == ErrorCode.group_id_not_found and ctx.version < 6:
             # Before v6 (KIP-1043) an unknown group is described as Dead with no error.
             d["error_code"] = ErrorCode.none

@@ -12,6 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -177,6 +178,13 @@ class ShareGroups:
                     self._remove(g, mid)
                     gone.append((g.group_id, mid))
         return gone
+
+    def listed(self, states: set[str] | None = None, types: set[str] | None = None) -> list[dict[str, Any]]:
+        """ListGroups entries as Kafka 4.x lists share groups (protocol type and group type "share")."""
+        if types and "share" not in types:
+            return []
+        return [{"group_id": gid, "protocol_type": "share", "group_state": g.state, "group_type": "share"}
+                for gid, g in sorted(self.groups.items()) if not states or g.state.lower() in states]
 
     def is_member(self, group_id: str, member_id: str) -> bool:
         g = self.groups.get(group_id)
