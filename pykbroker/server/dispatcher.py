@@ -90,7 +90,7 @@ def supported_features(version: int, features: tuple[tuple[str, int, int], ...] 
 
 # Share group APIs (KIP-932): Kafka advertises them only once share groups are enabled (the share.version
 # feature); pykbroker's switch is group.share.enable (docs/queues.md).
-SHARE_APIS = frozenset({76, 77, 78, 79})
+SHARE_APIS = frozenset({76, 77, 78, 79, 90, 91, 92})
 
 
 def hidden_apis(svc: Services) -> frozenset[int]:
@@ -184,6 +184,9 @@ API_TABLE: dict[int, ApiSpec] = {
         ApiSpec(77, 1, 1, share.handle_share_group_describe),
         ApiSpec(78, 1, 2, share.handle_share_fetch),
         ApiSpec(79, 1, 2, share.handle_share_acknowledge),
+        ApiSpec(90, 0, 1, share.handle_describe_share_group_offsets),
+        ApiSpec(91, 0, 0, share.handle_alter_share_group_offsets),
+        ApiSpec(92, 0, 0, share.handle_delete_share_group_offsets),
         # --- end share groups ---
     ]
 }

@@ -285,3 +285,40 @@ def test_share_apis_hidden_when_disabled(broker_factory: BrokerFactory) -> None:
         res = conn.request(76, 1, {"group_id": "g", "member_id": "m", "member_epoch": 0,
                                    "subscribed_topic_names": ["x"]}, 2)
         assert res.error_code == 35  # UNSUPPORTED_VERSION
+
+
+def test_share_group_offsets_admin(broker: BrokerProcess) -> None:
+    topic, group = unique_topic("share"), unique_topic("g")
+    create_topic(broker, topic, 1)
+    set_group_configs(broker, group, {"share.auto.offset.reset": "earliest"})
+    produce(broker, topic, 5)
+    c = share_consumer(broker, group, **{"share.acknowledgement.mode": "explicit"})
+    c.subscribe([topic])
+    msgs = poll_until(c, 5, 20)
+    for m in msgs:
+        c.acknowledge(m, AcknowledgeType.ACCEPT)
+    c.commit_sync(CLIENT_TIMEOUT)
+    with RawConnection(broker) as conn:
+        def describe() -> tuple[int, int]:
+            res = conn.request(90, 1, {"groups": [{"group_id": group, "topics": None}]}, 9)
+            [t] = res.groups[0].topics
+            assert t.topic_name == topic
+            return t.partitions[0].start_offset, t.partitions[0].lag
+
+        assert describe() == (5, 0)
+        body = {"group_id": group, "topics": [{"topic_name": topic,
+                                               "partitions": [{"partition_index": 0, "start_offset": 2}]}]}
+        assert conn.request(91, 0, body, 10).error_code == 68  # NON_EMPTY_GROUP while c is a member
+        c.close()
+        res = conn.request(91, 0, body, 11)
+        assert res.error_code == 0 and res.responses[0].partitions[0].error_code == 0
+        assert describe() == (2, 3)
+        c2 = share_consumer(broker, group)
+        try:
+            c2.subscribe([topic])
+            assert sorted(m.offset() for m in poll_until(c2, 3, 20)) == [2, 3, 4]
+        finally:
+            c2.close()
+        res = conn.request(92, 0, {"group_id": group, "topics": [{"topic_name": topic}]}, 12)
+        assert res.error_code == 0 and res.responses[0].error_code == 0
+        assert conn.request(90, 1, {"groups": [{"group_id": group, "topics": None}]}, 13).groups[0].topics == ()

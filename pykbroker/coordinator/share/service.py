@@ -288,14 +288,48 @@ class ShareCoordinator:
                 archived = sp.release_member(member_id)
                 self.after_change(g, topic, partition, sp, archived)
 
-    def delete_group_state(self, group_id: str) -> None:
-        for (g, topic, partition) in [k for k in self.partitions if k[0] == group_id]:
-            del self.partitions[(g, topic, partition)]
-        for key in [k for k in self.snapshots if k.group_id == group_id]:
-            idx = internal_topic.partition_for(key.coordinator_key(), self._num_state_partitions)
-            internal_topic.append_records(self.replicas, STATE_TOPIC, idx, [(serde.encode_key(key), None)])
-            del self.snapshots[key]
+    # --- admin: DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets --------------
+
+    def start_offset(self, group_id: str, topic: str, topic_id: uuid.UUID, partition: int
+                     ) -> tuple[int, int] | None:
+        """(share-partition start offset, lag) of the group on a partition, None if it has no state there.
+
+        The lag counts the records below the high watermark the group has not finished (Kafka 4.1's lag)."""
+        sp = self.partitions.get((group_id, topic, partition))
+        if sp is None:
+            snap = self.snapshots.get(serde.StateKey(group_id, topic_id, partition))
+            if snap is None:
+                return None
+            sp = SharePartition.restore(snap.start_offset, snap.batches, self.limits(group_id))
+        p = self.replicas.partition(topic, partition)
+        if p is None:
+            return sp.start_offset, -1
+        hwm = p.high_watermark
+        done = sum(1 for off, r in sp.iter_in_flight() if off < hwm and r.state.name in ("ACKNOWLEDGED", "ARCHIVED"))
+        return sp.start_offset, max(0, hwm - sp.start_offset - done)
+
+    def reset_start(self, group_id: str, topic: str, partition: int, offset: int) -> None:
+        """AlterShareGroupOffsets: the group starts over at ``offset`` on this partition (it has no members)."""
+        sp = SharePartition(offset, self.limits(group_id))
+        old = self.partitions.get((group_id, topic, partition))
+        if old is not None:
+            sp.state_epoch = old.state_epoch + 1
+        self.partitions[(group_id, topic, partition)] = sp
+        self.persist(group_id, topic, partition, sp)
+
+    def delete_topic_state(self, group_id: str, topic: str, topic_id: uuid.UUID) -> None:
+        """DeleteShareGroupOffsets: forget the group's state on every partition of the topic (tombstones)."""
+        for key in [k for k in self.partitions if k[0] == group_id and k[1] == topic]:
+            del self.partitions[key]
+        for skey in [k for k in self.snapshots if k.group_id == group_id and k.topic_id == topic_id]:
+            idx = internal_topic.partition_for(skey.coordinator_key(), self._num_state_partitions)
+            internal_topic.append_records(self.replicas, STATE_TOPIC, idx, [(serde.encode_key(skey), None)])
+            del self.snapshots[skey]
             self._dirty_state_partitions.add(idx)
+
+    def has_members(self, group_id: str) -> bool:
+        g = self.groups.groups.get(group_id)
+        return g is not None and bool(g.members)
 
     # --- timers --------------------------------------------------------------------------------------
 

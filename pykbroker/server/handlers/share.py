@@ -327,3 +327,114 @@ async def handle_share_acknowledge(svc: Services, ctx: RequestContext, req: Any)
             "responses": [{"topic_id": tid, "partitions": parts} for tid, parts in by_topic.items()],
             "node_endpoints": []}
 
+
+
+# --- DescribeShareGroupOffsets / AlterShareGroupOffsets / DeleteShareGroupOffsets ----------------------
+
+async def handle_describe_share_group_offsets(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    shares = _shares(svc)
+    out = []
+    for g in req.groups:
+        gid = g.group_id
+        entry: dict[str, Any] = {"group_id": gid, "topics": [], "error_code": ErrorCode.none, "error_message": None}
+        out.append(entry)
+        if shares is None:
+            entry["error_code"] = ErrorCode.unsupported_version
+            continue
+        if not allowed(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, gid):
+            entry["error_code"] = ErrorCode.group_authorization_failed
+            continue
+        if _not_coordinator(svc, gid):
+            entry["error_code"] = ErrorCode.not_coordinator
+            continue
+        if g.topics is None:  # v1: every topic the group has state for
+            ids = {k.topic_id for k in shares.snapshots if k.group_id == gid}
+            wanted = [(rec.name, list(rec.partitions)) for rec in svc.store.topics().values() if rec.topic_id in ids]
+        else:
+            wanted = [(t.topic_name, [int(p) for p in t.partitions]) for t in g.topics]
+        for name, parts in sorted(wanted):
+            rec = svc.store.topic(name)
+            topic: dict[str, Any] = {"topic_name": name, "topic_id": rec.topic_id if rec else uuid.UUID(int=0),
+                                     "partitions": []}
+            entry["topics"].append(topic)
+            denied = not allowed(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name)
+            for idx in sorted(parts):
+                part: dict[str, Any] = {"partition_index": idx, "start_offset": -1, "leader_epoch": -1, "lag": -1,
+                                        "error_code": ErrorCode.none, "error_message": None}
+                topic["partitions"].append(part)
+                if denied:
+                    part["error_code"] = ErrorCode.topic_authorization_failed
+                elif rec is None or idx not in rec.partitions:
+                    part["error_code"] = ErrorCode.unknown_topic_or_partition
+                else:
+                    found = shares.start_offset(gid, name, rec.topic_id, idx)
+                    if found is not None:
+                        part["start_offset"], part["lag"] = found
+                        p = svc.replicas.partition(name, idx)
+                        part["leader_epoch"] = p.leader_epoch if p is not None else -1
+    return {"throttle_time": 0, "groups": out}
+
+
+def _admin_refusal(svc: Services, ctx: RequestContext, shares: ShareCoordinator | None, group_id: str,
+                   op: AclOperation) -> ErrorCode:
+    if shares is None:
+        return ErrorCode.unsupported_version
+    if not allowed(ctx, op, ResourceType.GROUP, group_id):
+        return ErrorCode.group_authorization_failed
+    if _not_coordinator(svc, group_id):
+        return ErrorCode.not_coordinator
+    if svc.groups is not None and group_id in svc.groups.manager.groups:
+        return ErrorCode.group_id_not_found  # a classic or consumer group
+    if shares.has_members(group_id):
+        return ErrorCode.non_empty_group  # Kafka: offsets of a share group change only while it is empty
+    return ErrorCode.none
+
+
+async def handle_alter_share_group_offsets(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    shares = _shares(svc)
+    code = _admin_refusal(svc, ctx, shares, req.group_id, AclOperation.READ)
+    if code != ErrorCode.none or shares is None:
+        return {"throttle_time": 0, "error_code": code, "error_message": None, "responses": []}
+    responses = []
+    for t in req.topics:
+        rec = svc.store.topic(t.topic_name)
+        denied = not allowed(ctx, AclOperation.READ, ResourceType.TOPIC, t.topic_name)
+        parts = []
+        for pa in t.partitions:
+            idx, offset = int(pa.partition_index), int(pa.start_offset)
+            c = ErrorCode.none
+            p = svc.replicas.partition(t.topic_name, idx)
+            if denied:
+                c = ErrorCode.topic_authorization_failed
+            elif rec is None or p is None:
+                c = ErrorCode.unknown_topic_or_partition
+            elif not p.log.log_start_offset <= offset <= p.high_watermark:
+                c = ErrorCode.invalid_request
+            else:
+                shares.reset_start(req.group_id, t.topic_name, idx, offset)
+            parts.append({"partition_index": idx, "error_code": c, "error_message": None})
+        responses.append({"topic_name": t.topic_name, "topic_id": rec.topic_id if rec else uuid.UUID(int=0),
+                          "partitions": parts})
+    await shares.flush()
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "responses": responses}
+
+
+async def handle_delete_share_group_offsets(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    shares = _shares(svc)
+    code = _admin_refusal(svc, ctx, shares, req.group_id, AclOperation.DELETE)
+    if code != ErrorCode.none or shares is None:
+        return {"throttle_time": 0, "error_code": code, "error_message": None, "responses": []}
+    responses = []
+    for t in req.topics:
+        rec = svc.store.topic(t.topic_name)
+        c = ErrorCode.none
+        if not allowed(ctx, AclOperation.READ, ResourceType.TOPIC, t.topic_name):
+            c = ErrorCode.topic_authorization_failed
+        elif rec is None:
+            c = ErrorCode.unknown_topic_or_partition
+        else:
+            shares.delete_topic_state(req.group_id, t.topic_name, rec.topic_id)
+        responses.append({"topic_name": t.topic_name, "topic_id": rec.topic_id if rec else uuid.UUID(int=0),
+                          "error_code": c, "error_message": None})
+    await shares.flush()
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "responses": responses}
