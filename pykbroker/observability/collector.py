@@ -131,6 +131,18 @@ def _metric_name(name: str) -> str:
     return "kafka_client_" + _UNSAFE.sub("_", name.removeprefix("org.apache.kafka."))
 
 
+# Kafka's BrokerTopicMetrics, in the order of the values in Snapshot.topics.
+_TOPIC_COUNTERS = (
+    ("messagesin", "Messages appended (MessagesInPerSec)."),
+    ("bytesin", "Bytes appended from producers (BytesInPerSec)."),
+    ("bytesout", "Bytes returned to consumers (BytesOutPerSec)."),
+    ("replicationbytesin", "Bytes appended as a follower (ReplicationBytesInPerSec)."),
+    ("replicationbytesout", "Bytes returned to followers (ReplicationBytesOutPerSec)."),
+    ("totalproducerequests", "Partition appends from produce requests (TotalProduceRequestsPerSec)."),
+    ("totalfetchrequests", "Consumer fetches that returned data for the topic (TotalFetchRequestsPerSec)."),
+)
+
+
 def families(snap: Snapshot) -> Iterator[Metric]:
     """The snapshot as metric families (on the HTTP thread)."""
     requests = CounterMetricFamily("kafka_network_requestmetrics_requests", "Requests completed, by API "
@@ -145,22 +157,8 @@ def families(snap: Snapshot) -> Iterator[Metric]:
     yield requests
     yield latency
 
-    topic_families = [
-        CounterMetricFamily("kafka_server_brokertopicmetrics_messagesin", "Messages appended (MessagesInPerSec).",
-                            labels=["topic"]),
-        CounterMetricFamily("kafka_server_brokertopicmetrics_bytesin", "Bytes appended from producers "
-                            "(BytesInPerSec).", labels=["topic"]),
-        CounterMetricFamily("kafka_server_brokertopicmetrics_bytesout", "Bytes returned to consumers "
-                            "(BytesOutPerSec).", labels=["topic"]),
-        CounterMetricFamily("kafka_server_brokertopicmetrics_replicationbytesin", "Bytes appended as a follower "
-                            "(ReplicationBytesInPerSec).", labels=["topic"]),
-        CounterMetricFamily("kafka_server_brokertopicmetrics_replicationbytesout", "Bytes returned to followers "
-                            "(ReplicationBytesOutPerSec).", labels=["topic"]),
-        CounterMetricFamily("kafka_server_brokertopicmetrics_totalproducerequests", "Partition appends from "
-                            "produce requests (TotalProduceRequestsPerSec).", labels=["topic"]),
-        CounterMetricFamily("kafka_server_brokertopicmetrics_totalfetchrequests", "Consumer fetches that returned "
-                            "data for the topic (TotalFetchRequestsPerSec).", labels=["topic"]),
-    ]
+    topic_families = [CounterMetricFamily(f"kafka_server_brokertopicmetrics_{name}", doc, labels=["topic"])
+                      for name, doc in _TOPIC_COUNTERS]
     totals = [0] * len(topic_families)
     for name, values in sorted(snap.topics):
         for i, v in enumerate(values):

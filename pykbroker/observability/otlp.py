@@ -44,7 +44,7 @@ def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
         shift += 7
 
 
-def _walk(buf: bytes, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
+def walk(buf: bytes, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
     """(field number, wire type, start, end) of each field; for varints start is the value."""
     pos = start
     while pos < end:
@@ -69,7 +69,7 @@ def _walk(buf: bytes, start: int, end: int) -> Iterator[tuple[int, int, int, int
 
 
 def _any_value(buf: bytes, start: int, end: int) -> str:
-    for number, wire, a, b in _walk(buf, start, end):
+    for number, wire, a, b in walk(buf, start, end):
         if number == _ANY_STRING and wire == 2:
             return buf[a:b].decode("utf-8", "replace")
         if number in (_ANY_BOOL, _ANY_INT) and wire == 0:
@@ -83,11 +83,11 @@ def _any_value(buf: bytes, start: int, end: int) -> str:
 def _point(buf: bytes, start: int, end: int) -> tuple[tuple[tuple[str, str], ...], float] | None:
     attrs: list[tuple[str, str]] = []
     value: float | None = None
-    for number, wire, a, b in _walk(buf, start, end):
+    for number, wire, a, b in walk(buf, start, end):
         if number == _ATTRIBUTES and wire == 2:
             key = ""
             val = ""
-            for n2, w2, a2, b2 in _walk(buf, a, b):
+            for n2, w2, a2, b2 in walk(buf, a, b):
                 if n2 == _KV_KEY and w2 == 2:
                     key = buf[a2:b2].decode("utf-8", "replace")
                 elif n2 == _KV_VALUE and w2 == 2:
@@ -103,24 +103,24 @@ def _point(buf: bytes, start: int, end: int) -> tuple[tuple[tuple[str, str], ...
 def number_points(data: bytes) -> list[Point]:
     """Every gauge and sum data point in a MetricsData payload."""
     out: list[Point] = []
-    for rm, w, rs, re_ in _walk(data, 0, len(data)):
+    for rm, w, rs, re_ in walk(data, 0, len(data)):
         if rm != _RESOURCE_METRICS or w != 2:
             continue
-        for sm, w2, ss, se in _walk(data, rs, re_):
+        for sm, w2, ss, se in walk(data, rs, re_):
             if sm != _SCOPE_METRICS or w2 != 2:
                 continue
-            for m, w3, ms, me in _walk(data, ss, se):
+            for m, w3, ms, me in walk(data, ss, se):
                 if m != _METRICS or w3 != 2:
                     continue
                 name = ""
                 bodies: list[tuple[int, int]] = []
-                for f, w4, fs, fe in _walk(data, ms, me):
+                for f, w4, fs, fe in walk(data, ms, me):
                     if f == _NAME and w4 == 2:
                         name = data[fs:fe].decode("utf-8", "replace")
                     elif f in (_GAUGE, _SUM) and w4 == 2:
                         bodies.append((fs, fe))
                 for bs, be in bodies:
-                    for dp, w5, ds, de in _walk(data, bs, be):
+                    for dp, w5, ds, de in walk(data, bs, be):
                         if dp == _DATA_POINTS and w5 == 2:
                             parsed = _point(data, ds, de)
                             if parsed is not None:

@@ -21,6 +21,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from pykbroker.observability.otlp import OtlpError, walk
 from pykbroker.protocol.record_validator import _decompress_bounded
 from pykbroker.protocol.records import InvalidRecords
 
@@ -46,47 +47,16 @@ class InvalidSubscription(ValueError):
     """A CLIENT_METRICS config that Kafka would refuse (INVALID_CONFIG)."""
 
 
-class MalformedMetrics(ValueError):
+class MalformedMetrics(OtlpError):
     """A payload that is not OTLP MetricsData protobuf."""
 
 
 def _fields(buf: bytes, start: int, end: int) -> list[tuple[int, int, int]]:
     """The length-delimited fields of one protobuf message: (field number, start, end)."""
-    out = []
-    pos = start
-    while pos < end:
-        key, pos = _varint(buf, pos, end)
-        number, wire_type = key >> 3, key & 7
-        if wire_type == 0:
-            _, pos = _varint(buf, pos, end)
-        elif wire_type == 1:
-            pos += 8
-        elif wire_type == 5:
-            pos += 4
-        elif wire_type == 2:
-            length, pos = _varint(buf, pos, end)
-            if pos + length > end:
-                raise MalformedMetrics("field runs past its message")
-            out.append((number, pos, pos + length))
-            pos += length
-        else:
-            raise MalformedMetrics(f"unsupported wire type {wire_type}")
-        if pos > end:
-            raise MalformedMetrics("truncated field")
-    return out
-
-
-def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= end or shift > 63:
-            raise MalformedMetrics("truncated varint")
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
+    try:
+        return [(number, a, b) for number, wire, a, b in walk(buf, start, end) if wire == 2]
+    except OtlpError as e:
+        raise MalformedMetrics(str(e)) from None
 
 
 def metric_names(data: bytes) -> list[str]:

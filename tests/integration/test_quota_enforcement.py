@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -50,6 +49,14 @@ def kp(broker: BrokerProcess) -> Iterator[KpQuotas]:
         yield c
     finally:
         c.close()
+
+
+def _assert_sensor(kind: str, client_id: str) -> None:
+    """The quota sensor on the metrics endpoint, as Kafka's kafka.server:type=Produce|Fetch,client-id= beans."""
+    samples = scrape(METRICS_PORT)
+    assert value(samples, f"kafka_server_{kind}_quota", user="", client_id=client_id) == QUOTA
+    assert value(samples, f"kafka_server_{kind}_throttle_time", user="", client_id=client_id) > 0
+    assert 0 < value(samples, f"kafka_server_{kind}_byte_rate", user="", client_id=client_id) < 2 * QUOTA
 
 
 def slope(events: list[tuple[float, int]], start: float, end: float) -> float:
@@ -123,11 +130,7 @@ def test_producer_byte_rate_throttles_one_client_id_only(broker: BrokerProcess, 
     # librdkafka read the throttle time from the responses (KIP-219) and reported it.
     assert slow.throttles and max(slow.throttles) > 0
     assert not fast.throttles
-    # The quota sensors on the metrics endpoint, as Kafka's kafka.server:type=Produce,client-id=... beans.
-    samples = scrape(METRICS_PORT)
-    assert value(samples, "kafka_server_produce_quota", user="", client_id="slow-producer") == QUOTA
-    assert value(samples, "kafka_server_produce_throttle_time", user="", client_id="slow-producer") > 0
-    assert 0 < value(samples, "kafka_server_produce_byte_rate", user="", client_id="slow-producer") < 2 * QUOTA
+    _assert_sensor("produce", "slow-producer")
 
     # Removed while the broker runs: the same client id is no longer held back.
     assert kp.alter((("client-id", "slow-producer"),), {"producer_byte_rate": None}) == (0, None)
@@ -193,8 +196,4 @@ def test_consumer_byte_rate_throttles_one_client_id_only(broker: BrokerProcess, 
     assert count * len(VALUE) / fast_seconds > 3 * QUOTA, fast_seconds
     assert slow.throttles and max(slow.throttles) > 0
     assert not fast.throttles
-    # The quota sensors on the metrics endpoint, as Kafka's kafka.server:type=Produce,client-id=... beans.
-    samples = scrape(METRICS_PORT)
-    assert value(samples, "kafka_server_produce_quota", user="", client_id="slow-producer") == QUOTA
-    assert value(samples, "kafka_server_produce_throttle_time", user="", client_id="slow-producer") > 0
-    assert 0 < value(samples, "kafka_server_produce_byte_rate", user="", client_id="slow-producer") < 2 * QUOTA
+    _assert_sensor("fetch", "slow-consumer")
