@@ -166,3 +166,18 @@ def test_serde_rejects_garbage() -> None:
         serde.decode_value(b"\x00\x00\x00")
     with pytest.raises(ValueError):
         serde.decode_value(b"\x00\x07" + b"\x00" * 40)
+
+
+def test_acknowledge_bounds_work_to_the_in_flight_window() -> None:
+    p = sp()
+    p.acquire("a", [LogBatch(0, 3)], 10, now=0)
+    p.acknowledge("a", 0, 1, [AckType.ACCEPT], now=0)
+    # A range claiming billions of offsets is answered at once, not walked.
+    assert p.acknowledge("a", 2, 2**62, [1], now=0)[0] == ErrorCode.invalid_record_state
+    assert p.acknowledge("a", -(2**62), 2, [1], now=0)[0] == ErrorCode.invalid_record_state
+    # Finished offsets may only be named as gaps.
+    assert p.acknowledge("a", -(2**62), 2, [AckType.GAP], now=0)[0] == ErrorCode.none
+    assert p.start_offset == 3
+    assert p.acknowledge("a", 0, 3, [1, 0, 0, 1], now=0)[0] == ErrorCode.invalid_record_state
+    assert p.acknowledge("a", 1, 3, [0, 0, 1], now=0)[0] == ErrorCode.none
+    assert p.start_offset == 4

@@ -236,16 +236,21 @@ class SharePartition:
             kinds = [AckType(t) for t in types]
         except ValueError:
             return ErrorCode.invalid_request, []
-        for i, off in enumerate(range(first, last + 1)):
-            kind = kinds[0] if len(kinds) == 1 else kinds[i]
+        if last >= self.end_offset:
+            return ErrorCode.invalid_record_state, []
+        # Offsets below the start offset are finished: only a GAP may name them. The loops below then stay
+        # within the in-flight window, however wide a range the request claims.
+        lo = max(first, self.start_offset)
+        if first < lo and any(k != AckType.GAP for k in kinds[:lo - first]):
+            return ErrorCode.invalid_record_state, []
+        for off in range(lo, last + 1):
+            kind = kinds[0] if len(kinds) == 1 else kinds[off - first]
             r = self.records.get(off)
-            if kind == AckType.GAP and (r is None and off < self.start_offset):
-                continue  # already finished
             if r is None or r.state != RecordState.ACQUIRED or r.member != member:
                 return ErrorCode.invalid_record_state, []
         archived: list[Archived] = []
-        for i, off in enumerate(range(first, last + 1)):
-            kind = kinds[0] if len(kinds) == 1 else kinds[i]
+        for off in range(lo, last + 1):
+            kind = kinds[0] if len(kinds) == 1 else kinds[off - first]
             rec = self.records.get(off)
             if rec is None:
                 continue
