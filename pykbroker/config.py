@@ -1155,7 +1155,9 @@ GROUP_CONFIG_DEFS: dict[str, ConfigDef] = {
         one_of("read_uncommitted", "read_committed")),
     "pykbroker.share.dlq.topic": _D(
         "pykbroker.share.dlq.topic", "string", "", "pykbroker extension: the dead-letter topic that rejected "
-        "records and records past the delivery count limit are appended to (docs/queues.md); empty: none."),
+        "records and records past the delivery count limit are appended to (docs/queues.md); empty: none.",
+        lambda v: None if not v or (re.fullmatch(r"[a-zA-Z0-9._-]{1,249}", v) and v not in (".", "..")) else
+        "value must be a legal topic name"),
 }
 
 

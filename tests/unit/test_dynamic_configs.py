@@ -142,6 +142,8 @@ def test_group_config_validation() -> None:
         {"share.auto.offset.reset": "earliest"}
     with pytest.raises(ConfigError, match="share.auto.offset.reset"):
         validate_group_configs(cfg, {"share.auto.offset.reset": "none"})
+    with pytest.raises(ConfigError, match="legal topic name"):
+        validate_group_configs(cfg, {"pykbroker.share.dlq.topic": "no spaces"})
     with pytest.raises(ConfigError, match="share.session.timeout.ms must be greater than"):
         validate_group_configs(cfg, {"share.session.timeout.ms": "5000"})
     wide = BrokerConfig({"group.consumer.min.session.timeout.ms": "1000",

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from pykbroker.coordinator.internal_topic import now_ms
 from pykbroker.coordinator.share.partition import Archived, ArchiveReason
+from pykbroker.metadata.store import INTERNAL_TOPICS
 from pykbroker.protocol.records import Record, build_batch, decode_records, iter_batches, validate_for_append
 from pykbroker.server.replica_manager import Partition, ReplicaManager
 from pykbroker.server.topics import TopicError, TopicManager, TopicSpec
@@ -87,6 +88,9 @@ def append(replicas: ReplicaManager, topics: TopicManager, dlq_topic: str, sourc
     """Append to the dead-letter topic's partition ``source_partition % partitions``; False if it could not."""
     if not records:
         return True
+    if dlq_topic in INTERNAL_TOPICS:
+        log.error("dead-letter topic %s is an internal topic: %d record(s) not dead-lettered", dlq_topic, len(records))
+        return False
     if not ensure_topic(topics, dlq_topic):
         return False
     rec = topics.store.topic(dlq_topic)
