@@ -30,7 +30,7 @@ from confluent_kafka.admin import (
 from kazoo.client import KazooClient
 
 from tests.support.broker import free_port
-from tests.support.cluster import Cluster, wait_for
+from tests.support.cluster import Cluster, raw_request, wait_for
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("cluster-acls")]
 
@@ -79,9 +79,15 @@ def _topic_filter(name: str, pattern: ResourcePatternType) -> AclBindingFilter:
     return AclBindingFilter(ResourceType.TOPIC, name, pattern, none, none, AclOperation.ANY, AclPermissionType.ANY)
 
 
-def _described(cluster: Cluster, via: int, name: str, pattern: ResourcePatternType) -> list[AclBinding]:
-    admin = _admin(cluster, via)  # kept alive until the answer: a collected client cancels its requests
-    return list(admin.describe_acls(_topic_filter(name, pattern), request_timeout=TIMEOUT).result(timeout=TIMEOUT))
+def _described(cluster: Cluster, via: int, name: str, pattern: ResourcePatternType) -> list[Any]:
+    """The topic ACLs broker ``via`` itself answers with (a raw DescribeAcls on its PLAINTEXT listener:
+    an admin client would send it to whichever broker it likes, so could not tell what ``via`` knows)."""
+    resp = raw_request(cluster.broker(via).bootstrap, 29, 3, {
+        "resource_type_filter": ResourceType.TOPIC.value, "resource_name_filter": name,
+        "pattern_type_filter": pattern.value, "principal_filter": None, "host_filter": None,
+        "operation": AclOperation.ANY.value, "permission_type": AclPermissionType.ANY.value}, timeout=TIMEOUT)
+    assert resp.error_code == 0, resp
+    return [acl for r in resp.resources for acl in r.acls]
 
 
 def _produce_error(cluster: Cluster, via: int, topic: str) -> KafkaError | None:
@@ -105,9 +111,11 @@ def test_an_acl_made_on_one_broker_is_described_and_enforced_by_the_others(clust
 
     for f in admin.create_acls([_write_acl(topic)], request_timeout=TIMEOUT).values():
         f.result(timeout=TIMEOUT)
-    for via in (2, 3):  # every broker's authorizer follows the change notification
-        wait_for(lambda via=via: _described(cluster, via, topic, ResourcePatternType.LITERAL), timeout=TIMEOUT,
-                 what=f"broker {via} describing the new ACL")
+    for via in (1, 2, 3):  # every broker's authorizer follows the change notification
+        def known(b: int = via) -> list[Any]:
+            return _described(cluster, b, topic, ResourcePatternType.LITERAL)
+
+        wait_for(known, timeout=TIMEOUT, what=f"broker {via} describing the new ACL")
     assert _produce_error(cluster, leader, topic) is None
 
     # Kafka's ZooKeeper layout, readable by Kafka's own tools.
@@ -128,9 +136,8 @@ def test_an_acl_made_on_one_broker_is_described_and_enforced_by_the_others(clust
                                              request_timeout=TIMEOUT)
     for f in deleted.values():
         assert len(f.result(timeout=TIMEOUT)) == 1
-    wait_for(lambda: not _described(cluster, 1, topic, ResourcePatternType.LITERAL)
-             and not _described(cluster, 2, topic, ResourcePatternType.LITERAL), timeout=TIMEOUT,
-             what="the deletion seen by brokers 1 and 2")
+    wait_for(lambda: all(not _described(cluster, b, topic, ResourcePatternType.LITERAL) for b in (1, 2, 3)),
+             timeout=TIMEOUT, what="the deletion seen by every broker")
     err = _produce_error(cluster, leader, topic)
     assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, err
 
