@@ -59,6 +59,7 @@ from pykbroker.protocol.records import (
     INVALID_RECORD,
     BatchHeader,
     InvalidRecords,
+    _decompress,
     build_batch,
     decode_records,
     iter_batches,
@@ -150,9 +151,15 @@ class DelayService:
         header = batches[0]
         default = self._default_delay(p.topic)
         start, end = header.position, header.position + header.size
-        if (default <= 0 and header.compression == COMPRESSION_NONE
-                and buf.find(HEADER_PREFIX, start + BATCH_HEADER_SIZE, end) < 0):
-            return buf, batches
+        if default <= 0:
+            if header.compression == COMPRESSION_NONE:
+                if buf.find(HEADER_PREFIX, start + BATCH_HEADER_SIZE, end) < 0:
+                    return buf, batches
+            else:  # validation decompressed it already, but did not keep the result: once more, in C
+                with memoryview(buf) as view:
+                    plain = _decompress(header.compression, bytes(view[start + BATCH_HEADER_SIZE:end]))
+                if plain.find(HEADER_PREFIX) < 0:
+                    return buf, batches
         with memoryview(buf) as view:
             records = decode_records(view[start:end])
         dues = due_times(records, default_delay_ms=default, now_ms=now, log_append_time=p.log.config.log_append_time,

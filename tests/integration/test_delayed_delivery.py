@@ -68,11 +68,12 @@ def check_on_time(arrivals: list[tuple[int, Any]], due: dict[bytes, int]) -> Non
     assert dues == sorted(dues), f"not in due order: {got}"
 
 
-def test_header_delays_with_confluent_kafka(broker_factory: BrokerFactory) -> None:
+@pytest.mark.parametrize("compression", ["none", "lz4"])
+def test_header_delays_with_confluent_kafka(broker_factory: BrokerFactory, compression: str) -> None:
     b = broker_factory(ENABLED)
     topic = unique_topic("delay")
     create_topic(b, topic)
-    p = make_producer(b)
+    p = make_producer(b, **{"compression.type": compression})
     base = now_ms()
     msgs: list[dict[str, Any]] = [
         {"key": b"d3000", "value": b"v", "timestamp": base, "headers": [("pykbroker.delay.ms", b"3000")]},
