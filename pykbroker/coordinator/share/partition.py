@@ -126,23 +126,26 @@ class SharePartition:
         """The in-flight records as runs for persistence (ACQUIRED written as AVAILABLE: a lock does not
         survive the broker)."""
         out: list[StateBatch] = []
+        first = last = -2
+        state, count = RecordState.AVAILABLE, 0
         for off in sorted(self.records):
             r = self.records[off]
-            state = RecordState.AVAILABLE if r.state == RecordState.ACQUIRED else r.state
-            if out and out[-1].last_offset == off - 1 and out[-1].state == state and \
-                    out[-1].delivery_count == r.delivery_count:
-                prev = out[-1]
-                out[-1] = StateBatch(prev.first_offset, off, state, r.delivery_count)
-            else:
-                out.append(StateBatch(off, off, state, r.delivery_count))
+            s = RecordState.AVAILABLE if r.state == RecordState.ACQUIRED else r.state
+            if off == last + 1 and s == state and r.delivery_count == count:
+                last = off
+                continue
+            if last >= 0:
+                out.append(StateBatch(first, last, state, count))
+            first = last = off
+            state, count = s, r.delivery_count
+        if last >= 0:
+            out.append(StateBatch(first, last, state, count))
         return out
 
     def fetch_offset(self) -> int:
         """Where the log should be read from: the first AVAILABLE in-flight record, else the end offset."""
-        for off in sorted(self.records):
-            if self.records[off].state == RecordState.AVAILABLE:
-                return off
-        return self.end_offset
+        available = [off for off, r in self.records.items() if r.state == RecordState.AVAILABLE]
+        return min(available) if available else self.end_offset
 
     def has_available(self) -> bool:
         return any(r.state == RecordState.AVAILABLE for r in self.records.values())

@@ -36,8 +36,10 @@ from pykbroker.storage.log import KafkaStorageError, OffsetOutOfRange
 log = logging.getLogger("pykbroker.share")
 
 STATE_TOPIC = "__share_group_state"
-# Log reads per partition per ShareFetch while looking for acquirable records (bounds the work).
+# Log reads per partition per ShareFetch while looking for acquirable records (bounds the work), and the
+# most each read asks for: a share fetch returns max_records records, not a whole fetch.max.bytes.
 MAX_READS = 8
+READ_BYTES = 1 << 20
 
 SpKey = tuple[str, str, int]  # (group id, topic name, partition)
 
@@ -168,6 +170,8 @@ class ShareCoordinator:
         if lg.log_start_offset > sp.start_offset:
             sp.move_start(lg.log_start_offset)
         offset = sp.fetch_offset()
+        if offset >= sp.start_offset + sp.limits.max_record_locks:
+            return Acquired(b"", []), []  # the in-flight window is full and nothing in it is available
         chunks: list[bytes] = []
         ranges: list[tuple[int, int, int]] = []
         archived: list[Archived] = []
@@ -177,7 +181,7 @@ class ShareCoordinator:
             if remaining <= 0 or offset >= max_offset or max_bytes <= 0:
                 break
             try:
-                res = lg.read(offset, max_bytes, max_offset=max_offset, min_one_message=not chunks)
+                res = lg.read(offset, min(max_bytes, READ_BYTES), max_offset=max_offset, min_one_message=not chunks)
             except (OffsetOutOfRange, KafkaStorageError):
                 break
             data = res.records
