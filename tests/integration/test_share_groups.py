@@ -322,3 +322,73 @@ def test_share_group_offsets_admin(broker: BrokerProcess) -> None:
         res = conn.request(92, 0, {"group_id": group, "topics": [{"topic_name": topic}]}, 12)
         assert res.error_code == 0 and res.responses[0].error_code == 0
         assert conn.request(90, 1, {"groups": [{"group_id": group, "topics": None}]}, 13).groups[0].topics == ()
+
+
+def test_bad_share_requests_get_kafka_errors(broker: BrokerProcess) -> None:
+    topic, group = unique_topic("share"), unique_topic("g")
+    create_topic(broker, topic, 1)
+    produce(broker, topic, 2)
+    with RawConnection(broker) as conn:
+        md = conn.request(3, 12, {"topics": [{"name": topic, "topic_id": None}], "allow_auto_topic_creation": False,
+                                  "include_topic_authorized_operations": False}, 1)
+        topic_id = md.topics[0].topic_id
+
+        def fetch(epoch: int, acks: list[dict[str, Any]] | None = None, member: str = "m1", corr: int = 2) -> Any:
+            return conn.request(78, 1, {
+                "group_id": group, "member_id": member, "share_session_epoch": epoch, "max_wait": 0,
+                "min_bytes": 1, "max_bytes": 1 << 20, "max_records": 10, "batch_size": 10,
+                "topics": [{"topic_id": topic_id, "partitions": [
+                    {"partition_index": 0, "acknowledgement_batches": acks or []}]}],
+                "forgotten_topics_data": []}, corr)
+
+        assert fetch(0).error_code == 25  # UNKNOWN_MEMBER_ID: not in the group
+        assert fetch(5).error_code == 122  # SHARE_SESSION_NOT_FOUND
+        hb = conn.request(76, 1, {"group_id": group, "member_id": "m1", "member_epoch": 0,
+                                  "subscribed_topic_names": [topic]}, 3)
+        assert hb.error_code == 0 and hb.member_epoch > 0
+        ack = [{"first_offset": 0, "last_offset": 0, "acknowledge_types": [1]}]
+        assert fetch(0, ack).error_code == 42  # INVALID_REQUEST: acknowledgements while opening
+        opened = fetch(0)
+        assert opened.error_code == 0
+        assert fetch(7).error_code == 123  # INVALID_SHARE_SESSION_EPOCH
+        huge = [{"first_offset": 0, "last_offset": 2**62, "acknowledge_types": [1]}]
+        res = fetch(1, huge)
+        assert res.error_code == 0
+        assert res.responses[0].partitions[0].acknowledge_error_code == 121  # INVALID_RECORD_STATE
+        bad_type = [{"first_offset": 0, "last_offset": 0, "acknowledge_types": [9]}]
+        assert fetch(2, bad_type).responses[0].partitions[0].acknowledge_error_code == 42
+        zero = conn.request(79, 1, {"group_id": group, "member_id": "m1", "share_session_epoch": 0,
+                                    "topics": []}, 4)
+        assert zero.error_code == 123
+    assert broker.proc is not None and broker.proc.poll() is None
+
+
+def test_read_committed_skips_aborted_transactions(broker: BrokerProcess, closing: list[ShareConsumer]) -> None:
+    from confluent_kafka import Producer
+
+    topic = unique_topic("share")
+    create_topic(broker, topic, 1)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "broker.address.family": "v4",
+                  "transactional.id": unique_topic("tx")})
+    p.init_transactions(CLIENT_TIMEOUT)
+    p.begin_transaction()
+    for i in range(3):
+        p.produce(topic, value=b"aborted%d" % i)
+    assert p.flush(CLIENT_TIMEOUT) == 0  # in the log before the abort (an abort purges what is unsent)
+    p.abort_transaction(CLIENT_TIMEOUT)
+    p.begin_transaction()
+    for i in range(2):
+        p.produce(topic, value=b"committed%d" % i)
+    p.commit_transaction(CLIENT_TIMEOUT)
+    values = {}
+    for level in ("read_committed", "read_uncommitted"):
+        group = unique_topic("g")
+        set_group_configs(broker, group, {"share.auto.offset.reset": "earliest", "share.isolation.level": level})
+        c = share_consumer(broker, group)
+        closing.append(c)
+        c.subscribe([topic])
+        want = 2 if level == "read_committed" else 5
+        values[level] = sorted(m.value() for m in poll_until(c, want, 20))
+        assert poll_until(c, 1, 1.5) == []
+    assert values["read_committed"] == [b"committed0", b"committed1"]
+    assert values["read_uncommitted"] == [b"aborted0", b"aborted1", b"aborted2", b"committed0", b"committed1"]
