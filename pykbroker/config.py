@@ -114,6 +114,13 @@ def one_of(*options: str) -> Callable[[Any], str | None]:
     return lambda v: None if v in options else f"value must be one of {', '.join(options)}"
 
 
+def _topic_name_or_empty(value: Any) -> str | None:
+    """A dead-letter topic setting: empty (none) or a legal topic name."""
+    if not value or (re.fullmatch(r"[a-zA-Z0-9._-]{1,249}", value) and value not in (".", "..")):
+        return None
+    return "value must be a legal topic name"
+
+
 def _authorizer_class(value: object) -> str | None:
     from pykbroker.security.acl_authorizer import AUTHORIZER_CLASS_NAMES
 
@@ -448,6 +455,9 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         _D("group.share.heartbeat.interval.ms", "int", 5000, validator=at_least(1)),
         _D("group.share.session.timeout.ms", "int", 45000, validator=at_least(1)),
         _D("group.share.max.size", "int", 200, "Members per share group.", at_least(1)),
+        _D("pykbroker.dlq.topic", "string", "", "pykbroker: default of the topic config pykbroker.dlq.topic, the "
+           "dead-letter topic of share groups reading a topic (docs/queues.md); empty: none.",
+           _topic_name_or_empty),
         _D("share.coordinator.state.topic.num.partitions", "int", 50, validator=at_least(1)),
         _D("share.coordinator.state.topic.replication.factor", "int", 3, validator=at_least(1)),
         _D("share.coordinator.state.topic.segment.bytes", "int", 104857600, validator=at_least(14)),
@@ -534,6 +544,7 @@ TOPIC_CONFIG_SYNONYMS: dict[str, str] = {
     "file.delete.delay.ms": "log.segment.delete.delay.ms",
     "cleanup.policy": "log.cleanup.policy",
     "pykbroker.delay.ms": "pykbroker.delay.ms",
+    "pykbroker.dlq.topic": "pykbroker.dlq.topic",
     "delete.retention.ms": "log.cleaner.delete.retention.ms",
     "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
     "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
@@ -892,6 +903,7 @@ TOPIC_CONFIG_DEFS: dict[str, ConfigDef] = {
     "preallocate": _D("preallocate", "bool", None),
     "message.downconversion.enable": _D("message.downconversion.enable", "bool", None),
     "pykbroker.delay.ms": _D("pykbroker.delay.ms", "long", None, validator=at_least(0)),
+    "pykbroker.dlq.topic": _D("pykbroker.dlq.topic", "string", None, validator=_topic_name_or_empty),
 }
 
 
@@ -925,6 +937,9 @@ _TOPIC_CONFIG_DOCS = {
     "preallocate": "Whether segment files are preallocated on disk when rolled.",
     "message.downconversion.enable": "Whether old Fetch versions (v0-3) get this topic's data converted to "
                                      "message format v0/v1, or UNSUPPORTED_VERSION.",
+    "pykbroker.dlq.topic": "pykbroker: where share groups reading this topic append records they reject or that "
+                           "reach the delivery count limit, unless the group sets pykbroker.share.dlq.topic "
+                           "(docs/queues.md); empty: none.",
     "pykbroker.delay.ms": "pykbroker: records produced to this topic are delivered this many milliseconds after "
                           "their timestamp (docs/queues.md, Delayed delivery); 0 delivers at once.",
 }
@@ -1155,9 +1170,8 @@ GROUP_CONFIG_DEFS: dict[str, ConfigDef] = {
         one_of("read_uncommitted", "read_committed")),
     "pykbroker.share.dlq.topic": _D(
         "pykbroker.share.dlq.topic", "string", "", "pykbroker extension: the dead-letter topic that rejected "
-        "records and records past the delivery count limit are appended to (docs/queues.md); empty: none.",
-        lambda v: None if not v or (re.fullmatch(r"[a-zA-Z0-9._-]{1,249}", v) and v not in (".", "..")) else
-        "value must be a legal topic name"),
+        "records and records past the delivery count limit are appended to (docs/queues.md); empty: the "
+        "topic's pykbroker.dlq.topic, if any.", _topic_name_or_empty),
 }
 
 

@@ -392,3 +392,18 @@ def test_read_committed_skips_aborted_transactions(broker: BrokerProcess, closin
         assert poll_until(c, 1, 1.5) == []
     assert values["read_committed"] == [b"committed0", b"committed1"]
     assert values["read_uncommitted"] == [b"aborted0", b"aborted1", b"aborted2", b"committed0", b"committed1"]
+
+
+def test_topic_level_dead_letter_topic(broker: BrokerProcess, closing: list[ShareConsumer]) -> None:
+    topic, group, dlq = unique_topic("share"), unique_topic("g"), unique_topic("dlq")
+    create_topic(broker, topic, 1, config={"pykbroker.dlq.topic": dlq})
+    set_group_configs(broker, group, {"share.auto.offset.reset": "earliest"})
+    produce(broker, topic, 1)
+    c = share_consumer(broker, group, **{"share.acknowledgement.mode": "explicit"})
+    closing.append(c)
+    c.subscribe([topic])
+    [m] = poll_until(c, 1, 20)
+    c.acknowledge(m, AcknowledgeType.REJECT)
+    c.commit_sync(CLIENT_TIMEOUT)
+    [dead] = read_all(broker, dlq, 1)
+    assert dead.value() == b"v0" and dict(dead.headers())["pykbroker.dlq.reason"] == b"rejected"

@@ -2,7 +2,7 @@
 
 A record a consumer REJECTs, or whose delivery count reaches the limit, is appended to the dead-letter
 topic before it is archived: its key, value and headers, plus headers naming where it came from and why.
-The group config ``pykbroker.share.dlq.topic`` names the topic (per group; there is no topic-level setting).
+The group config ``pykbroker.share.dlq.topic`` wins over the source topic's ``pykbroker.dlq.topic``.
 """
 
 from __future__ import annotations

@@ -237,11 +237,21 @@ class ShareCoordinator:
         if sp.has_available():
             self.waiters.notify((topic, partition))
 
+    def dead_letter_topic(self, group_id: str, topic: str) -> str:
+        """The group's ``pykbroker.share.dlq.topic``, else the source topic's ``pykbroker.dlq.topic`` (whose
+        default is the broker's setting of the same name); empty: none."""
+        target: str = self.group_config(group_id)["pykbroker.share.dlq.topic"]
+        if target:
+            return target
+        rec = self.store.topic(topic)
+        value = rec.configs.get("pykbroker.dlq.topic") if rec is not None else None
+        return value if value is not None else str(self.config.topic_default("pykbroker.dlq.topic") or "")
+
     def dead_letter(self, group_id: str, topic: str, partition: int, archived: Sequence[Archived]) -> None:
         wanted = dlq.dead_letter_reasons(archived)
         if not wanted:
             return
-        target = self.group_config(group_id)["pykbroker.share.dlq.topic"]
+        target = self.dead_letter_topic(group_id, topic)
         if not target:
             return
         if target == topic:
