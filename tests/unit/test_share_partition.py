@@ -181,3 +181,65 @@ def test_acknowledge_bounds_work_to_the_in_flight_window() -> None:
     assert p.acknowledge("a", 0, 3, [1, 0, 0, 1], now=0)[0] == ErrorCode.invalid_record_state
     assert p.acknowledge("a", 1, 3, [0, 0, 1], now=0)[0] == ErrorCode.none
     assert p.start_offset == 4
+
+
+def test_random_operations_keep_the_invariants() -> None:
+    """Seeded random acquire/acknowledge/expire/leave sequences over three members: no record is held by
+    two members, nothing acknowledged comes back, the start offset only grows, delivery counts stay within
+    the limit, and a snapshot restores everything but the locks."""
+    import random
+
+    for seed in range(40):
+        rnd = random.Random(seed)
+        p = sp(lock=100, limit=3, locks=25)
+        log_end = 0
+        now = 0
+        accepted: set[int] = set()
+        finished_start = 0
+        for _ in range(300):
+            now += rnd.randint(0, 40)
+            op = rnd.random()
+            member = rnd.choice("abc")
+            if op < 0.15:
+                log_end += rnd.randint(1, 8)
+            elif op < 0.5:
+                got, _ = p.acquire(member, [LogBatch(o, min(o + 3, log_end - 1)) for o in range(0, log_end, 4)],
+                                   rnd.randint(1, 10), now)
+                for first, last, count in got:
+                    assert 1 <= count <= 3
+                    for off in range(first, last + 1):
+                        assert off not in accepted, f"seed {seed}: acknowledged offset {off} delivered again"
+            elif op < 0.85:
+                held = p.acquired_by(member)
+                if held:
+                    off = rnd.choice(held)
+                    kind = rnd.choice([AckType.ACCEPT, AckType.RELEASE, AckType.REJECT, AckType.RENEW])
+                    code, archived = p.acknowledge(member, off, off, [kind], now)
+                    assert code == ErrorCode.none
+                    if kind == AckType.ACCEPT:
+                        accepted.add(off)
+                    for a in archived:
+                        assert a.reason in (ArchiveReason.REJECTED, ArchiveReason.DELIVERY_COUNT_EXCEEDED)
+            elif op < 0.95:
+                p.expire_locks(now)
+            else:
+                p.release_member(member)
+            owners = {}
+            for off, r in p.iter_in_flight():
+                assert p.start_offset <= off < p.end_offset
+                assert r.delivery_count <= 3
+                if r.state == RecordState.ACQUIRED:
+                    assert off not in owners
+                    owners[off] = r.member
+            assert p.start_offset >= finished_start
+            finished_start = p.start_offset
+            if p.start_offset < p.end_offset:
+                assert p.records.get(p.start_offset) is None or \
+                    p.records[p.start_offset].state not in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
+        q = SharePartition.restore(p.start_offset, p.state_batches(), p.limits)
+        assert q.start_offset == p.start_offset
+        for off, r in p.iter_in_flight():
+            restored = q.records.get(off)
+            assert restored is not None and restored.delivery_count == r.delivery_count
+            expected = RecordState.AVAILABLE if r.state == RecordState.ACQUIRED else r.state
+            assert restored.state == expected
