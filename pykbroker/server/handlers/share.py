@@ -159,7 +159,7 @@ def _apply_acks(svc: Services, ctx: RequestContext, shares: ShareCoordinator, gr
     return results
 
 
-def _release_session(svc: Services, shares: ShareCoordinator, group_id: str, member_id: str) -> None:
+def _release_session(shares: ShareCoordinator, group_id: str, member_id: str) -> None:
     """A closed share session gives back what its member still holds (KIP-932)."""
     shares.release_member(group_id, member_id)
 
@@ -206,7 +206,7 @@ async def handle_share_fetch(svc: Services, ctx: RequestContext, req: Any) -> di
     ack_results = _apply_acks(svc, ctx, shares, group_id, member_id, acks)
     if epoch == FINAL_EPOCH:
         shares.sessions.close(group_id, member_id)
-        _release_session(svc, shares, group_id, member_id)
+        _release_session(shares, group_id, member_id)
     else:
         shares.sessions.advance(session)
     results: dict[TopicIdPartition, dict[str, Any]] = {}
@@ -311,7 +311,7 @@ async def handle_share_acknowledge(svc: Services, ctx: RequestContext, req: Any)
     results = _apply_acks(svc, ctx, shares, group_id, member_id, acks)
     if epoch == FINAL_EPOCH:
         shares.sessions.close(group_id, member_id)
-        _release_session(svc, shares, group_id, member_id)
+        _release_session(shares, group_id, member_id)
     else:
         session = shares.sessions.get(group_id, member_id)
         if session is not None:
