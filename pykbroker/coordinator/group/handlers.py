@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,9 @@ from pykbroker.server.context import RequestContext, Services
 
 if TYPE_CHECKING:
     from pykbroker.coordinator.group.service import GroupCoordinator
+    from pykbroker.coordinator.share.service import ShareCoordinator
+
+log = logging.getLogger("pykbroker.groups")
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
@@ -453,6 +457,31 @@ async def handle_describe_groups(svc: Services, ctx: RequestContext, req: Any) -
     return {"throttle_time": 0, "groups": groups}
 
 
+def _is_share_group(shares: ShareCoordinator, group_id: str) -> bool:
+    """A share group is known by its members or, after a restart, by its state in ``__share_group_state``."""
+    return group_id in shares.groups.groups or any(k.group_id == group_id for k in shares.snapshots)
+
+
+def _delete_share_group(shares: ShareCoordinator, group_id: str) -> ErrorCode:
+    """DeleteGroups on a share group, as Kafka 4.2: NON_EMPTY_GROUP while it has members; otherwise its
+    membership goes and every share-partition state it has is tombstoned in ``__share_group_state``.
+
+    Composed of the share coordinator's own calls (``ShareGroups.delete``, ``delete_topic_state``); the
+    caller awaits ``shares.flush()`` so the tombstones are durable before the answer."""
+    if shares.has_members(group_id):
+        return ErrorCode.non_empty_group
+    if group_id in shares.groups.groups:
+        code = shares.groups.delete(group_id)
+        if code != ErrorCode.none:
+            return code
+    topic_ids = {k.topic_id for k in shares.snapshots if k.group_id == group_id}
+    for topic_id in topic_ids:
+        rec = shares.store.topic_by_id(topic_id)
+        shares.delete_topic_state(group_id, rec.name if rec is not None else "", topic_id)
+    log.info("deleted share group %s (%d topic(s) of state)", group_id, len(topic_ids))
+    return ErrorCode.none
+
+
 async def handle_delete_groups(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
     mgr = _manager(svc)
     gc = _coordinator(svc)
@@ -460,7 +489,13 @@ async def handle_delete_groups(svc: Services, ctx: RequestContext, req: Any) -> 
     for g in denied_names(ctx, AclOperation.DELETE, ResourceType.GROUP, req.groups_names):
         refused[g] = ErrorCode.group_authorization_failed
     before = {g: _log_end(svc, g) for g in req.groups_names}
-    results = mgr.delete_groups([g for g in req.groups_names if refused.get(g, ErrorCode.none) == ErrorCode.none])
+    allowed_ids = [g for g in req.groups_names if refused.get(g, ErrorCode.none) == ErrorCode.none]
+    shares = svc.shares
+    share_ids = [g for g in allowed_ids if shares is not None and g not in mgr.groups and _is_share_group(shares, g)]
+    results = mgr.delete_groups([g for g in allowed_ids if g not in share_ids])
+    if shares is not None and share_ids:
+        results.update({g: _delete_share_group(shares, g) for g in share_ids})
+        await shares.flush()
     results.update({g: c for g, c in refused.items() if c != ErrorCode.none})
     for g, c in list(results.items()):
         results[g] = await _replicated(svc, g, c, before.get(g, -1))
