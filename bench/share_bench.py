@@ -8,8 +8,14 @@ consumers (a thread each, implicit acknowledgement, ``max.poll.records``) in a n
 the earliest offset and measures the time from the first record to the last, the rate, duplicates and
 the broker's CPU. Every wait is bounded by ``--timeout``; the run exits 1 if a phase missed a record.
 
+With ``--ack-samples N`` it then measures the acknowledgement round trip: one ShareConsumer in explicit
+acknowledgement mode takes one record per poll (``max.poll.records=1``), ACCEPTs it and times
+``commit_sync()``, which sends ShareAcknowledge and returns when the broker answered (after the new state
+is appended to ``__share_group_state``, and fsync'd with ``--flush-on-ack``); p50/p90/p99/max over N.
+``--skip-throughput`` runs only that.
+
     .venv/bin/python bench/share_bench.py [--records 20000] [--size 100] [--consumers 1,4,16]
-        [--max-poll-records 500] [--timeout 40]
+        [--max-poll-records 500] [--timeout 40] [--ack-samples 2000] [--flush-on-ack] [--skip-throughput]
 """
 
 from __future__ import annotations
@@ -126,6 +132,38 @@ def _phase(bootstrap: str, topic: str, n: int, consumers: int, share: bool, max_
             "busy_consumers": sum(1 for v in seen if v), "broker_cpu_s": cpu}
 
 
+def _ack_round_trips(bootstrap: str, topic: str, samples: int, timeout: float) -> dict[str, Any]:
+    """Time ``commit_sync()`` (one ShareAcknowledge round trip) after ACCEPTing each single-record poll."""
+    from confluent_kafka import AcknowledgeType, ShareConsumer
+
+    group = f"bench-ack-{uuid.uuid4().hex[:8]}"
+    _set_earliest(bootstrap, group)
+    c = ShareConsumer({"bootstrap.servers": bootstrap, "broker.address.family": "v4", "group.id": group,
+                       "share.acknowledgement.mode": "explicit", "max.poll.records": 1})
+    c.subscribe([topic])
+    warmup = min(50, samples // 10)
+    rtts: list[float] = []
+    failed = 0
+    deadline = time.monotonic() + timeout
+    try:
+        while len(rtts) < samples + warmup and time.monotonic() < deadline:
+            msgs = [m for m in c.poll(0.5) if m.error() is None]
+            if not msgs:
+                continue
+            for m in msgs:
+                c.acknowledge(m, AcknowledgeType.ACCEPT)
+            t0 = time.perf_counter()
+            result = c.commit_sync(20)
+            rtts.append((time.perf_counter() - t0) * 1000)
+            failed += sum(1 for e in result.values() if e is not None)
+    finally:
+        c.close()
+    ms = rtts[warmup:]
+    return {"samples": len(ms), "failed": failed, "p50": B.pct(ms, 50), "p90": B.pct(ms, 90),
+            "p99": B.pct(ms, 99), "max": max(ms) if ms else None,
+            "mean": sum(ms) / len(ms) if ms else None}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=20000)
@@ -133,12 +171,18 @@ def main() -> int:
     ap.add_argument("--consumers", default="1,4,16")
     ap.add_argument("--max-poll-records", type=int, default=500)
     ap.add_argument("--timeout", type=float, default=40.0)
+    ap.add_argument("--ack-samples", type=int, default=0,
+                    help="measure this many ShareAcknowledge round trips with one consumer (0: skip)")
+    ap.add_argument("--flush-on-ack", action="store_true", help="run the broker with log.flush.on.ack=true")
+    ap.add_argument("--skip-throughput", action="store_true", help="skip the 1/4/16 consumer drain phases")
     args = ap.parse_args()
     workdir = tempfile.mkdtemp(prefix="share-bench-")
     port = B.free_port()
     cmd = [sys.executable, "-m", "pykbroker", "serve", "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
            "--override", f"log.dirs={workdir}/logs", "--override", "group.share.enable=true",
            "--override", "group.initial.rebalance.delay.ms=0"]
+    if args.flush_on_ack:
+        cmd += ["--override", "log.flush.on.ack=true"]
     log = open(os.path.join(workdir, "broker.log"), "wb")  # noqa: SIM115 - owned by the broker process
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     failed = False
@@ -152,13 +196,27 @@ def main() -> int:
         admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=20)
         secs = _produce(bootstrap, topic, args.records, args.size)
         print(f"produced {args.records} x {args.size} B in {secs:.1f} s", flush=True)
-        rows = [_phase(bootstrap, topic, args.records, 1, False, args.max_poll_records, args.timeout, proc.pid)]
-        for k in [int(x) for x in args.consumers.split(",") if x]:
-            rows.append(_phase(bootstrap, topic, args.records, k, True, args.max_poll_records, args.timeout,
+        rows = []
+        if not args.skip_throughput:
+            rows.append(_phase(bootstrap, topic, args.records, 1, False, args.max_poll_records, args.timeout,
                                proc.pid))
-        print("| consumers | kind | records/s | seconds | missing | duplicates | consumers with records "
-              "| broker CPU s |")
-        print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+            for k in [int(x) for x in args.consumers.split(",") if x]:
+                rows.append(_phase(bootstrap, topic, args.records, k, True, args.max_poll_records, args.timeout,
+                                   proc.pid))
+        if args.ack_samples > 0:
+            if args.ack_samples > args.records:
+                raise SystemExit("--ack-samples needs at least as many --records")
+            a = _ack_round_trips(bootstrap, topic, args.ack_samples, args.timeout)
+            fsync = "on" if args.flush_on_ack else "off"
+            print(f"acknowledgement round trip (commit_sync, 1 record, fsync {fsync}): {a['samples']} samples, "
+                  f"mean {a['mean']:.2f} ms, p50 {a['p50']:.2f} ms, p90 {a['p90']:.2f} ms, p99 {a['p99']:.2f} ms, "
+                  f"max {a['max']:.2f} ms, {a['failed']} failed" if a["samples"] else
+                  "acknowledgement round trip: no samples", flush=True)
+            failed |= a["samples"] < args.ack_samples or a["failed"] > 0
+        if rows:
+            print("| consumers | kind | records/s | seconds | missing | duplicates | consumers with records "
+                  "| broker CPU s |")
+            print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
         for r in rows:
             cpu = f"{r['broker_cpu_s']:.1f}" if r["broker_cpu_s"] is not None else "-"
             print(f"| {r['consumers']} | {r['kind']} | {r['rate']:,.0f} | {r['seconds']:.2f} | {r['missing']} "
