@@ -18,8 +18,15 @@ from pykbroker.server.broker import Broker
 from tests.unit.test_dispatcher import call
 
 # Records are stamped a minute ahead of the clock, so their due times are in the future for divert(),
-# and the tests hand deliver_due() whatever "now" they need.
+# and the tests hand deliver_due() whatever "now" they need. Set anew for each test (the `_now` fixture):
+# a value taken at import would be in the past for a test that runs minutes after collection.
 NOW = time.time_ns() // 1_000_000 + 60_000
+
+
+@pytest.fixture(autouse=True)
+def _now() -> None:
+    global NOW
+    NOW = time.time_ns() // 1_000_000 + 60_000
 
 
 class Crash(BaseException):
