@@ -18,6 +18,7 @@ import json
 import sys
 import time
 from collections import Counter
+from types import SimpleNamespace
 from typing import Any, cast
 
 from pykbroker.protocol import codec
@@ -28,7 +29,9 @@ from tests.support.hostile import ISSUE_FRAME, mutated_frames
 
 
 def run(frames: int, seed: int) -> dict[str, Any]:
-    dispatcher = Dispatcher(cast(Services, None))  # parse() never touches the services
+    # parse() reads only which optional APIs are served (an unsupported ApiVersions is answered with the
+    # advertised list): a broker without share groups.
+    dispatcher = Dispatcher(cast(Services, SimpleNamespace(shares=None)))
     outcome: Counter[str] = Counter()
     failures: list[str] = []
     started = time.monotonic()
