@@ -445,7 +445,7 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         # --- share groups (KIP-932; pykbroker/coordinator/share) ---
         _D("group.share.enable", "bool", False, "Serve share groups (KIP-932): advertise and answer the share "
            "APIs. Kafka 4.2 gates them on the share.version feature; pykbroker has no finalized features, so "
-           "this static switch stands in for it (docs/queues.md). Embedded metadata only."),
+           "this static switch stands in for it (docs/queues.md)."),
         _D("group.share.record.lock.duration.ms", "int", 30000, "How long a share consumer holds the records "
            "it acquired before they are released for redelivery.", at_least(1)),
         _D("group.share.delivery.count.limit", "int", 5, "Deliveries of a record after which it is archived "
@@ -461,6 +461,10 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         _D("share.coordinator.state.topic.num.partitions", "int", 50, validator=at_least(1)),
         _D("share.coordinator.state.topic.replication.factor", "int", 3, validator=at_least(1)),
         _D("share.coordinator.state.topic.segment.bytes", "int", 104857600, validator=at_least(14)),
+        _D("share.coordinator.state.topic.min.isr", "int", 2, "Capped at the replication factor actually used.",
+           at_least(1)),
+        _D("share.coordinator.write.timeout.ms", "int", 5000, "How long the share coordinator waits for a state "
+           "write to reach the ISR before answering it failed.", at_least(1)),
         # --- end share groups ---
         _D("fetch.max.bytes", "int", 57671680, validator=at_least(1024)),
         _D("max.incremental.fetch.session.cache.slots", "int", 1000, "Incremental fetch sessions (KIP-227) the "
@@ -763,9 +767,6 @@ class BrokerConfig:
                               f"delayed delivery is implemented for embedded metadata only ({NOT_IMPLEMENTED_HINT})")
         if self["pykbroker.delay.ms"] > 0 and not self["pykbroker.delay.enable"]:
             raise ConfigError("configuration 'pykbroker.delay.ms' needs 'pykbroker.delay.enable=true'")
-        if self["zookeeper.connect"].strip() and self["group.share.enable"]:
-            raise ConfigError("configuration 'group.share.enable' is not supported yet with 'zookeeper.connect': "
-                              f"share groups are implemented for embedded metadata only ({NOT_IMPLEMENTED_HINT})")
         if self["zookeeper.connect"].strip() and any(a.port == 0 for a in self.advertised_listeners):
             raise ConfigError("configuration 'listeners' has port 0 (an ephemeral port), which cannot be registered "
                               "in ZooKeeper for other brokers and clients: give each listener its port")

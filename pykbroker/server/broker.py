@@ -143,7 +143,8 @@ class Broker:
             self.delays = self.services.delays = DelayService(config, self.store, self.replicas, self.topics)
         self.shares: ShareCoordinator | None = None
         if config["group.share.enable"]:  # share groups (pykbroker/coordinator/share)
-            self.shares = self.services.shares = ShareCoordinator(config, self.store, self.replicas, self.topics)
+            self.shares = self.services.shares = ShareCoordinator(config, self.store, self.replicas, self.topics,
+                                                                  self.groups)
         self.dispatcher = Dispatcher(self.services)
         self.server = SocketServer(
             self.dispatcher.handle,
@@ -191,6 +192,8 @@ class Broker:
             self.replicas.set_cluster(self._inter_broker_endpoint, self._write_isr)
             self.txn.remote = InterBrokerClients(self._inter_broker_endpoint, client_id=f"broker-{self.broker_id}",
                                                  timeout_s=self.config["request.timeout.ms"] / 1000)
+            if self.shares is not None:  # share-partition leaders reach share coordinators on other brokers
+                self.shares.set_cluster(self._inter_broker_endpoint)
             self._remove_stray_logs()
         self.topics.load_all()
         self.groups.startup()  # creates __consumer_offsets, marks its partitions loading
@@ -457,6 +460,8 @@ class Broker:
             await self.server.wait_drained(10.0)
             if self.txn.remote is not None:
                 await self.txn.remote.close()
+            if self.shares is not None:
+                await self.shares.close()
             tg.cancel_scope.cancel()
         self.log_manager.shutdown()
         self.store.close()  # cluster mode: the session ends, /brokers/ids/<id> goes away

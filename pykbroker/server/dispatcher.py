@@ -91,10 +91,13 @@ def supported_features(version: int, features: tuple[tuple[str, int, int], ...] 
 # Share group APIs (KIP-932): Kafka advertises them only once share groups are enabled (the share.version
 # feature); pykbroker's switch is group.share.enable (docs/queues.md).
 SHARE_APIS = frozenset({76, 77, 78, 79, 90, 91, 92})
+# Share coordinator APIs brokers send each other (Read/Write/DeleteShareGroupState): answered for principals
+# with CLUSTER_ACTION, never advertised to clients.
+INTER_BROKER_APIS = frozenset({84, 85, 86})
 
 
 def hidden_apis(svc: Services) -> frozenset[int]:
-    return SHARE_APIS if svc.shares is None else frozenset()
+    return (SHARE_APIS | INTER_BROKER_APIS) if svc.shares is None else INTER_BROKER_APIS
 
 
 def api_versions_body(error: ErrorCode, version: int = 0, hidden: frozenset[int] = frozenset()) -> dict[str, Any]:
@@ -187,6 +190,9 @@ API_TABLE: dict[int, ApiSpec] = {
         ApiSpec(90, 0, 1, share.handle_describe_share_group_offsets),
         ApiSpec(91, 0, 0, share.handle_alter_share_group_offsets),
         ApiSpec(92, 0, 0, share.handle_delete_share_group_offsets),
+        ApiSpec(84, 0, 0, share.handle_read_share_group_state),
+        ApiSpec(85, 0, 0, share.handle_write_share_group_state),
+        ApiSpec(86, 0, 0, share.handle_delete_share_group_state),
         # --- end share groups ---
     ]
 }

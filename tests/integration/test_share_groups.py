@@ -276,6 +276,54 @@ def test_share_group_is_listed_and_described(broker: BrokerProcess, closing: lis
         assert described[1].error_code == 69  # GROUP_ID_NOT_FOUND
 
 
+# --- membership persistence: share groups in __consumer_offsets ---------------------------------------
+
+def test_share_group_is_listed_after_a_restart(broker_factory: BrokerFactory, closing: list[ShareConsumer]) -> None:
+    """The group's ShareGroupMetadata record brings it back Empty, with its epoch, before any member rejoins."""
+    b = broker_factory(SHARE)
+    topic, group = unique_topic("share"), unique_topic("g")
+    create_topic(b, topic, 1)
+    produce(b, topic, 1)
+    set_group_configs(b, group, {"share.auto.offset.reset": "earliest"})
+    c = share_consumer(b, group)
+    c.subscribe([topic])
+    assert len(poll_until(c, 1, 20)) == 1
+    with RawConnection(b) as conn:
+        before = conn.request(77, 1, {"group_ids": [group], "include_authorized_operations": False}).groups[0]
+    assert before.group_state == "Stable" and before.group_epoch >= 1
+    b.kill()
+    try:
+        c.close()
+    except Exception:  # the broker is gone
+        pass
+    b.restart()
+    deadline = time.monotonic() + 30
+    listed: list[Any] = []
+    with RawConnection(b) as conn:
+        for _ in range(120):
+            resp = conn.request(16, 5, {"states_filter": [], "types_filter": ["share"]})
+            listed = [(g.group_id, g.group_type, g.group_state) for g in resp.groups if g.group_id == group]
+            if (listed and resp.error_code == 0) or time.monotonic() > deadline:
+                break
+            time.sleep(0.25)
+        assert listed == [(group, "share", "Empty")]
+        after = conn.request(77, 1, {"group_ids": [group], "include_authorized_operations": False}).groups[0]
+    assert (after.error_code, after.group_state, after.members) == (0, "Empty", ())
+    assert after.group_epoch >= before.group_epoch
+    # A member rejoining continues from the persisted epoch.
+    c2 = share_consumer(b, group)
+    closing.append(c2)
+    c2.subscribe([topic])
+    rejoined = after
+    for _ in range(40):
+        c2.poll(0.5)
+        with RawConnection(b) as conn:
+            rejoined = conn.request(77, 1, {"group_ids": [group], "include_authorized_operations": False}).groups[0]
+        if rejoined.group_state == "Stable":
+            break
+    assert rejoined.group_state == "Stable" and rejoined.group_epoch > after.group_epoch
+
+
 def test_share_apis_hidden_when_disabled(broker_factory: BrokerFactory) -> None:
     b = broker_factory()
     with RawConnection(b) as conn:

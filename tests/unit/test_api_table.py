@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from pykbroker.server.dispatcher import API_TABLE
+from pykbroker.server.dispatcher import API_TABLE, INTER_BROKER_APIS
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMAS = Path(os.environ.get("PYKB_KAFKA_SCHEMAS") or REPO.parent / "shared" / "reference" / "kafka" / "message")
@@ -128,7 +128,8 @@ def kafka_39_table_from_schemas() -> dict[int, tuple[str, tuple[int, int]]]:
 
 
 def ours() -> dict[int, tuple[int, int]]:
-    return {k: (s.min_version, s.max_version) for k, s in API_TABLE.items()}
+    """What ApiVersions can advertise (the inter-broker share coordinator APIs never are)."""
+    return {k: (s.min_version, s.max_version) for k, s in API_TABLE.items() if k not in INTER_BROKER_APIS}
 
 
 def _fmt(v: tuple[int, int] | None) -> str:

@@ -92,12 +92,15 @@ def test_share_session_epochs() -> None:
     assert s.check("g", "a", 2) == ErrorCode.share_session_not_found
 
 
-def test_share_groups_are_refused_in_a_zookeeper_cluster() -> None:
+def test_share_groups_are_accepted_in_a_zookeeper_cluster() -> None:
     import pytest
 
     from pykbroker.config import BrokerConfig, ConfigError
 
     assert BrokerConfig({"group.share.enable": "true"})["group.share.enable"] is True
-    with pytest.raises(ConfigError, match="group.share.enable.*embedded metadata only.*Settings not implemented"):
-        BrokerConfig({"zookeeper.connect": "127.0.0.1:2181", "broker.id": "1", "group.share.enable": "true",
-                      "listeners": "PLAINTEXT://127.0.0.1:9092"})
+    cfg = BrokerConfig({"zookeeper.connect": "127.0.0.1:2181", "broker.id": "1", "group.share.enable": "true",
+                        "listeners": "PLAINTEXT://127.0.0.1:9092"})
+    assert cfg["group.share.enable"] is True
+    assert cfg["share.coordinator.state.topic.min.isr"] == 2 and cfg["share.coordinator.write.timeout.ms"] == 5000
+    with pytest.raises(ConfigError, match="share.coordinator.state.topic.min.isr"):
+        BrokerConfig({"share.coordinator.state.topic.min.isr": "0"})

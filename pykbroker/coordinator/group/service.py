@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -81,6 +82,10 @@ class GroupCoordinator(PartitionLoader):
         self.txn_offsets: TxnOffsets | None = None
         self._txn_open: dict[int, dict[int, list[tuple[bytes | None, bytes | None]]]] = {}
         self.manager.pending_txn_offsets = self._pending_txn_offsets
+        # Share groups (pykbroker/coordinator/share) keep their records in the same partitions: told what a
+        # partition replayed when it is loaded, and when it is unloaded.
+        self.load_listeners: list[Callable[[int, list[tuple[bytes | None, bytes | None]]], None]] = []
+        self.unload_listeners: list[Callable[[int], None]] = []
         store.add_listener(self._on_metadata_change)
 
     # --- the coordinator seam -------------------------------------------------------------
@@ -121,6 +126,8 @@ class GroupCoordinator(PartitionLoader):
         for p in list(self.manager.partitions):
             if p not in led:
                 self.manager.unload(p)
+                for unloaded in self.unload_listeners:
+                    unloaded(p)
         for p in led:
             if p not in self.manager.partitions:
                 self.manager.begin_loading(p)
@@ -196,6 +203,11 @@ class GroupCoordinator(PartitionLoader):
         if self.manager.partitions.get(partition) is None:
             return  # unloaded meanwhile
         self.manager.load_records(partition, records)
+        for loaded in self.load_listeners:
+            try:
+                loaded(partition, records)
+            except Exception:
+                log.exception("share group records of %s-%d not loaded", OFFSETS_TOPIC, partition)
         open_txns = self._txn_open.pop(partition, {})
         if self.txn_offsets is not None and open_txns:
             self.txn_offsets.restore(partition, open_txns)

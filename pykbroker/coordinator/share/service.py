@@ -1,21 +1,24 @@
-"""The share coordinator's I/O edge: share groups, share-partitions, their persistence and timers.
+"""Share groups' I/O edge on one broker: membership, share-partitions, their persistence and timers.
 
 It owns the sans-I/O pieces (:class:`ShareGroups`, one :class:`SharePartition` per group, topic and
-partition, :class:`ShareSessions`) and gives them a clock, the partition logs to acquire records from,
-``__share_group_state`` to persist into, and dead-letter topics.  Every change an acknowledgement makes is
-appended to ``__share_group_state`` (and fsync'd with ``log.flush.on.ack``) before the request is
-answered; the topic is replayed at start, so a killed broker neither forgets an acknowledgement nor
-delivers an acknowledged record again.  Share groups live with embedded metadata only (the config refuses
-``group.share.enable`` with ZooKeeper), where this broker leads every partition.
+partition, :class:`ShareSessions`) and gives them a clock, the partition logs to acquire records from, a
+:class:`Persister` to keep their state with its share coordinator, and dead-letter topics.  The roles are
+Kafka's: this broker is the *group coordinator* of the share groups whose ``__consumer_offsets`` partition
+it leads (membership, persisted there as ShareGroupMetadata records), the *share-partition leader* of the
+partitions it leads (in-flight state, read from the share coordinator when first needed under the current
+leader epoch, dropped when the leadership moves), and the *share coordinator* (:class:`ShareStateStore`)
+of the ``__share_group_state`` partitions it leads.  Every change an acknowledgement makes is written to
+the share coordinator (durable there) before the request is answered, so a killed broker neither forgets
+an acknowledgement nor delivers an acknowledged record again.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from kio.schema.errors import ErrorCode
@@ -23,19 +26,28 @@ from kio.schema.errors import ErrorCode
 from pykbroker.config import BrokerConfig, effective_group_config
 from pykbroker.coordinator import internal_topic
 from pykbroker.coordinator.internal_topic import now_ms
-from pykbroker.coordinator.share import dlq, serde
-from pykbroker.coordinator.share.group import ShareGroups
+from pykbroker.coordinator.share import dlq, membership, serde
+from pykbroker.coordinator.share.group import ShareGroup, ShareGroups
 from pykbroker.coordinator.share.partition import Archived, LogBatch, ShareLimits, SharePartition
+from pykbroker.coordinator.share.persister import Persister
 from pykbroker.coordinator.share.session import ShareSessions
+from pykbroker.coordinator.share.state_store import STATE_TOPIC, ShareStateStore
 from pykbroker.metadata.store import GROUP_RESOURCE, INTERNAL_TOPICS, MetadataStore, TopicRecord
 from pykbroker.protocol.records import iter_batches
 from pykbroker.server.replica_manager import FetchWaiters, Partition, ReplicaManager
 from pykbroker.server.topics import TopicManager
 from pykbroker.storage.log import KafkaStorageError, OffsetOutOfRange
 
+if TYPE_CHECKING:
+    from pykbroker.coordinator.group.service import GroupCoordinator
+
 log = logging.getLogger("pykbroker.share")
 
-STATE_TOPIC = "__share_group_state"
+__all__ = ["STATE_TOPIC", "ShareCoordinator"]
+OFFSETS_TOPIC = "__consumer_offsets"
+# How long a state write is retried (share coordinator moving, ISR short) before the request is answered
+# with the error; the state stays queued and the timer retries it.
+WRITE_RETRY_S = 15.0
 # Log reads per partition per ShareFetch while looking for acquirable records (bounds the work), and the
 # most each read asks for: a share fetch returns max_records records, not a whole fetch.max.bytes.
 MAX_READS = 8
@@ -52,7 +64,7 @@ class Acquired:
 
 class ShareCoordinator:
     def __init__(self, config: BrokerConfig, store: MetadataStore, replicas: ReplicaManager,
-                 topics: TopicManager) -> None:
+                 topics: TopicManager, group_coordinator: GroupCoordinator | None = None) -> None:
         self.config = config
         self.store = store
         self.replicas = replicas
@@ -61,13 +73,22 @@ class ShareCoordinator:
         self.groups.on_member_removed = self._member_removed
         self.sessions = ShareSessions()
         self.partitions: dict[SpKey, SharePartition] = {}
-        self.snapshots: dict[serde.StateKey, serde.Snapshot] = {}
-        self.loaded = anyio.Event()
+        self._leader_epochs: dict[SpKey, int] = {}  # the leader epoch each share-partition was read under
+        self._init_locks: dict[SpKey, anyio.Lock] = {}
+        self.state = ShareStateStore(config, store, replicas, topics)
+        self.persister = Persister(self.state, replicas.broker_id)
+        # State written but not yet acknowledged by its share coordinator (newest per key; None: delete).
+        self._pending: dict[serde.StateKey, tuple[SpKey, serde.Snapshot | None]] = {}
+        self._flush_lock = anyio.Lock()
         # Fetches waiting for records to become available again (released, lock expired).
         self.waiters = FetchWaiters()
         self._wake = anyio.Event()
-        self._num_state_partitions: int = config["share.coordinator.state.topic.num.partitions"]
-        self._dirty_state_partitions: set[int] = set()
+        # Membership records in __consumer_offsets: the epoch last written per group.
+        self.gc = group_coordinator
+        self._written_epochs: dict[str, int] = {}
+        if group_coordinator is not None:
+            group_coordinator.load_listeners.append(self._offsets_loaded)
+            group_coordinator.unload_listeners.append(self._offsets_unloaded)
         store.add_listener(self._on_metadata_change)
 
     # --- configuration -------------------------------------------------------------------------------
@@ -88,78 +109,88 @@ class ShareCoordinator:
         return None if rec is None else (rec.topic_id, len(rec.partitions))
 
     def _on_metadata_change(self, name: str, rec: TopicRecord | None) -> None:
-        if name == STATE_TOPIC:
+        if name in (STATE_TOPIC, OFFSETS_TOPIC):
             return
         self.groups.on_topics_changed()
-        if rec is None:  # deleted: its share-partitions go
-            for key in [k for k in self.partitions if k[1] == name]:
-                del self.partitions[key]
+        me = self.replicas.broker_id
+        for key in [k for k in self.partitions if k[1] == name]:
+            a = rec.partitions.get(key[2]) if rec is not None else None
+            if a is None or a.leader != me:  # deleted, or led elsewhere: the new leader reads the persisted state
+                self._drop(key)
+
+    def _drop(self, key: SpKey) -> None:
+        """Forget a share-partition this broker no longer leads (its acquisitions die with it)."""
+        self.partitions.pop(key, None)
+        self._leader_epochs.pop(key, None)
 
     # --- startup -------------------------------------------------------------------------------------
 
-    def _topic_configs(self, rf: int) -> dict[str, str | None]:
-        return {"cleanup.policy": "compact", "segment.bytes": str(self.config["share.coordinator.state.topic."
-                                                                              "segment.bytes"]),
-                "compression.type": "producer"}
+    def set_cluster(self, endpoint_of: Callable[[int], tuple[str, int] | None]) -> None:
+        """Cluster mode: share coordinators on other brokers are reached on the inter-broker listener."""
+        self.persister.set_cluster(endpoint_of, self.config["request.timeout.ms"] / 1000)
 
     def startup(self) -> None:
-        internal_topic.ensure_internal_topic(
-            self.store, self.topics, STATE_TOPIC, self._num_state_partitions,
-            self.config["share.coordinator.state.topic.replication.factor"], self._topic_configs)
-
-    def _read_state(self) -> dict[serde.StateKey, serde.Snapshot]:
-        out: dict[serde.StateKey, serde.Snapshot] = {}
-        for i in range(self._num_state_partitions):
-            p = self.replicas.partition(STATE_TOPIC, i)
-            if p is None or p.offline:
-                continue
-            for k, v in internal_topic.read_records(p):
-                if k is None:
-                    continue
-                try:
-                    key = serde.decode_key(k)
-                    if key is None:
-                        continue
-                    if v is None:
-                        out.pop(key, None)
-                    else:
-                        out[key] = serde.decode_value(v)
-                except ValueError as e:
-                    log.error("skipping an unreadable %s-%d record: %s", STATE_TOPIC, i, e)
-        return out
+        self.state.startup()  # embedded metadata: creates __share_group_state
 
     async def run(self) -> None:
-        try:
-            self.snapshots = await anyio.to_thread.run_sync(self._read_state)
-            log.info("loaded %d share-partition state(s) from %s", len(self.snapshots), STATE_TOPIC)
-        finally:
-            self.loaded.set()
-        await self._timer_loop()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.state.run)  # replays the __share_group_state partitions led here
+            if self.store.is_cluster():
+                tg.start_soon(self._ensure_state_topic)
+            await self._timer_loop()
+
+    async def _ensure_state_topic(self) -> None:
+        """Cluster mode: create __share_group_state once enough brokers are live for its replication factor."""
+        for _ in range(1_000_000):
+            try:
+                if self.store.topic(STATE_TOPIC) is not None or await self.state.ensure_topic_async():
+                    return
+            except Exception as e:  # ZooKeeper unavailable: try again
+                log.debug("cannot create %s yet: %s", STATE_TOPIC, e)
+            await anyio.sleep(1.0)
+
+    async def close(self) -> None:
+        await self.persister.close()
 
     # --- share-partitions ----------------------------------------------------------------------------
 
-    def share_partition(self, group_id: str, topic: str, topic_id: uuid.UUID, partition: int,
-                        p: Partition) -> SharePartition:
-        """The group's state on this partition, restored from ``__share_group_state`` or started per
-        ``share.auto.offset.reset`` (and persisted at once, so a restart does not start over)."""
+    async def share_partition(self, group_id: str, topic: str, topic_id: uuid.UUID, partition: int,
+                              p: Partition) -> SharePartition | None:
+        """The group's state on this partition this broker leads: read from its share coordinator under the
+        current leader epoch (fencing an older leader), or started per ``share.auto.offset.reset`` and
+        persisted.  None while the share coordinator cannot answer (the fetch finds nothing this time)."""
         key = (group_id, topic, partition)
-        sp = self.partitions.get(key)
         limits = self.limits(group_id)
-        if sp is not None:
+        sp = self.partitions.get(key)
+        if sp is not None and self._leader_epochs.get(key) == p.leader_epoch:
             sp.limits = limits
             return sp
-        snap = self.snapshots.get(serde.StateKey(group_id, topic_id, partition))
-        if snap is not None:
-            sp = SharePartition.restore(snap.start_offset, snap.batches, limits)
-            sp.state_epoch = snap.state_epoch
-        else:
-            reset = self.group_config(group_id)["share.auto.offset.reset"]
-            start = p.log.log_start_offset if reset == "earliest" else p.high_watermark
-            sp = SharePartition(start, limits)
-            self.partitions[key] = sp
-            self.persist(group_id, topic, partition, sp)
-        self.partitions[key] = sp
-        return sp
+        lock = self._init_locks.setdefault(key, anyio.Lock())
+        async with lock:
+            sp = self.partitions.get(key)
+            if sp is not None and self._leader_epochs.get(key) == p.leader_epoch:
+                return sp
+            epoch = p.leader_epoch
+            code, snap = await self.persister.read(serde.StateKey(group_id, topic_id, partition), epoch)
+            if code != ErrorCode.none:
+                log.info("share group %s: state of %s-%d not readable yet: %s", group_id, topic, partition,
+                         code.name)
+                return None
+            if self.replicas.partition(topic, partition) is not p or not p.is_leader or p.leader_epoch != epoch:
+                return None  # the leadership moved while reading
+            if snap is not None:
+                sp = SharePartition.restore(snap.start_offset, snap.batches, limits)
+                sp.state_epoch = snap.state_epoch
+                self.partitions[key] = sp
+                self._leader_epochs[key] = epoch
+            else:
+                reset = self.group_config(group_id)["share.auto.offset.reset"]
+                start = p.log.log_start_offset if reset == "earliest" else p.high_watermark
+                sp = SharePartition(start, limits)
+                self.partitions[key] = sp
+                self._leader_epochs[key] = epoch
+                self.persist(group_id, topic, partition, sp)
+            return sp
 
     def acquire(self, group_id: str, member_id: str, topic: str, p: Partition, sp: SharePartition,
                 max_records: int, max_bytes: int) -> tuple[Acquired, list[Archived]]:
@@ -272,25 +303,55 @@ class ShareCoordinator:
         dlq.append(self.replicas, self.topics, target, partition, out)
 
     def persist(self, group_id: str, topic: str, partition: int, sp: SharePartition) -> None:
+        """Queue the share-partition's state for its share coordinator; :meth:`flush` writes it."""
         rec = self.store.topic(topic)
         if rec is None:
             return
         key = serde.StateKey(group_id, rec.topic_id, partition)
         p = self.replicas.partition(topic, partition)
-        snap = serde.Snapshot(sp.state_epoch, p.leader_epoch if p is not None else 0, sp.start_offset,
-                              tuple(sp.state_batches()), now_ms())
-        idx = internal_topic.partition_for(key.coordinator_key(), self._num_state_partitions)
-        internal_topic.append_records(self.replicas, STATE_TOPIC, idx,
-                                      [(serde.encode_key(key), serde.encode_value(snap))])
-        self.snapshots[key] = snap
-        self._dirty_state_partitions.add(idx)
+        epoch = self._leader_epochs.get((group_id, topic, partition), p.leader_epoch if p is not None else -1)
+        snap = serde.Snapshot(sp.state_epoch, epoch, sp.start_offset, tuple(sp.state_batches()), now_ms())
+        self._pending[key] = ((group_id, topic, partition), snap)
 
-    async def flush(self) -> None:
-        """With ``log.flush.on.ack``, fsync what was persisted before the answer goes out."""
-        dirty, self._dirty_state_partitions = self._dirty_state_partitions, set()
-        if self.config["log.flush.on.ack"]:
-            for idx in sorted(dirty):
-                await internal_topic.flush_partition(self.replicas, STATE_TOPIC, idx)
+    async def flush(self) -> dict[SpKey, ErrorCode]:
+        """Write the queued state to the share coordinators before the answer goes out; the share-partitions
+        whose state could not be written within :data:`WRITE_RETRY_S` (kept queued, retried by the timer),
+        with the error.  A fenced write means another broker leads the partition now: its state is dropped."""
+        failed: dict[SpKey, ErrorCode] = {}
+        self.write_group_records()  # a deleted group's tombstone, with its state's
+        async with self._flush_lock:
+            deadline = anyio.current_time() + WRITE_RETRY_S
+            backoff = 0.05
+            for _ in range(10_000):
+                if not self._pending:
+                    break
+                items = list(self._pending.items())
+                self._pending.clear()
+                codes = await self.persister.write([(k, snap) for k, (_, snap) in items])
+                retry: list[tuple[serde.StateKey, tuple[SpKey, serde.Snapshot | None]]] = []
+                for k, (spk, snap) in items:
+                    code = codes.get(k, ErrorCode.unknown_server_error)
+                    if code == ErrorCode.none:
+                        failed.pop(spk, None)
+                    elif code == ErrorCode.fenced_leader_epoch:
+                        log.info("share group %s: %s-%d is led by a newer leader; dropping its state", *spk)
+                        self._drop(spk)
+                        failed[spk] = ErrorCode.not_leader_or_follower
+                    else:
+                        failed[spk] = code
+                        if k not in self._pending:  # not superseded by a newer state meanwhile
+                            retry.append((k, (spk, snap)))
+                for k, v in retry:
+                    self._pending.setdefault(k, v)
+                if not retry:
+                    continue
+                if anyio.current_time() + backoff >= deadline:
+                    log.warning("share state of %d share-partition(s) not written: %s", len(retry),
+                                sorted({c.name for c in failed.values()}))
+                    break
+                await anyio.sleep(backoff)
+                backoff = min(1.0, backoff * 2)
+        return failed
 
     def _member_removed(self, group_id: str, member_id: str) -> None:
         self.sessions.close_member(group_id, member_id)
@@ -304,42 +365,114 @@ class ShareCoordinator:
 
     # --- admin: DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets --------------
 
-    def start_offset(self, group_id: str, topic: str, topic_id: uuid.UUID, partition: int
-                     ) -> tuple[int, int] | None:
+    async def start_offset(self, group_id: str, topic: str, topic_id: uuid.UUID, partition: int
+                           ) -> tuple[int, int] | None:
         """(share-partition start offset, lag) of the group on a partition, None if it has no state there.
 
         The lag counts the records below the high watermark the group has not finished (Kafka 4.1's lag)."""
         sp = self.partitions.get((group_id, topic, partition))
         if sp is None:
-            snap = self.snapshots.get(serde.StateKey(group_id, topic_id, partition))
+            _, snap = await self.persister.read(serde.StateKey(group_id, topic_id, partition), -1)
             if snap is None:
                 return None
             sp = SharePartition.restore(snap.start_offset, snap.batches, self.limits(group_id))
         p = self.replicas.partition(topic, partition)
         if p is None:
             return sp.start_offset, -1
-        hwm = p.high_watermark
+        hwm = p.high_watermark if p.is_leader else p.log.log_end_offset
         done = sum(1 for off, r in sp.iter_in_flight() if off < hwm and r.state.name in ("ACKNOWLEDGED", "ARCHIVED"))
         return sp.start_offset, max(0, hwm - sp.start_offset - done)
 
     def reset_start(self, group_id: str, topic: str, partition: int, offset: int) -> None:
         """AlterShareGroupOffsets: the group starts over at ``offset`` on this partition (it has no members)."""
         sp = SharePartition(offset, self.limits(group_id))
-        old = self.partitions.get((group_id, topic, partition))
+        key = (group_id, topic, partition)
+        old = self.partitions.get(key)
         if old is not None:
             sp.state_epoch = old.state_epoch + 1
-        self.partitions[(group_id, topic, partition)] = sp
+        p = self.replicas.partition(topic, partition)
+        if p is not None and p.is_leader:
+            self.partitions[key] = sp
+            self._leader_epochs[key] = p.leader_epoch
+        else:
+            self._drop(key)
         self.persist(group_id, topic, partition, sp)
 
-    def delete_topic_state(self, group_id: str, topic: str, topic_id: uuid.UUID) -> None:
-        """DeleteShareGroupOffsets: forget the group's state on every partition of the topic (tombstones)."""
+    def delete_topic_state(self, group_id: str, topic: str, topic_id: uuid.UUID, partitions: int | None = None
+                           ) -> None:
+        """DeleteShareGroupOffsets: forget the group's state on every partition of the topic (tombstones;
+        ``partitions``: how many, by default the topic's count, else those known here)."""
         for key in [k for k in self.partitions if k[0] == group_id and k[1] == topic]:
-            del self.partitions[key]
-        for skey in [k for k in self.snapshots if k.group_id == group_id and k.topic_id == topic_id]:
-            idx = internal_topic.partition_for(skey.coordinator_key(), self._num_state_partitions)
-            internal_topic.append_records(self.replicas, STATE_TOPIC, idx, [(serde.encode_key(skey), None)])
-            del self.snapshots[skey]
-            self._dirty_state_partitions.add(idx)
+            self._drop(key)
+        if partitions is None:
+            rec = self.store.topic_by_id(topic_id)
+            known = {k.partition for k in self.snapshots if k.group_id == group_id and k.topic_id == topic_id}
+            partitions = max([len(rec.partitions) if rec is not None else 0, *(i + 1 for i in known)])
+        for i in range(partitions):
+            self._pending[serde.StateKey(group_id, topic_id, i)] = ((group_id, topic, i), None)
+
+    @property
+    def snapshots(self) -> dict[serde.StateKey, serde.Snapshot]:
+        """The share-partition states replayed on this broker's share coordinator partitions."""
+        return self.state.loaded_states()
+
+    def state_topic_ids(self, group_id: str) -> set[uuid.UUID]:
+        """Topics the group has state for, as far as this broker knows (its share coordinator partitions,
+        the share-partitions it leads) or its members subscribe to."""
+        ids = {k.topic_id for k in self.state.loaded_states() if k.group_id == group_id}
+        for g, topic, _ in self.partitions:
+            rec = self.store.topic(topic) if g == group_id else None
+            if rec is not None:
+                ids.add(rec.topic_id)
+        grp = self.groups.groups.get(group_id)
+        for topic in grp.subscribed_topics() if grp is not None else ():
+            rec = self.store.topic(topic)
+            if rec is not None:
+                ids.add(rec.topic_id)
+        return ids
+
+    # --- membership records in __consumer_offsets ----------------------------------------------------
+
+    def _offsets_loaded(self, partition: int, records: list[tuple[bytes | None, bytes | None]]) -> None:
+        """The group coordinator replayed an offsets partition: its share groups exist again (no members)."""
+        for gid, epoch in membership.replay(records).items():
+            if gid not in self.groups.groups:
+                self.groups.groups[gid] = ShareGroup(gid, group_epoch=epoch, assignment_epoch=epoch)
+            self._written_epochs[gid] = epoch
+
+    def _offsets_unloaded(self, partition: int) -> None:
+        """Another broker coordinates these groups now."""
+        assert self.gc is not None
+        for gid in [g for g in self.groups.groups if self.gc.partition_for(g) == partition]:
+            del self.groups.groups[gid]
+            self._written_epochs.pop(gid, None)
+
+    def write_group_records(self) -> list[str]:
+        """Append a ShareGroupMetadata record for each group whose epoch changed (a tombstone for a deleted
+        group) to its offsets partition; the groups written (the caller awaits their durability)."""
+        gc = self.gc
+        if gc is None:
+            return []
+        written: list[str] = []
+        changes: list[tuple[str, int | None]] = [(gid, g.group_epoch) for gid, g in self.groups.groups.items()
+                                                 if self._written_epochs.get(gid) != g.group_epoch]
+        changes += [(gid, None) for gid in self._written_epochs if gid not in self.groups.groups]
+        for gid, epoch in changes:
+            idx = gc.partition_for(gid)
+            if gc.manager.partitions.get(idx) != "active" or gc.writable(gid) != ErrorCode.none:
+                continue  # not coordinated here, loading, or the ISR is short: the timer tries again
+            value = None if epoch is None else membership.encode_value(epoch)
+            try:
+                internal_topic.append_records(self.replicas, OFFSETS_TOPIC, idx, [(membership.encode_key(gid), value)])
+            except Exception as e:
+                log.warning("share group %s: cannot write its metadata record: %s", gid, e)
+                continue
+            if epoch is None:
+                self._written_epochs.pop(gid, None)
+            else:
+                self._written_epochs[gid] = epoch
+            written.append(gid)
+        return written
 
     def has_members(self, group_id: str) -> bool:
         g = self.groups.groups.get(group_id)
@@ -377,7 +510,11 @@ class ShareCoordinator:
             except Exception:
                 log.exception("share coordinator timer failed")
                 deadline = None
-            if self._dirty_state_partitions:
+            try:
+                self.write_group_records()
+            except Exception:
+                log.exception("share group records not written")
+            if self._pending:
                 await self.flush()
             wait_ms = 1000 if deadline is None else min(1000, max(5, deadline - now_ms()))
             self._wake = anyio.Event()

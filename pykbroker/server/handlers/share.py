@@ -1,4 +1,5 @@
-"""Share group APIs (KIP-932): ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch, ShareAcknowledge.
+"""Share group APIs (KIP-932): ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch, ShareAcknowledge, the
+share group offsets admin APIs, and the share coordinator's inter-broker Read/Write/DeleteShareGroupState.
 
 The state machines are in :mod:`pykbroker.coordinator.share`; this module turns requests into calls on
 the broker's :class:`ShareCoordinator` and its answers into Kafka's responses.  With
@@ -13,14 +14,14 @@ from typing import Any
 import anyio
 from kio.schema.errors import ErrorCode
 
-from pykbroker.coordinator.share.service import ShareCoordinator
+from pykbroker.coordinator.internal_topic import now_ms
+from pykbroker.coordinator.share import serde
+from pykbroker.coordinator.share.persister import batches_body, batches_from
+from pykbroker.coordinator.share.service import ShareCoordinator, SpKey
 from pykbroker.coordinator.share.session import FINAL_EPOCH, INITIAL_EPOCH, TopicIdPartition
 from pykbroker.server.authorizer import AclOperation, ResourceType
-from pykbroker.server.authz import allowed, denied_names
+from pykbroker.server.authz import allowed, cluster_allowed, denied_names
 from pykbroker.server.context import RequestContext, Services
-
-# How long a share request waits for the state to be replayed at start before answering anyway.
-LOAD_WAIT_S = 30.0
 
 
 def _shares(svc: Services) -> ShareCoordinator | None:
@@ -39,6 +40,32 @@ def _not_coordinator(svc: Services, group_id: str) -> bool:
     return node is not None and node != svc.broker_id
 
 
+def _coordinator_error(svc: Services, group_id: str) -> ErrorCode:
+    """NOT_COORDINATOR unless this broker leads the group's offsets partition and has replayed it
+    (COORDINATOR_LOAD_IN_PROGRESS meanwhile): share groups live with the group coordinator, as in Kafka."""
+    gc = svc.groups
+    if gc is None:
+        return ErrorCode.none
+    if gc.coordinator_node(group_id) != svc.broker_id:
+        return ErrorCode.not_coordinator
+    state = gc.manager.partitions.get(gc.partition_for(group_id))
+    if state is None:
+        return ErrorCode.not_coordinator
+    return ErrorCode.none if state == "active" else ErrorCode.coordinator_load_in_progress
+
+
+def _is_coordinator(svc: Services, group_id: str) -> bool:
+    return _coordinator_error(svc, group_id) == ErrorCode.none
+
+
+async def _write_group_records(svc: Services, shares: ShareCoordinator) -> None:
+    """Membership changed: persist the share groups' epochs in __consumer_offsets before answering."""
+    gc = svc.groups
+    for gid in shares.write_group_records():
+        if gc is not None:
+            await gc.flush(gid)
+
+
 # --- ShareGroupHeartbeat / ShareGroupDescribe ----------------------------------------------------------
 
 def _hb_error(code: ErrorCode, message: str | None = None) -> dict[str, Any]:
@@ -55,8 +82,9 @@ async def handle_share_group_heartbeat(svc: Services, ctx: RequestContext, req: 
     names = list(req.subscribed_topic_names or ())
     if names and denied_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, names):
         return _hb_error(ErrorCode.topic_authorization_failed)
-    if _not_coordinator(svc, req.group_id):
-        return _hb_error(ErrorCode.not_coordinator)
+    code = _coordinator_error(svc, req.group_id)
+    if code != ErrorCode.none:
+        return _hb_error(code)
     if svc.groups is not None and req.group_id in svc.groups.manager.groups:
         return _hb_error(ErrorCode.group_id_not_found, f"Group {req.group_id} is not a share group.")
     g = shares.group_config(req.group_id)
@@ -66,6 +94,7 @@ async def handle_share_group_heartbeat(svc: Services, ctx: RequestContext, req: 
     shares.timers_changed()
     if res.error != ErrorCode.none:
         return _hb_error(res.error, res.message)
+    await _write_group_records(svc, shares)
     await shares.flush()  # a leaving member's released records were persisted
     assignment = None
     if res.assignment is not None:
@@ -90,8 +119,9 @@ async def handle_share_group_describe(svc: Services, ctx: RequestContext, req: A
         if not allowed(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, gid):
             entry["error_code"] = ErrorCode.group_authorization_failed
             continue
-        if _not_coordinator(svc, gid):
-            entry["error_code"] = ErrorCode.not_coordinator
+        code = _coordinator_error(svc, gid)
+        if code != ErrorCode.none:
+            entry["error_code"] = code
             continue
         g = shares.groups.groups.get(gid)
         if g is None:
@@ -159,6 +189,18 @@ def _apply_acks(svc: Services, ctx: RequestContext, shares: ShareCoordinator, gr
     return results
 
 
+def _unwritten(svc: Services, group_id: str, results: dict[TopicIdPartition, ErrorCode],
+               failed: dict[SpKey, ErrorCode]) -> None:
+    """Acknowledgements whose state did not reach the share coordinator are answered with its error."""
+    if not failed:
+        return
+    for (tid, idx), code in list(results.items()):
+        rec = svc.store.topic_by_id(tid)
+        err = failed.get((group_id, rec.name, idx)) if rec is not None else None
+        if code == ErrorCode.none and err is not None:
+            results[(tid, idx)] = err
+
+
 def _release_session(shares: ShareCoordinator, group_id: str, member_id: str) -> None:
     """A closed share session gives back what its member still holds (KIP-932)."""
     shares.release_member(group_id, member_id)
@@ -179,10 +221,6 @@ async def handle_share_fetch(svc: Services, ctx: RequestContext, req: Any) -> di
         return top(ErrorCode.invalid_request, "GroupId and MemberId must be set.")
     if not allowed(ctx, AclOperation.READ, ResourceType.GROUP, group_id):
         return top(ErrorCode.group_authorization_failed)
-    with anyio.move_on_after(LOAD_WAIT_S):
-        await shares.loaded.wait()
-    if not shares.loaded.is_set():
-        return top(ErrorCode.coordinator_load_in_progress)
     lock_ms = shares.limits(group_id).lock_duration_ms
     epoch = int(req.share_session_epoch)
     code = shares.sessions.check(group_id, member_id, epoch)
@@ -191,7 +229,8 @@ async def handle_share_fetch(svc: Services, ctx: RequestContext, req: Any) -> di
     acks = _acks_by_partition(svc, req.topics)
     if epoch == INITIAL_EPOCH and acks:
         return top(ErrorCode.invalid_request, "Acknowledgements are not allowed when opening a share session.")
-    if epoch != FINAL_EPOCH and not shares.groups.is_member(group_id, member_id):
+    if epoch != FINAL_EPOCH and _is_coordinator(svc, group_id) and not shares.groups.is_member(group_id, member_id):
+        # Membership is known where the group is coordinated; other share-partition leaders serve sessions.
         return top(ErrorCode.unknown_member_id)
     requested = [(t.topic_id, int(p.partition_index)) for t in req.topics for p in t.partitions]
     if epoch == INITIAL_EPOCH:
@@ -213,7 +252,7 @@ async def handle_share_fetch(svc: Services, ctx: RequestContext, req: Any) -> di
     max_records = int(req.max_records) if epoch != FINAL_EPOCH else 0
     if max_records > 0:
         await _fetch(svc, ctx, shares, req, group_id, member_id, session.partitions, max_records, results)
-    await shares.flush()
+    _unwritten(svc, group_id, ack_results, await shares.flush())
     for tp, c in ack_results.items():
         entry = results.setdefault(tp, _entry(svc, tp, ErrorCode.none))
         entry["acknowledge_error_code"] = c
@@ -258,7 +297,9 @@ async def _fetch(svc: Services, ctx: RequestContext, shares: ShareCoordinator, r
             tps.append((name, idx))
             if remaining <= 0 or max_bytes <= 0:
                 continue
-            sp = shares.share_partition(group_id, name, tid, idx, p)
+            sp = await shares.share_partition(group_id, name, tid, idx, p)
+            if sp is None:
+                continue  # its share coordinator cannot answer yet: nothing from this partition this time
             acquired, archived = shares.acquire(group_id, member_id, name, p, sp, remaining, max_bytes)
             if archived:
                 shares.after_change(group_id, name, idx, sp, archived)
@@ -316,7 +357,7 @@ async def handle_share_acknowledge(svc: Services, ctx: RequestContext, req: Any)
         session = shares.sessions.get(group_id, member_id)
         if session is not None:
             shares.sessions.advance(session)
-    await shares.flush()
+    _unwritten(svc, group_id, results, await shares.flush())
     by_topic: dict[uuid.UUID, list[dict[str, Any]]] = {}
     for (tid, idx), c in results.items():
         rec = svc.store.topic_by_id(tid)
@@ -344,11 +385,12 @@ async def handle_describe_share_group_offsets(svc: Services, ctx: RequestContext
         if not allowed(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, gid):
             entry["error_code"] = ErrorCode.group_authorization_failed
             continue
-        if _not_coordinator(svc, gid):
-            entry["error_code"] = ErrorCode.not_coordinator
+        code = _coordinator_error(svc, gid)
+        if code != ErrorCode.none:
+            entry["error_code"] = code
             continue
         if g.topics is None:  # v1: every topic the group has state for
-            ids = {k.topic_id for k in shares.snapshots if k.group_id == gid}
+            ids = shares.state_topic_ids(gid)
             wanted = [(rec.name, list(rec.partitions)) for rec in svc.store.topics().values() if rec.topic_id in ids]
         else:
             wanted = [(t.topic_name, [int(p) for p in t.partitions]) for t in g.topics]
@@ -367,7 +409,7 @@ async def handle_describe_share_group_offsets(svc: Services, ctx: RequestContext
                 elif rec is None or idx not in rec.partitions:
                     part["error_code"] = ErrorCode.unknown_topic_or_partition
                 else:
-                    found = shares.start_offset(gid, name, rec.topic_id, idx)
+                    found = await shares.start_offset(gid, name, rec.topic_id, idx)
                     if found is not None:
                         part["start_offset"], part["lag"] = found
                         p = svc.replicas.partition(name, idx)
@@ -381,8 +423,9 @@ def _admin_refusal(svc: Services, ctx: RequestContext, shares: ShareCoordinator 
         return ErrorCode.unsupported_version
     if not allowed(ctx, op, ResourceType.GROUP, group_id):
         return ErrorCode.group_authorization_failed
-    if _not_coordinator(svc, group_id):
-        return ErrorCode.not_coordinator
+    code = _coordinator_error(svc, group_id)
+    if code != ErrorCode.none:
+        return code
     if svc.groups is not None and group_id in svc.groups.manager.groups:
         return ErrorCode.group_id_not_found  # a classic or consumer group
     if shares.has_members(group_id):
@@ -433,8 +476,79 @@ async def handle_delete_share_group_offsets(svc: Services, ctx: RequestContext, 
         elif rec is None:
             c = ErrorCode.unknown_topic_or_partition
         else:
-            shares.delete_topic_state(req.group_id, t.topic_name, rec.topic_id)
+            shares.delete_topic_state(req.group_id, t.topic_name, rec.topic_id, len(rec.partitions))
         responses.append({"topic_name": t.topic_name, "topic_id": rec.topic_id if rec else uuid.UUID(int=0),
                           "error_code": c, "error_message": None})
     await shares.flush()
     return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "responses": responses}
+
+
+# --- ReadShareGroupState / WriteShareGroupState / DeleteShareGroupState (inter-broker) -------------------
+
+def _state_refusal(svc: Services, ctx: RequestContext) -> ErrorCode:
+    """Share-partition leaders call these; Kafka requires CLUSTER_ACTION (brokers have it)."""
+    if svc.shares is None:
+        return ErrorCode.unsupported_version
+    if not cluster_allowed(ctx, AclOperation.CLUSTER_ACTION):
+        return ErrorCode.cluster_authorization_failed
+    return ErrorCode.none
+
+
+def _state_results(req: Any, codes: dict[tuple[uuid.UUID, int], ErrorCode]) -> list[dict[str, Any]]:
+    return [{"topic_id": t.topic_id, "partitions": [
+        {"partition": int(p.partition), "error_code": codes[(t.topic_id, int(p.partition))], "error_message": None}
+        for p in t.partitions]} for t in req.topics]
+
+
+async def handle_read_share_group_state(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    refused = _state_refusal(svc, ctx)
+    results = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            entry: dict[str, Any] = {"partition": int(p.partition), "error_code": refused, "error_message": None,
+                                     "state_epoch": 0, "start_offset": -1, "state_batches": []}
+            parts.append(entry)
+            if refused != ErrorCode.none or svc.shares is None:
+                continue
+            key = serde.StateKey(req.group_id, t.topic_id, int(p.partition))
+            code, snap = await svc.shares.state.read(key, int(p.leader_epoch))
+            entry["error_code"] = code
+            if snap is not None and code == ErrorCode.none:
+                entry.update(state_epoch=snap.state_epoch, start_offset=snap.start_offset,
+                             state_batches=batches_body(snap.batches))
+        results.append({"topic_id": t.topic_id, "partitions": parts})
+    return {"results": results}
+
+
+async def handle_write_share_group_state(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    refused = _state_refusal(svc, ctx)
+    codes: dict[tuple[uuid.UUID, int], ErrorCode] = {}
+    items: list[tuple[serde.StateKey, serde.Snapshot | None]] = []
+    for t in req.topics:
+        for p in t.partitions:
+            codes[(t.topic_id, int(p.partition))] = refused
+            if refused == ErrorCode.none:
+                try:
+                    batches = batches_from(p.state_batches)
+                except ValueError:  # an unknown delivery state
+                    codes[(t.topic_id, int(p.partition))] = ErrorCode.invalid_request
+                    continue
+                items.append((serde.StateKey(req.group_id, t.topic_id, int(p.partition)),
+                              serde.Snapshot(int(p.state_epoch), int(p.leader_epoch), int(p.start_offset), batches,
+                                             now_ms())))
+    if items and svc.shares is not None:
+        for key, code in (await svc.shares.state.write(items)).items():
+            codes[(key.topic_id, key.partition)] = code
+    return {"results": _state_results(req, codes)}
+
+
+async def handle_delete_share_group_state(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    refused = _state_refusal(svc, ctx)
+    codes = {(t.topic_id, int(p.partition)): refused for t in req.topics for p in t.partitions}
+    if refused == ErrorCode.none and svc.shares is not None and codes:
+        items: list[tuple[serde.StateKey, serde.Snapshot | None]] = [
+            (serde.StateKey(req.group_id, tid, idx), None) for tid, idx in codes]
+        for key, code in (await svc.shares.state.write(items)).items():
+            codes[(key.topic_id, key.partition)] = code
+    return {"results": _state_results(req, codes)}

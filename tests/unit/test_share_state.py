@@ -1,0 +1,127 @@
+"""Share coordinator pieces without sockets: leader-epoch fencing, share group records in __consumer_offsets,
+and the persister's routing of each key to its share coordinator (this broker or another)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import anyio
+import pytest
+from kio.schema.errors import ErrorCode
+
+from pykbroker.coordinator.serde_primitives import SerdeError
+from pykbroker.coordinator.share import membership, serde
+from pykbroker.coordinator.share.partition import RecordState, StateBatch
+from pykbroker.coordinator.share.persister import Persister, batches_body, batches_from
+from pykbroker.coordinator.share.state_store import fence
+
+TID = uuid.UUID(int=7)
+
+
+def snap(leader_epoch: int, start: int = 0) -> serde.Snapshot:
+    return serde.Snapshot(1, leader_epoch, start, (StateBatch(start, start + 2, RecordState.ACKNOWLEDGED, 1),))
+
+
+def test_an_older_leader_is_fenced() -> None:
+    assert fence(None, 3) == ErrorCode.none
+    assert fence(snap(3), 3) == ErrorCode.none
+    assert fence(snap(3), 4) == ErrorCode.none
+    assert fence(snap(3), 2) == ErrorCode.fenced_leader_epoch
+    assert fence(snap(3), -1) == ErrorCode.none  # admin summary reads
+
+
+def test_share_group_records_round_trip_and_replay() -> None:
+    key = membership.encode_key("g1")
+    assert membership.decode_key(key) == "g1"
+    assert membership.decode_value(membership.encode_value(42)) == 42
+    other = b"\x00\x03" + key[2:]  # a consumer group's metadata key: not a share group record
+    assert membership.decode_key(other) is None
+    with pytest.raises(SerdeError):
+        membership.decode_value(b"\x00\x09" + membership.encode_value(1)[2:])
+    records: list[tuple[bytes | None, bytes | None]] = [
+        (membership.encode_key("g1"), membership.encode_value(1)),
+        (membership.encode_key("g2"), membership.encode_value(5)),
+        (membership.encode_key("g1"), membership.encode_value(3)),
+        (other, b"ignored"),
+        (None, b"x"),
+        (membership.encode_key("g3"), membership.encode_value(2)),
+        (membership.encode_key("g3"), None),  # deleted
+        (membership.encode_key("g4"), b"\x00"),  # truncated value: skipped
+    ]
+    assert membership.replay(records) == {"g1": 3, "g2": 5}
+
+
+def test_state_batches_wire_round_trip() -> None:
+    batches = (StateBatch(0, 4, RecordState.ACKNOWLEDGED, 1), StateBatch(5, 5, RecordState.AVAILABLE, 3),
+               StateBatch(6, 9, RecordState.ARCHIVED, 5))
+
+    class W:
+        def __init__(self, d: dict[str, int]) -> None:
+            self.__dict__.update(d)
+
+    assert batches_from([W(b) for b in batches_body(batches)]) == batches
+    with pytest.raises(ValueError):
+        batches_from([W({"first_offset": 0, "last_offset": 1, "delivery_state": 9, "delivery_count": 1})])
+
+
+class FakeStore:
+    """The local share coordinator: the keys it coordinates are those whose node is ``owner[key]``."""
+
+    def __init__(self, owner: dict[int, int | None]) -> None:
+        self.owner = owner
+        self.written: list[tuple[serde.StateKey, serde.Snapshot | None]] = []
+        self.states: dict[serde.StateKey, serde.Snapshot] = {}
+
+    def coordinator_node(self, key: serde.StateKey) -> int | None:
+        return self.owner[key.partition]
+
+    async def read(self, key: serde.StateKey, leader_epoch: int) -> tuple[ErrorCode, serde.Snapshot | None]:
+        return fence(self.states.get(key), leader_epoch), self.states.get(key)
+
+    async def write(self, items: Any) -> dict[serde.StateKey, ErrorCode]:
+        self.written += items
+        return {k: ErrorCode.none for k, _ in items}
+
+
+class FakeRemote:
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, str, list[serde.StateKey]]] = []
+
+    async def read_state(self, broker: int, key: serde.StateKey, leader_epoch: int) -> tuple[ErrorCode, None]:
+        self.calls.append((broker, "read", [key]))
+        return ErrorCode.not_coordinator, None
+
+    async def write_state(self, broker: int, group: str, items: Any) -> dict[serde.StateKey, ErrorCode]:
+        self.calls.append((broker, group, [k for k, _ in items]))
+        return {k: ErrorCode.none for k, _ in items}
+
+    async def close(self) -> None:
+        pass
+
+
+def test_persister_routes_each_key_to_its_share_coordinator() -> None:
+    local = FakeStore({0: 1, 1: 2, 2: 3, 3: None})
+    p = Persister(local, 1)  # type: ignore[arg-type]
+    keys = [serde.StateKey("g", TID, i) for i in range(4)]
+
+    async def main() -> None:
+        # Without other brokers' connections (embedded metadata), only local keys can be written.
+        codes = await p.write([(k, snap(0)) for k in keys])
+        assert codes == {keys[0]: ErrorCode.none, keys[1]: ErrorCode.coordinator_not_available,
+                         keys[2]: ErrorCode.coordinator_not_available, keys[3]: ErrorCode.coordinator_not_available}
+        remote = FakeRemote()
+        p.remote = remote  # type: ignore[assignment]
+        local.written.clear()
+        codes = await p.write([(k, snap(0)) for k in keys] + [(serde.StateKey("h", TID, 1), None)])
+        assert [k for k, _ in local.written] == [keys[0]]
+        assert sorted(remote.calls) == [(2, "g", [keys[1]]), (2, "h", [serde.StateKey("h", TID, 1)]),
+                                        (3, "g", [keys[2]])]
+        assert codes[keys[3]] == ErrorCode.coordinator_not_available  # no leader for its state partition
+        local.states[keys[0]] = snap(5)
+        assert await p.read(keys[0], 4) == (ErrorCode.fenced_leader_epoch, snap(5))
+        assert await p.read(keys[0], 6) == (ErrorCode.none, snap(5))
+        assert await p.read(keys[2], 6) == (ErrorCode.not_coordinator, None)
+        assert remote.calls[-1] == (3, "read", [keys[2]])
+
+    anyio.run(main)
