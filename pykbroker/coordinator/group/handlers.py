@@ -12,6 +12,7 @@ from kio.schema.errors import ErrorCode
 
 from pykbroker.coordinator.group.classic import Callback, ClassicGroup, Response
 from pykbroker.coordinator.group.manager import CommitEntry, GroupManager, JoinRequest
+from pykbroker.coordinator.share.state_store import STATE_TOPIC
 from pykbroker.metadata.store import StoreUnavailable
 from pykbroker.server.authorizer import AclOperation, ResourceType, authorized_operations
 from pykbroker.server.authz import allowed, cluster_allowed, denied_names
@@ -26,6 +27,8 @@ log = logging.getLogger("pykbroker.groups")
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+# How long DeleteGroups on a share group waits for __share_group_state's replay after a start.
+SHARE_LOAD_WAIT_S = 10.0
 
 
 def _ms(v: Any) -> int:
@@ -458,27 +461,47 @@ async def handle_describe_groups(svc: Services, ctx: RequestContext, req: Any) -
 
 
 def _is_share_group(shares: ShareCoordinator, group_id: str) -> bool:
-    """A share group is known by its members or, after a restart, by its state in ``__share_group_state``."""
-    return group_id in shares.groups.groups or any(k.group_id == group_id for k in shares.snapshots)
+    """A share group is known by its membership (replayed from ``__consumer_offsets`` after a restart) or by
+    share-partition state in ``__share_group_state``."""
+    return group_id in shares.groups.groups or bool(shares.state_topic_ids(group_id))
+
+
+def _share_state_loading(shares: ShareCoordinator) -> bool:
+    """Whether a ``__share_group_state`` partition this broker leads is still being replayed: until it is,
+    the topics a group has state for are not all known, and a deleted group would leave state behind."""
+    rec = shares.store.topic(STATE_TOPIC)
+    if rec is None:
+        return False
+    me = shares.replicas.broker_id
+    return any(a.leader == me and i not in shares.state.states for i, a in rec.partitions.items())
+
+
+async def _share_state_loaded(shares: ShareCoordinator, timeout_s: float = SHARE_LOAD_WAIT_S) -> bool:
+    """Wait (bounded) for the replay after a start; polled, as the state store exposes no event for it."""
+    with anyio.move_on_after(timeout_s):
+        while _share_state_loading(shares):
+            await anyio.sleep(0.05)
+    return not _share_state_loading(shares)
 
 
 def _delete_share_group(shares: ShareCoordinator, group_id: str) -> ErrorCode:
     """DeleteGroups on a share group, as Kafka 4.2: NON_EMPTY_GROUP while it has members; otherwise its
-    membership goes and every share-partition state it has is tombstoned in ``__share_group_state``.
+    membership goes (the coordinator's next flush writes its tombstone to ``__consumer_offsets``) and every
+    share-partition state it has is queued for deletion in ``__share_group_state``.
 
-    Composed of the share coordinator's own calls (``ShareGroups.delete``, ``delete_topic_state``); the
-    caller awaits ``shares.flush()`` so the tombstones are durable before the answer."""
+    Composed of the share coordinator's own calls (``ShareGroups.delete``, ``state_topic_ids``,
+    ``delete_topic_state``); the caller awaits ``shares.flush()`` before answering."""
     if shares.has_members(group_id):
         return ErrorCode.non_empty_group
+    topic_ids = shares.state_topic_ids(group_id)
     if group_id in shares.groups.groups:
         code = shares.groups.delete(group_id)
         if code != ErrorCode.none:
             return code
-    topic_ids = {k.topic_id for k in shares.snapshots if k.group_id == group_id}
     for topic_id in topic_ids:
         rec = shares.store.topic_by_id(topic_id)
         shares.delete_topic_state(group_id, rec.name if rec is not None else "", topic_id)
-    log.info("deleted share group %s (%d topic(s) of state)", group_id, len(topic_ids))
+    log.info("deleted share group %s (state on %d topic(s))", group_id, len(topic_ids))
     return ErrorCode.none
 
 
@@ -493,9 +516,13 @@ async def handle_delete_groups(svc: Services, ctx: RequestContext, req: Any) -> 
     shares = svc.shares
     share_ids = [g for g in allowed_ids if shares is not None and g not in mgr.groups and _is_share_group(shares, g)]
     results = mgr.delete_groups([g for g in allowed_ids if g not in share_ids])
-    if shares is not None and share_ids:
+    if shares is not None and share_ids and not await _share_state_loaded(shares):
+        results.update({g: ErrorCode.coordinator_load_in_progress for g in share_ids})
+    elif shares is not None and share_ids:
         results.update({g: _delete_share_group(shares, g) for g in share_ids})
-        await shares.flush()
+        for (g, _topic, _partition), code in (await shares.flush()).items():
+            if g in share_ids and results[g] == ErrorCode.none:
+                results[g] = code  # a state tombstone not written (kept queued; the timer retries it)
     results.update({g: c for g, c in refused.items() if c != ErrorCode.none})
     for g, c in list(results.items()):
         results[g] = await _replicated(svc, g, c, before.get(g, -1))
