@@ -12,7 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from pykbroker.metadata.store import QuotaEntity
-from pykbroker.quotas.entities import FETCH, PRODUCE, REQUEST, MetricTags, resolve
+from pykbroker.quotas.entities import CONTROLLER_MUTATION, FETCH, PRODUCE, REQUEST, MetricTags, resolve
+from pykbroker.quotas.mutation import MutationQuota, MutationSensor, expire
 from pykbroker.quotas.stats import Rate, SampledStat, throttle_time_ms
 
 QuotaSource = Callable[[], Mapping[QuotaEntity, Mapping[str, float]]]
@@ -35,10 +36,10 @@ _PERCENT_PER_SECOND = 100.0
 class QuotaSnapshot:
     """One measurement, for metrics (kafka_server_<Type>_throttle_time and friends)."""
 
-    quota_type: str  # "Produce", "Fetch" or "Request"
+    quota_type: str  # "Produce", "Fetch", "Request" or "ControllerMutation"
     user: str  # "" when the quota is shared by every user of the client id
     client_id: str  # "" when the quota is shared by every client id of the user
-    quota: float  # bytes per second, or percent of one thread
+    quota: float  # bytes per second, percent of one thread, or partition mutations per second
     rate: float  # the measured rate, same unit
     throttle_time_ms: float  # average throttle time given over the last minute, 0 when none
     last_throttle_ms: int  # the most recent non-zero throttle given
@@ -108,7 +109,8 @@ class _QuotaType:
 
 class QuotaManager:
     """Client quotas of one broker: produce and fetch byte rates (KIP-13/KIP-55) and request time
-    (KIP-124), each measured over ``quota.window.num`` windows of ``quota.window.size.seconds``."""
+    (KIP-124), each measured over ``quota.window.num`` windows of ``quota.window.size.seconds``, and
+    controller mutations (KIP-599), a token bucket per client (``mutation``)."""
 
     def __init__(self, quotas: QuotaSource, *, samples: int = 11, window_seconds: int = 1) -> None:
         self._source = quotas
@@ -121,6 +123,8 @@ class QuotaManager:
         self.fetch = _QuotaType(FETCH, samples, self.window_ms, INT32_MAX)
         self.request = _QuotaType(REQUEST, samples, self.window_ms, self.window_ms)
         self._resolved: dict[tuple[str, str, str], tuple[MetricTags, float] | None] = {}
+        self._mutations: dict[MetricTags, MutationSensor] = {}
+        self._next_mutation_expiry_ms = 0.0
 
     def active(self) -> bool:
         """Whether any client quota is stored: the one check a request pays when none is."""
@@ -169,6 +173,22 @@ class QuotaManager:
         """Time spent handling one request; the throttle time in ms (at most one window)."""
         return self._record(self.request, user, client_id, seconds * _PERCENT_PER_SECOND, now_ms)
 
+    def controller_mutation(self, user: str, client_id: str, strict: bool, now_ms: float) -> MutationQuota | None:
+        """The controller mutation quota (KIP-599) one admin request is charged against; None when no
+        ``controller_mutation_rate`` applies to the client (Kafka's unbounded quota)."""
+        hit = self._bound(CONTROLLER_MUTATION, user, client_id)
+        if hit is None:
+            return None
+        if now_ms >= self._next_mutation_expiry_ms:
+            self._next_mutation_expiry_ms = now_ms + _EXPIRY_CHECK_MS
+            expire(self._mutations, now_ms, INACTIVE_SENSOR_MS)
+        tags, bound = hit
+        sensor = self._mutations.get(tags)
+        if sensor is None:
+            sensor = self._mutations[tags] = MutationSensor(bound, now_ms)
+        sensor.bound = bound  # a changed quota keeps the bucket's credits, as Kafka's sensor does
+        return MutationQuota(sensor, strict)
+
     def fetch_max_bytes(self, user: str, client_id: str) -> int | None:
         """The most a fetch response may carry and still be sent: what the quota allows over the
         windows (Kafka's ``getMaxValueInQuotaWindow``); None when no fetch quota applies."""
@@ -179,4 +199,10 @@ class QuotaManager:
 
     def snapshot(self, now_ms: float) -> list[QuotaSnapshot]:
         """Every live measurement with its quota, rate and throttle times (read-only)."""
-        return [row for kind in (self.produce, self.fetch, self.request) for row in kind.snapshot(now_ms)]
+        rows = [row for kind in (self.produce, self.fetch, self.request) for row in kind.snapshot(now_ms)]
+        for (user, client_id), s in sorted(self._mutations.items()):
+            count = s.throttles.count(now_ms)
+            average = s.throttles.total(now_ms) / count if count else 0.0
+            rows.append(QuotaSnapshot("ControllerMutation", user, client_id, s.bound, s.rate.measure(now_ms),
+                                      average, s.last_throttle_ms))
+        return rows

@@ -122,3 +122,37 @@ def throttle_time_ms(observed: float, bound: float, window_ms: float, cap_ms: fl
         return int(cap_ms) if observed > 0 else 0
     delay = (observed - bound) / bound * window_ms
     return int(min(max(delay, 0.0), cap_ms) + 0.5)
+
+
+class TokenBucket:
+    """Kafka's ``TokenBucket`` (KIP-599), the measurement behind controller mutation quotas.
+
+    Credits refill continuously at ``quota`` per second up to a burst of ``samples x window x quota``;
+    a mutation takes its count of credits, and the quota is exhausted once they are below zero.  Unlike
+    a sampled rate, one large burst is paid back in exactly the time its debt takes to refill.  A new
+    bucket is full, as Kafka's is (its first refill spans the whole epoch).
+    """
+
+    __slots__ = ("_last_ms", "tokens")
+
+    def __init__(self) -> None:
+        self.tokens: float | None = None  # None: never used, so full
+        self._last_ms = 0.0
+
+    def _refill(self, quota: float, burst: float, now_ms: float) -> float:
+        if self.tokens is None:
+            tokens = burst
+        else:
+            tokens = min(burst, self.tokens + quota * max(now_ms - self._last_ms, 0.0) / 1000.0)
+        self.tokens = tokens
+        self._last_ms = now_ms
+        return tokens
+
+    def measure(self, quota: float, burst: float, now_ms: float) -> float:
+        """The credits left now (negative: the quota is exhausted)."""
+        return self._refill(quota, burst, now_ms)
+
+    def record(self, value: float, quota: float, burst: float, now_ms: float) -> float:
+        """Take ``value`` credits; the credits left."""
+        tokens = self.tokens = min(burst, self._refill(quota, burst, now_ms) - value)
+        return tokens

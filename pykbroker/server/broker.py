@@ -152,7 +152,7 @@ class Broker:
             idle_timeout_ms=config["connections.max.idle.ms"],
             send_buffer=config["socket.send.buffer.bytes"],
             receive_buffer=config["socket.receive.buffer.bytes"],
-            quotas=quotas_from_config(config),
+            quotas=quotas_from_config(config, self.store.client_quotas),  # ip entities' connection_creation_rate
             queued_max_request_bytes=config["queued.max.request.bytes"],
             receive_timeout_ms=config["pykbroker.request.receive.timeout.ms"],
             security_protocols=config.security_protocols,

@@ -10,29 +10,40 @@
   address's limit is accepted and closed at once.
 - ``max.connection.creation.rate`` (broker-wide, and per listener): the accepted connection
   waits, and with it the listener, long enough to bring the observed rate back to the limit.
-  The rate is measured as Kafka measures a quota: over sampled one-second windows (eleven of
-  them), so a burst of up to ten seconds' worth passes before throttling starts, and one
-  delay is at most one window (one second).
+  The rate is measured as Kafka measures a quota: over ``quota.window.num`` sampled windows of
+  ``quota.window.size.seconds`` (by default eleven of one second), so a burst of up to ten
+  seconds' worth passes before throttling starts, and one delay is at most one window.
+- ``connection_creation_rate`` quotas of ``ip`` entities (KIP-612, AlterClientQuotas): an address's
+  own quota, else the default entity's, measured the same way per address.  A connection over it
+  is not accepted: it is held for the throttle time, then closed, and taken back out of every
+  rate (it never counted).  The quotas are read from the metadata store at each connection, so a
+  change applies to the next one.
 
 Clocks are passed in (seconds, monotonic), so tests drive this with plain numbers.
 """
 
 from __future__ import annotations
 
+import functools
+import ipaddress
 import logging
 import math
 import socket
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pykbroker.config import BrokerConfig
+    from pykbroker.metadata.store import QuotaEntity
 
 INT_MAX = 2147483647
 QUOTA_WINDOW_S = 1.0  # Kafka's quota.window.size.seconds
 QUOTA_SAMPLES = 11  # Kafka's quota.window.num
+IP_ENTITY = "ip"
+IP_CONNECTION_RATE = "connection_creation_rate"
+_IP_RATE_EXPIRY_CHECK_S = 60.0
 
 
 class WindowedRate:
@@ -81,6 +92,43 @@ class WindowedRate:
         elapsed = max(now - self._samples[0][0], (self.samples - 1) * self.window_s)
         return min((rate - self.quota) / self.quota * elapsed, self.window_s)
 
+    def unrecord(self, now: float) -> None:
+        """Take back the event just recorded (a connection refused after all)."""
+        if not self.unlimited and self._samples:
+            self._samples[-1][1] -= 1.0
+
+    def idle(self, now: float) -> bool:
+        """Nothing recorded within the measured span: the rate is 0, as a new one's would be."""
+        self._purge(now)
+        return not self._samples
+
+
+def ip_connection_rate(quotas: Mapping[QuotaEntity, Mapping[str, float]], ip: str) -> float | None:
+    """An address's connection_creation_rate: its own ``ip`` entity's, else the default entity's (None
+    when neither sets one).  Names are compared as addresses (``0:0::1`` is ``::1``), as Kafka
+    resolves them."""
+    own = quotas.get(((IP_ENTITY, ip),))
+    if own is not None and IP_CONNECTION_RATE in own:
+        return own[IP_CONNECTION_RATE]
+    default = None
+    for entity, values in quotas.items():
+        if len(entity) != 1 or entity[0][0] != IP_ENTITY or IP_CONNECTION_RATE not in values:
+            continue
+        name = entity[0][1]
+        if name is None:
+            default = values[IP_CONNECTION_RATE]
+        elif _canonical_ip(name) == _canonical_ip(ip):
+            return values[IP_CONNECTION_RATE]
+    return default
+
+
+@functools.lru_cache(maxsize=4096)
+def _canonical_ip(name: str) -> str:
+    try:
+        return ipaddress.ip_address(name).compressed
+    except ValueError:
+        return name
+
 
 @dataclass
 class ListenerLimits:
@@ -106,17 +154,26 @@ class ConnectionQuotas:
     per_ip_overrides: Mapping[str, int] = field(default_factory=dict)
     listener_limits: Mapping[str, ListenerLimits] = field(default_factory=dict)
     inter_broker_listener: str = "PLAINTEXT"
+    # The stored client quotas (the metadata store's ``client_quotas``), for the ``ip`` entities.
+    client_quotas: Callable[[], Mapping[QuotaEntity, Mapping[str, float]]] | None = None
+    window_s: float = QUOTA_WINDOW_S  # quota.window.size.seconds
+    samples: int = QUOTA_SAMPLES  # quota.window.num
 
     def __post_init__(self) -> None:
         names = list(self.listeners)
         self._listeners = {
-            n: _ListenerState(lim, WindowedRate(lim.max_creation_rate))
+            n: _ListenerState(lim, self._rate(lim.max_creation_rate))
             for n in names
             for lim in [self.listener_limits.get(n, ListenerLimits())]
         }
-        self._broker_rate = WindowedRate(self.max_creation_rate)
+        self._broker_rate = self._rate(self.max_creation_rate)
         self._per_ip: dict[str, int] = {}
+        self._ip_rates: dict[str, WindowedRate] = {}
+        self._next_ip_expiry = 0.0
         self.total = 0
+
+    def _rate(self, quota: float) -> WindowedRate:
+        return WindowedRate(quota, self.window_s, self.samples)
 
     def _state(self, listener: str) -> _ListenerState:
         st = self._listeners.get(listener)
@@ -151,6 +208,38 @@ class ConnectionQuotas:
         st = self._state(listener)
         delay = 0.0 if self.protected(listener) else self._broker_rate.record(now)
         return max(delay, st.rate.record(now))
+
+    def ip_creation_rate(self, ip: str) -> float | None:
+        """The connection_creation_rate quota that applies to ``ip`` now; None when none does."""
+        if self.client_quotas is None:
+            return None
+        rate = ip_connection_rate(self.client_quotas(), ip)
+        return None if rate is None or rate >= INT_MAX else rate
+
+    def record_ip_creation(self, listener: str, ip: str, now: float) -> float:
+        """Count a new connection from ``ip`` against its connection_creation_rate (Kafka's
+        ``recordIpConnectionMaybeThrottle``); the seconds to hold it before closing it when over the
+        quota, 0 to accept it.  A refused connection is taken back out of the address's, the
+        listener's and the broker's rates: it was never accepted."""
+        if now >= self._next_ip_expiry:
+            self._next_ip_expiry = now + _IP_RATE_EXPIRY_CHECK_S
+            for idle in [a for a, r in self._ip_rates.items() if r.idle(now)]:
+                del self._ip_rates[idle]
+        quota = self.ip_creation_rate(ip)
+        if quota is None:
+            self._ip_rates.pop(ip, None)
+            return 0.0
+        rate = self._ip_rates.get(ip)
+        if rate is None:
+            rate = self._ip_rates[ip] = self._rate(quota)
+        rate.quota = quota  # a changed quota keeps the measurement, as Kafka's sensor does
+        delay = rate.record(now)
+        if delay > 0:
+            rate.unrecord(now)
+            if not self.protected(listener):
+                self._broker_rate.unrecord(now)
+            self._state(listener).rate.unrecord(now)
+        return delay
 
     def try_add(self, listener: str, ip: str) -> bool:
         """Count an accepted connection; False (and nothing counted) if its address is at its limit."""
@@ -242,7 +331,9 @@ def resolve_ip_overrides(overrides: Mapping[str, int]) -> dict[str, int]:
     return out
 
 
-def quotas_from_config(config: BrokerConfig) -> ConnectionQuotas:
+def quotas_from_config(config: BrokerConfig,
+                       client_quotas: Callable[[], Mapping[QuotaEntity, Mapping[str, float]]] | None = None,
+                       ) -> ConnectionQuotas:
     names = [lst.name for lst in config.listeners]
     limits = {}
     for name in names:
@@ -259,4 +350,7 @@ def quotas_from_config(config: BrokerConfig) -> ConnectionQuotas:
         listener_limits=limits,
         # Kafka's default inter-broker listener is the one named after security.inter.broker.protocol.
         inter_broker_listener=config["inter.broker.listener.name"].strip().upper() or "PLAINTEXT",
+        client_quotas=client_quotas,
+        window_s=float(config["quota.window.size.seconds"]),
+        samples=config["quota.window.num"],
     )

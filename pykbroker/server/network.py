@@ -94,6 +94,7 @@ class SocketServer:
         self._log_full = RateLimitedLog(log, LIMIT_LOG_INTERVAL_S)
         self._log_per_ip = RateLimitedLog(log, LIMIT_LOG_INTERVAL_S)
         self._log_rate = RateLimitedLog(log, LIMIT_LOG_INTERVAL_S)
+        self._log_ip_rate = RateLimitedLog(log, LIMIT_LOG_INTERVAL_S)
         self._log_accept = RateLimitedLog(log, LIMIT_LOG_INTERVAL_S)
         self._log_pool = RateLimitedLog(log, LIMIT_LOG_INTERVAL_S)
         self._log_slow = RateLimitedLog(log, 1.0)
@@ -178,8 +179,10 @@ class SocketServer:
                 with anyio.CancelScope(shield=True):
                     await stream.aclose()
                 raise
-            if admitted is not None:
+            if isinstance(admitted, Connection):
                 task_group.start_soon(self._serve_admitted, stream, admitted)
+            elif admitted is not None:  # over its address's connection_creation_rate: held, then closed
+                task_group.start_soon(self._close_after, stream, admitted)
 
     async def _accept_failed(self, e: OSError, listener_name: str) -> None:
         now = anyio.current_time()
@@ -195,8 +198,19 @@ class SocketServer:
             self._log_accept.log(now, logging.WARNING, "accept failed on listener %s: %s", listener_name, e)
             await anyio.sleep(0.01)  # no busy loop should an error persist
 
-    async def _admit(self, stream: SocketStream, listener_name: str) -> Connection | None:
-        """Apply the creation rate, max.connections and the per-address limit to an accepted connection."""
+    async def _close_after(self, stream: SocketStream, delay: float) -> None:
+        """Kafka's throttled close: the connection is never served and closes once its throttle time is over."""
+        try:
+            await anyio.sleep(delay)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await stream.aclose()
+
+    async def _admit(self, stream: SocketStream, listener_name: str) -> Connection | float | None:
+        """Apply the creation rates, max.connections and the per-address limit to an accepted connection.
+
+        None: refused and closed; a number: over its address's connection_creation_rate quota, to be
+        closed after that many seconds (not counted as a connection meanwhile)."""
         try:
             address: Any = stream.extra(SocketAttribute.remote_address)
             ip, peer = normalise_ip(str(address[0])), f"{address[0]}:{address[1]}"
@@ -214,6 +228,15 @@ class SocketServer:
             await anyio.sleep(delay)
         # Another listener may have taken the last slot while this one waited in accept().
         await self._wait_for_slot(listener_name)
+        ip_delay = quotas.record_ip_creation(listener_name, ip, anyio.current_time())
+        if ip_delay > 0:
+            self._log_ip_rate.log(
+                anyio.current_time(), logging.INFO,
+                "closing connection from %s on listener %s in %d ms: the address is above its "
+                "connection_creation_rate quota of %s per second", ip, listener_name, int(ip_delay * 1000),
+                f"{quotas.ip_creation_rate(ip) or 0:g}",
+            )
+            return ip_delay
         if not quotas.try_add(listener_name, ip):
             self._log_per_ip.log(
                 anyio.current_time(), logging.INFO,

@@ -1,5 +1,6 @@
 """Client quota enforcement, sans I/O: entity precedence, Kafka's sampled rate, the throttle formula,
-what each request is charged, and the step timer that measures handler time."""
+what each request is charged, the step timer that measures handler time, the controller mutation
+token bucket (KIP-599) and the ip entities' connection_creation_rate."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import anyio
 import pytest
 
 from pykbroker.metadata.store import QuotaEntity
-from pykbroker.quotas import QuotaManager, Usage, charge, run_timed
-from pykbroker.quotas.entities import FETCH, PRODUCE, REQUEST, precedence, resolve
+from pykbroker.quotas import STRICT_SINCE, QuotaManager, ThrottlingQuotaExceeded, Usage, charge, run_timed
+from pykbroker.quotas.entities import CONTROLLER_MUTATION, FETCH, PRODUCE, REQUEST, precedence, resolve
 from pykbroker.quotas.manager import INACTIVE_SENSOR_MS
-from pykbroker.quotas.stats import Rate, SampledStat, throttle_time_ms
+from pykbroker.quotas.mutation import THROTTLING_QUOTA_EXCEEDED_MESSAGE
+from pykbroker.quotas.stats import Rate, SampledStat, TokenBucket, throttle_time_ms
+from pykbroker.server.connection_quotas import ConnectionQuotas
 
 U, C = "alice", "app"
 
@@ -249,3 +252,140 @@ async def test_run_timed_passes_errors_and_cancellation_through() -> None:
     with anyio.move_on_after(0.05) as scope:
         await run_timed(_sleepy(100))
     assert scope.cancelled_caught
+
+
+# --- controller mutation quota (KIP-599) -------------------------------------------------------------
+
+def test_token_bucket_starts_full_refills_at_the_quota_and_caps_at_the_burst() -> None:
+    bucket = TokenBucket()
+    assert bucket.measure(2.0, 22.0, 5_000.0) == 22.0  # a new bucket is full
+    assert bucket.record(30.0, 2.0, 22.0, 5_000.0) == -8.0  # one burst may take it into debt
+    assert bucket.measure(2.0, 22.0, 6_000.0) == pytest.approx(-6.0)  # 2 credits a second come back
+    assert bucket.measure(2.0, 22.0, 60_000.0) == 22.0  # never above the burst
+    assert bucket.record(-100.0, 2.0, 22.0, 60_000.0) == 22.0
+
+
+def _mutations(quota: float = 2.0) -> QuotaManager:
+    return QuotaManager(lambda: {ent(client=C): {CONTROLLER_MUTATION: quota}})
+
+
+def test_no_controller_mutation_rate_means_no_quota() -> None:
+    assert QuotaManager(lambda: {ent(client=C): {PRODUCE: 1.0}}).controller_mutation(U, C, True, 0.0) is None
+    assert _mutations().controller_mutation(U, "other", True, 0.0) is None
+
+
+def test_strict_quota_accepts_while_credit_is_left_then_refuses_with_the_time_to_refill() -> None:
+    quotas = _mutations(2.0)  # burst: 11 windows x 1 s x 2 = 22 partitions
+    q = quotas.controller_mutation(U, C, True, 1_000.0)
+    assert q is not None
+    q.record(20, 1_000.0)  # 22 -> 2
+    q.record(5, 1_000.0)  # any credit left accepts a topic of any size: 2 -> -3
+    assert q.throttle_time_ms(1_000.0) == 0  # nothing refused, no throttle (Kafka's strict quota)
+    with pytest.raises(ThrottlingQuotaExceeded) as refused:
+        q.record(1, 1_000.0)
+    assert refused.value.throttle_ms == 1500  # -(-3) / 2 per second
+    assert str(refused.value) == THROTTLING_QUOTA_EXCEEDED_MESSAGE
+    with pytest.raises(ThrottlingQuotaExceeded):  # a refused topic took nothing: still 1.5 s of debt
+        q.record(1, 1_000.0)
+    # The response's throttle is what is left of the last one given.
+    assert q.throttle_time_ms(1_400.0) == 1100
+    # The next request, once the debt is paid back, is accepted again.
+    later = quotas.controller_mutation(U, C, True, 2_500.0)
+    assert later is not None
+    later.record(1, 2_500.0)
+    assert later.throttle_time_ms(2_500.0) == 0
+
+
+def test_permissive_quota_accepts_everything_and_throttles_on_debt() -> None:
+    quotas = _mutations(2.0)
+    q = quotas.controller_mutation(U, C, False, 0.0)
+    assert q is not None
+    q.record(22, 0.0)
+    assert q.throttle_time_ms(0.0) == 0  # exactly empty is not over the quota
+    q.record(4, 0.0)
+    q.record(4, 0.0)  # never refused
+    assert q.throttle_time_ms(0.0) == 4000  # -(-8) / 2 per second
+
+
+def test_mutation_bucket_is_shared_per_metric_tags_and_keeps_its_credits_when_the_quota_changes() -> None:
+    stored: dict[QuotaEntity, dict[str, float]] = {ent(U): {CONTROLLER_MUTATION: 1.0}}
+    quotas = QuotaManager(lambda: stored)
+    a = quotas.controller_mutation(U, "app-a", True, 0.0)
+    assert a is not None
+    a.record(12, 0.0)  # 11 -> -1: the user's quota is shared by all of the user's client ids
+    b = quotas.controller_mutation(U, "app-b", True, 0.0)
+    assert b is not None
+    with pytest.raises(ThrottlingQuotaExceeded):
+        b.record(1, 0.0)
+    stored[ent(U)] = {CONTROLLER_MUTATION: 10.0}
+    quotas.invalidate()
+    c = quotas.controller_mutation(U, "app-c", True, 0.0)
+    assert c is not None
+    with pytest.raises(ThrottlingQuotaExceeded) as refused:  # still in debt, now paid back ten times faster
+        c.record(1, 0.0)
+    assert refused.value.throttle_ms == 100
+    rows = [r for r in quotas.snapshot(0.0) if r.quota_type == "ControllerMutation"]
+    assert [(r.user, r.client_id, r.quota, r.last_throttle_ms) for r in rows] == [(U, "", 10.0, 100)]
+
+
+def test_zero_mutation_quota_refuses_after_the_first_and_asks_for_one_window() -> None:
+    q = _mutations(0.0).controller_mutation(U, C, True, 0.0)
+    assert q is not None
+    q.record(3, 0.0)  # an empty (not negative) bucket accepts
+    with pytest.raises(ThrottlingQuotaExceeded) as refused:
+        q.record(1, 10_000.0)
+    assert refused.value.throttle_ms == 1000
+
+
+def test_strict_since_is_the_first_version_with_the_error() -> None:
+    assert STRICT_SINCE == {19: 6, 20: 5, 37: 3}
+
+
+# --- ip connection_creation_rate (KIP-612) -----------------------------------------------------------
+
+def _ip_quotas(stored: dict[QuotaEntity, dict[str, float]], **kw: Any) -> ConnectionQuotas:
+    return ConnectionQuotas(listeners=["PLAINTEXT"], client_quotas=lambda: stored, samples=2, window_s=1.0, **kw)
+
+
+def test_ip_quota_is_the_address_own_else_the_default() -> None:
+    stored = {(("ip", "10.0.0.1"),): {"connection_creation_rate": 5.0},
+              (("ip", "0:0::1"),): {"connection_creation_rate": 7.0},
+              (("ip", None),): {"connection_creation_rate": 3.0}}
+    cq = _ip_quotas(stored)
+    assert cq.ip_creation_rate("10.0.0.1") == 5.0
+    assert cq.ip_creation_rate("::1") == 7.0  # names compare as addresses
+    assert cq.ip_creation_rate("10.0.0.2") == 3.0
+    del stored[(("ip", None),)]
+    assert cq.ip_creation_rate("10.0.0.2") is None
+    assert ConnectionQuotas(listeners=["PLAINTEXT"]).ip_creation_rate("10.0.0.1") is None
+
+
+def test_connection_over_the_ip_rate_is_refused_and_not_counted() -> None:
+    stored = {(("ip", "10.0.0.1"),): {"connection_creation_rate": 3.0}}
+    cq = _ip_quotas(stored, max_creation_rate=100)
+    # 2 windows of 1 s: the rate is counted over at least 1 s, so 3 pass within the first second.
+    assert [cq.record_ip_creation("PLAINTEXT", "10.0.0.1", 0.1 * i) for i in range(3)] == [0.0, 0.0, 0.0]
+    delay = cq.record_ip_creation("PLAINTEXT", "10.0.0.1", 0.3)
+    assert delay == pytest.approx((4 - 3) / 3)  # Kafka's (rate - quota) / quota x window, at most one window
+    # Refused connections are taken back out: of the address's rate and of the broker's.
+    assert cq._ip_rates["10.0.0.1"].rate(0.3) == pytest.approx(3.0)
+    assert cq.record_ip_creation("PLAINTEXT", "10.0.0.2", 0.3) == 0.0  # other addresses are not limited
+    # Once the rate is back within the quota, connections are accepted again.
+    assert cq.record_ip_creation("PLAINTEXT", "10.0.0.1", 1.4) == 0.0
+
+
+def test_ip_quota_changes_apply_to_the_next_connection() -> None:
+    stored: dict[QuotaEntity, dict[str, float]] = {}
+    cq = _ip_quotas(stored)
+    for i in range(10):
+        assert cq.record_ip_creation("PLAINTEXT", "10.0.0.1", 0.01 * i) == 0.0  # no quota: not measured
+    assert "10.0.0.1" not in cq._ip_rates
+    stored[(("ip", None),)] = {"connection_creation_rate": 2.0}
+    assert cq.record_ip_creation("PLAINTEXT", "10.0.0.1", 0.2) == 0.0
+    assert cq.record_ip_creation("PLAINTEXT", "10.0.0.1", 0.2) == 0.0
+    assert cq.record_ip_creation("PLAINTEXT", "10.0.0.1", 0.2) > 0
+    stored[(("ip", None),)] = {"connection_creation_rate": 50.0}  # raised: the measurement is kept
+    assert cq.record_ip_creation("PLAINTEXT", "10.0.0.1", 0.2) == 0.0
+    stored.clear()
+    assert cq.record_ip_creation("PLAINTEXT", "10.0.0.1", 0.2) == 0.0
+    assert "10.0.0.1" not in cq._ip_rates  # no quota any more: the measurement is dropped

@@ -9,9 +9,11 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio
 from kio.schema.errors import ErrorCode
 
 from pykbroker.metadata.store import TopicRecord
+from pykbroker.quotas import STRICT_SINCE, MutationQuota, ThrottlingQuotaExceeded
 from pykbroker.server.authorizer import AclOperation, ResourceType
 from pykbroker.server.authz import cluster_allowed, denied_names
 from pykbroker.server.context import RequestContext, Services
@@ -27,6 +29,36 @@ def _duplicates(names: list[str]) -> set[str]:
     return {n for n, c in Counter(names).items() if c > 1}
 
 
+def _mutation_quota(svc: Services, ctx: RequestContext) -> MutationQuota | None:
+    """The request's controller mutation quota (KIP-599), strict from the versions that know the
+    THROTTLING_QUOTA_EXCEEDED error; None when no controller_mutation_rate applies to the client."""
+    quotas = svc.quotas
+    if quotas is None or not quotas.active():
+        return None
+    return quotas.controller_mutation(ctx.session.principal.name, ctx.header.client_id or "",
+                                      ctx.version >= STRICT_SINCE[ctx.header.api_key], anyio.current_time() * 1000.0)
+
+
+def _charge_mutations(quota: MutationQuota, partitions: int) -> None:
+    """Charge one topic's partitions, after its validation and before its change, as Kafka's controller."""
+    try:
+        quota.record(partitions, anyio.current_time() * 1000.0)
+    except ThrottlingQuotaExceeded as e:
+        raise TopicError(ErrorCode.throttling_quota_exceeded, str(e)) from None
+
+
+def _mutation_throttle(ctx: RequestContext, quota: MutationQuota | None) -> int:
+    """The response's throttle time; the connection reads nothing more until it has passed (KIP-219).
+    The dispatcher raises both when the request quota asks for longer."""
+    if quota is None:
+        return 0
+    now = anyio.current_time()
+    ms = quota.throttle_time_ms(now * 1000.0)
+    if ms > 0:
+        ctx.session.muted_until = max(ctx.session.muted_until, now + ms / 1000.0)
+    return ms
+
+
 async def handle_create_topics(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
     v = ctx.version
     dupes = _duplicates([t.name for t in req.topics])
@@ -40,6 +72,7 @@ async def handle_create_topics(svc: Services, ctx: RequestContext, req: Any) -> 
         if not cluster_allowed(ctx, AclOperation.CREATE, log_denial=False):
             no_create = denied_names(ctx, AclOperation.CREATE, ResourceType.TOPIC, names)
         no_configs = denied_names(ctx, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, names, log_denial=False)
+    mutations = _mutation_quota(svc, ctx)
     for t in req.topics:
         result: dict[str, Any] = {"name": t.name, "topic_id": ZERO_UUID, "error_code": ErrorCode.none,
                                   "error_message": None, "num_partitions": -1, "replication_factor": -1,
@@ -62,6 +95,8 @@ async def handle_create_topics(svc: Services, ctx: RequestContext, req: Any) -> 
             configs={c.name: c.value for c in t.configs},
         )
         try:
+            if mutations is not None:  # as Kafka's controller: validate, charge, then create (or only validate)
+                _charge_mutations(mutations, len((await svc.topics.create_async(spec, validate_only=True)).partitions))
             rec = await svc.topics.create_async(spec, validate_only=bool(req.validate_only))
         except TopicError as e:
             result["error_code"] = e.code
@@ -75,7 +110,7 @@ async def handle_create_topics(svc: Services, ctx: RequestContext, req: Any) -> 
         if not req.validate_only:
             created.append((result, rec))
     await _wait_all(svc, timeout_ms_of(req.timeout), created, svc.topics.wait_created)
-    return {"throttle_time": 0, "topics": results}
+    return {"throttle_time": _mutation_throttle(ctx, mutations), "topics": results}
 
 
 async def _wait_all(svc: Services, timeout_ms: int, pending: list[tuple[dict[str, Any], TopicRecord]],
@@ -113,6 +148,7 @@ async def handle_delete_topics(svc: Services, ctx: RequestContext, req: Any) -> 
         targets = [(n, ZERO_UUID) for n in req.topic_names]
     pending: list[tuple[dict[str, Any], TopicRecord]] = []
     enforced = ctx.authorizer is not None
+    mutations = _mutation_quota(svc, ctx)
     for name, topic_id in targets:
         result: dict[str, Any] = {"name": name, "topic_id": topic_id, "error_code": ErrorCode.none,
                                   "error_message": None}
@@ -137,6 +173,8 @@ async def handle_delete_topics(svc: Services, ctx: RequestContext, req: Any) -> 
             result["error_message"] = f"Cannot delete internal topic {name}"
             continue
         try:
+            if mutations is not None and rec is not None and svc.config["delete.topic.enable"]:
+                _charge_mutations(mutations, len(rec.partitions))
             deleted = await svc.topics.delete(name)
             result["topic_id"] = deleted.topic_id
             pending.append((result, deleted))
@@ -144,7 +182,7 @@ async def handle_delete_topics(svc: Services, ctx: RequestContext, req: Any) -> 
             result["error_code"] = e.code
             result["error_message"] = e.message
     await _wait_all(svc, timeout_ms_of(req.timeout), pending, svc.topics.wait_deleted)
-    return {"throttle_time": 0, "responses": responses}
+    return {"throttle_time": _mutation_throttle(ctx, mutations), "responses": responses}
 
 
 async def handle_create_partitions(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
@@ -153,6 +191,7 @@ async def handle_create_partitions(svc: Services, ctx: RequestContext, req: Any)
                           (t.name for t in req.topics if t.name not in dupes))
     results = []
     grown: list[tuple[dict[str, Any], TopicRecord, range]] = []
+    mutations = _mutation_quota(svc, ctx)
     for t in req.topics:
         result: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.none, "error_message": None}
         results.append(result)
@@ -166,6 +205,9 @@ async def handle_create_partitions(svc: Services, ctx: RequestContext, req: Any)
             continue
         assignments = None if t.assignments is None else [[int(b) for b in a.broker_ids] for a in t.assignments]
         try:
+            if mutations is not None:
+                planned = await svc.topics.add_partitions(t.name, int(t.count), assignments, validate_only=True)
+                _charge_mutations(mutations, len(planned))
             added = await svc.topics.add_partitions(t.name, int(t.count), assignments,
                                                     validate_only=bool(req.validate_only))
         except TopicError as e:
@@ -186,4 +228,4 @@ async def handle_create_partitions(svc: Services, ctx: RequestContext, req: Any)
             if not await svc.topics.wait_until(done, deadline - time.monotonic()):
                 result["error_code"] = ErrorCode.request_timed_out
                 result["error_message"] = None
-    return {"throttle_time": 0, "results": results}
+    return {"throttle_time": _mutation_throttle(ctx, mutations), "results": results}

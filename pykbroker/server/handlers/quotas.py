@@ -2,14 +2,13 @@
 
 Validation and matching follow Kafka's KRaft controller and metadata image, including its
 error messages, so admin tools see the answers they expect.  The values are enforced by
-``pykbroker.quotas``, except ``controller_mutation_rate`` (KIP-599) and the ``connection_creation_rate``
-of ``ip`` entities, which are stored and described only, as the broker says the first time one is set.
+``pykbroker.quotas`` (user and client-id entities; ``controller_mutation_rate`` by the topic admin
+handlers) and ``pykbroker.server.connection_quotas`` (the ``connection_creation_rate`` of ``ip`` entities).
 """
 
 from __future__ import annotations
 
 import ipaddress
-import logging
 import math
 from typing import Any
 
@@ -19,8 +18,6 @@ from pykbroker.metadata.store import QuotaEntity, StoreUnavailable, run_store
 from pykbroker.server.authorizer import AclOperation
 from pykbroker.server.authz import cluster_allowed
 from pykbroker.server.context import RequestContext, Services
-
-log = logging.getLogger("pykbroker.quotas")
 
 USER = "user"
 CLIENT_ID = "client-id"
@@ -42,15 +39,6 @@ _CLIENT_KEYS = {
 # which Kafka's quota validation answers with UNKNOWN_SERVER_ERROR.
 _USER_KEYS = {**_CLIENT_KEYS, "SCRAM-SHA-256": "STRING", "SCRAM-SHA-512": "STRING"}
 _IP_KEYS = {"connection_creation_rate": "INT"}
-
-# Stored quota keys nothing enforces -> what to use instead; each is logged once.
-_NOT_ENFORCED = {
-    "connection_creation_rate": "IP quotas (connection_creation_rate) are stored but not enforced: use "
-                                "max.connection.creation.rate and max.connections.per.ip.overrides (see README)",
-    "controller_mutation_rate": "controller_mutation_rate quotas (KIP-599) are stored but not enforced: topic "
-                                "and partition creations and deletions are not throttled (see README)",
-}
-_warned: set[str] = set()
 
 
 class _Invalid(Exception):
@@ -184,10 +172,6 @@ async def handle_alter_client_quotas(svc: Services, ctx: RequestContext, req: An
             changes = {}
         if svc.quotas is not None and changes:
             svc.quotas.invalidate()  # stores that change their map in place; the next request sees it
-        for unenforced in {k for c in changes.values() for k, v in c.items() if v is not None} & set(_NOT_ENFORCED):
-            if unenforced not in _warned:
-                _warned.add(unenforced)
-                log.warning(_NOT_ENFORCED[unenforced])
     return {
         "throttle_time": 0,
         "entries": [{"error_code": results[k][0], "error_message": results[k][1], "entity": _entity_data(k)}
