@@ -91,7 +91,9 @@ class Consumers:
             for m in msgs:
                 if m.error() is not None:
                     continue
-                tp = (m.partition(), m.offset())
+                part, offset = m.partition(), m.offset()
+                assert part is not None and offset is not None
+                tp = (part, offset)
                 if tp in self.confirmed:
                     self.redelivered_after_ack.append(tp)
                 self.deliveries.append(tp)

@@ -248,11 +248,13 @@ async def handle_share_fetch(svc: Services, ctx: RequestContext, req: Any) -> di
         _release_session(shares, group_id, member_id)
     else:
         shares.sessions.advance(session)
+    if ack_results:  # durable before the long poll, not after it
+        _unwritten(svc, group_id, ack_results, await shares.flush())
     results: dict[TopicIdPartition, dict[str, Any]] = {}
     max_records = int(req.max_records) if epoch != FINAL_EPOCH else 0
     if max_records > 0:
         await _fetch(svc, ctx, shares, req, group_id, member_id, session.partitions, max_records, results)
-    _unwritten(svc, group_id, ack_results, await shares.flush())
+    await shares.flush()  # states started or archived while fetching
     for tp, c in ack_results.items():
         entry = results.setdefault(tp, _entry(svc, tp, ErrorCode.none))
         entry["acknowledge_error_code"] = c
