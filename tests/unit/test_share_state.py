@@ -125,3 +125,83 @@ def test_persister_routes_each_key_to_its_share_coordinator() -> None:
         assert remote.calls[-1] == (3, "read", [keys[2]])
 
     anyio.run(main)
+
+
+# --- the share coordinator's APIs on an embedded broker (no sockets: frames through the dispatcher) ----------
+
+def _broker(path: Any) -> Any:
+    from pykbroker.config import BrokerConfig
+    from pykbroker.server.broker import Broker
+
+    b = Broker(BrokerConfig({"log.dirs": str(path), "listeners": "PLAINTEXT://127.0.0.1:0",
+                             "group.share.enable": "true", "offsets.topic.num.partitions": "1",
+                             "transaction.state.log.num.partitions": "1",
+                             "share.coordinator.state.topic.num.partitions": "2"}))
+    b.startup()
+    return b
+
+
+async def _call(b: Any, api_key: int, body: dict[str, Any]) -> Any:
+    import struct
+
+    from pykbroker.protocol import codec
+    from pykbroker.protocol.framing import FrameDecoder
+    from tests.unit.test_dispatcher import frame_for
+
+    out = await b.dispatcher.handle(frame_for(api_key, 0, body, 1))
+    dec = FrameDecoder(1 << 30)
+    dec.feed(out)
+    payload = dec.next_frame()
+    assert payload is not None and struct.unpack_from(">i", payload, 0)[0] == 1
+    return codec.decode_response(api_key, 0, payload, 5)
+
+
+def _write(leader_epoch: int, start: int) -> dict[str, Any]:
+    return {"group_id": "g", "topics": [{"topic_id": TID, "partitions": [
+        {"partition": 0, "state_epoch": 1, "leader_epoch": leader_epoch, "start_offset": start, "state_batches": [
+            {"first_offset": start, "last_offset": start + 4, "delivery_state": 2, "delivery_count": 1}]}]}]}
+
+
+def _read(leader_epoch: int) -> dict[str, Any]:
+    return {"group_id": "g", "topics": [{"topic_id": TID, "partitions": [
+        {"partition": 0, "leader_epoch": leader_epoch}]}]}
+
+
+def test_share_coordinator_apis_fence_old_leaders_and_survive_a_restart(tmp_path: Any) -> None:
+    def codes(resp: Any) -> list[int]:
+        return [int(p.error_code) for t in resp.results for p in t.partitions]
+
+    async def first(b: Any) -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(b.shares.state.run)
+            assert codes(await _call(b, 85, _write(3, 10))) == [ErrorCode.none]
+            assert codes(await _call(b, 84, _read(2))) == [ErrorCode.fenced_leader_epoch]
+            got = (await _call(b, 84, _read(5))).results[0].partitions[0]  # a newer leader: recorded
+            assert (got.error_code, got.start_offset, len(got.state_batches)) == (0, 10, 1)
+            assert int(got.state_batches[0].delivery_state) == 2
+            assert codes(await _call(b, 85, _write(4, 20))) == [ErrorCode.fenced_leader_epoch]
+            assert codes(await _call(b, 85, _write(5, 15))) == [ErrorCode.none]
+            tg.cancel_scope.cancel()
+
+    async def second(b: Any) -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(b.shares.state.run)
+            got = (await _call(b, 84, _read(5))).results[0].partitions[0]
+            assert (got.error_code, got.start_offset) == (0, 15)  # replayed from __share_group_state
+            assert codes(await _call(b, 85, _write(4, 30))) == [ErrorCode.fenced_leader_epoch]
+            deleted = await _call(b, 86, {"group_id": "g", "topics": [{"topic_id": TID, "partitions": [
+                {"partition": 0}]}]})
+            assert codes(deleted) == [ErrorCode.none]
+            got = (await _call(b, 84, _read(6))).results[0].partitions[0]
+            assert (got.error_code, got.start_offset) == (0, -1)  # no state any more
+            from pykbroker.server.dispatcher import hidden_apis
+            assert {84, 85, 86} <= hidden_apis(b.services)  # inter-broker: never advertised to clients
+            tg.cancel_scope.cancel()
+
+    for step in (first, second):
+        b = _broker(tmp_path)
+        try:
+            anyio.run(step, b)
+        finally:
+            b.log_manager.shutdown()
+            b.store.close()
