@@ -29,6 +29,8 @@ def test_an_older_leader_is_fenced() -> None:
     assert fence(snap(3), 4) == ErrorCode.none
     assert fence(snap(3), 2) == ErrorCode.fenced_leader_epoch
     assert fence(snap(3), -1) == ErrorCode.none  # admin summary reads
+    assert fence(snap(3), 3, state_epoch=0) == ErrorCode.fenced_state_epoch  # state reset by an admin since
+    assert fence(snap(3), 3, state_epoch=1) == ErrorCode.none
 
 
 def test_share_group_records_round_trip_and_replay() -> None:
@@ -156,10 +158,11 @@ async def _call(b: Any, api_key: int, body: dict[str, Any]) -> Any:
     return codec.decode_response(api_key, 0, payload, 5)
 
 
-def _write(leader_epoch: int, start: int) -> dict[str, Any]:
+def _write(leader_epoch: int, start: int, state_epoch: int = 1) -> dict[str, Any]:
     return {"group_id": "g", "topics": [{"topic_id": TID, "partitions": [
-        {"partition": 0, "state_epoch": 1, "leader_epoch": leader_epoch, "start_offset": start, "state_batches": [
-            {"first_offset": start, "last_offset": start + 4, "delivery_state": 2, "delivery_count": 1}]}]}]}
+        {"partition": 0, "state_epoch": state_epoch, "leader_epoch": leader_epoch, "start_offset": start,
+         "state_batches": [{"first_offset": start, "last_offset": start + 4, "delivery_state": 2,
+                            "delivery_count": 1}]}]}]}
 
 
 def _read(leader_epoch: int) -> dict[str, Any]:
@@ -181,6 +184,9 @@ def test_share_coordinator_apis_fence_old_leaders_and_survive_a_restart(tmp_path
             assert int(got.state_batches[0].delivery_state) == 2
             assert codes(await _call(b, 85, _write(4, 20))) == [ErrorCode.fenced_leader_epoch]
             assert codes(await _call(b, 85, _write(5, 15))) == [ErrorCode.none]
+            # An admin reset (state epoch 2) fences the leader's state of epoch 1.
+            assert codes(await _call(b, 85, _write(5, 15, state_epoch=2))) == [ErrorCode.none]
+            assert codes(await _call(b, 85, _write(5, 16, state_epoch=1))) == [ErrorCode.fenced_state_epoch]
             tg.cancel_scope.cancel()
 
     async def second(b: Any) -> None:

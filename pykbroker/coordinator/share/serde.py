@@ -34,11 +34,12 @@ class StateKey:
 
 @dataclass(frozen=True)
 class Snapshot:
-    state_epoch: int
-    leader_epoch: int
+    state_epoch: int  # Kafka's state epoch: bumped when an admin resets the state (AlterShareGroupOffsets)
+    leader_epoch: int  # the share-partition leader's epoch that wrote or last read it
     start_offset: int
     batches: tuple[StateBatch, ...]
     write_timestamp: int = 0
+    snapshot_epoch: int = 0  # counts the leader's changes (SharePartition.state_epoch)
 
 
 def encode_key(key: StateKey) -> bytes:
@@ -64,7 +65,7 @@ def decode_key(data: bytes) -> StateKey | None:
 
 def encode_value(s: Snapshot) -> bytes:
     w = Writer().i16(SNAPSHOT_VALUE_VERSION)
-    w.i32(0)  # snapshot epoch: every record is a snapshot
+    w.i32(s.snapshot_epoch)
     w.i32(s.state_epoch).i32(s.leader_epoch).i64(s.start_offset)
     w.i64(s.write_timestamp).i64(s.write_timestamp)  # create and write timestamps
     w.array_len(len(s.batches))
@@ -79,7 +80,7 @@ def decode_value(data: bytes) -> Snapshot:
     version = r.i16()
     if version != SNAPSHOT_VALUE_VERSION:
         raise SerdeError(f"unknown share snapshot value version {version}")
-    r.i32()
+    snapshot_epoch = r.i32()
     state_epoch, leader_epoch, start_offset = r.i32(), r.i32(), r.i64()
     r.i64()
     written = r.i64()
@@ -94,4 +95,4 @@ def decode_value(data: bytes) -> Snapshot:
             raise SerdeError(f"state batch {first}-{last} is empty")
         batches.append(StateBatch(first, last, RecordState(state), count))
     r.tags()
-    return Snapshot(state_epoch, leader_epoch, start_offset, tuple(batches), written)
+    return Snapshot(state_epoch, leader_epoch, start_offset, tuple(batches), written, snapshot_epoch)

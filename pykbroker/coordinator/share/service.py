@@ -74,6 +74,7 @@ class ShareCoordinator:
         self.sessions = ShareSessions()
         self.partitions: dict[SpKey, SharePartition] = {}
         self._leader_epochs: dict[SpKey, int] = {}  # the leader epoch each share-partition was read under
+        self._state_epochs: dict[SpKey, int] = {}  # the state epoch it was read with (admin resets bump it)
         self._init_locks: dict[SpKey, anyio.Lock] = {}
         self.state = ShareStateStore(config, store, replicas, topics)
         self.persister = Persister(self.state, replicas.broker_id)
@@ -122,6 +123,7 @@ class ShareCoordinator:
         """Forget a share-partition this broker no longer leads (its acquisitions die with it)."""
         self.partitions.pop(key, None)
         self._leader_epochs.pop(key, None)
+        self._state_epochs.pop(key, None)
 
     # --- startup -------------------------------------------------------------------------------------
 
@@ -180,15 +182,17 @@ class ShareCoordinator:
                 return None  # the leadership moved while reading
             if snap is not None:
                 sp = SharePartition.restore(snap.start_offset, snap.batches, limits)
-                sp.state_epoch = snap.state_epoch
+                sp.state_epoch = snap.snapshot_epoch
                 self.partitions[key] = sp
                 self._leader_epochs[key] = epoch
+                self._state_epochs[key] = snap.state_epoch
             else:
                 reset = self.group_config(group_id)["share.auto.offset.reset"]
                 start = p.log.log_start_offset if reset == "earliest" else p.high_watermark
                 sp = SharePartition(start, limits)
                 self.partitions[key] = sp
                 self._leader_epochs[key] = epoch
+                self._state_epochs[key] = 0
                 self.persist(group_id, topic, partition, sp)
             return sp
 
@@ -309,14 +313,18 @@ class ShareCoordinator:
             return
         key = serde.StateKey(group_id, rec.topic_id, partition)
         p = self.replicas.partition(topic, partition)
-        epoch = self._leader_epochs.get((group_id, topic, partition), p.leader_epoch if p is not None else -1)
-        snap = serde.Snapshot(sp.state_epoch, epoch, sp.start_offset, tuple(sp.state_batches()), now_ms())
+        spk = (group_id, topic, partition)
+        epoch = self._leader_epochs.get(spk, p.leader_epoch if p is not None else -1)
+        snap = serde.Snapshot(self._state_epochs.get(spk, 0), epoch, sp.start_offset, tuple(sp.state_batches()),
+                              now_ms(), sp.state_epoch)
         self._pending[key] = ((group_id, topic, partition), snap)
 
     async def flush(self) -> dict[SpKey, ErrorCode]:
         """Write the queued state to the share coordinators before the answer goes out; the share-partitions
-        whose state could not be written within :data:`WRITE_RETRY_S` (kept queued, retried by the timer),
-        with the error.  A fenced write means another broker leads the partition now: its state is dropped."""
+        whose state could not be written within :data:`WRITE_RETRY_S`, with the error.  Such a share-partition
+        is dropped, to be read again from its share coordinator, which undoes the changes that were not
+        written (as Kafka rolls them back).  A fenced write means another broker leads the partition now, or
+        an admin reset its state: dropped too."""
         failed: dict[SpKey, ErrorCode] = {}
         self.write_group_records()  # a deleted group's tombstone, with its state's
         async with self._flush_lock:
@@ -333,10 +341,11 @@ class ShareCoordinator:
                     code = codes.get(k, ErrorCode.unknown_server_error)
                     if code == ErrorCode.none:
                         failed.pop(spk, None)
-                    elif code == ErrorCode.fenced_leader_epoch:
-                        log.info("share group %s: %s-%d is led by a newer leader; dropping its state", *spk)
+                    elif code in (ErrorCode.fenced_leader_epoch, ErrorCode.fenced_state_epoch):
+                        log.info("share group %s: state of %s-%d fenced (%s); dropping it", *spk, code.name)
                         self._drop(spk)
-                        failed[spk] = ErrorCode.not_leader_or_follower
+                        failed[spk] = (ErrorCode.not_leader_or_follower if code == ErrorCode.fenced_leader_epoch
+                                       else code)
                     else:
                         failed[spk] = code
                         if k not in self._pending:  # not superseded by a newer state meanwhile
@@ -346,8 +355,11 @@ class ShareCoordinator:
                 if not retry:
                     continue
                 if anyio.current_time() + backoff >= deadline:
-                    log.warning("share state of %d share-partition(s) not written: %s", len(retry),
-                                sorted({c.name for c in failed.values()}))
+                    log.warning("share state of %d share-partition(s) not written (%s): read again from their "
+                                "share coordinators", len(retry), sorted({c.name for c in failed.values()}))
+                    for k, (spk, _) in retry:
+                        self._pending.pop(k, None)
+                        self._drop(spk)
                     break
                 await anyio.sleep(backoff)
                 backoff = min(1.0, backoff * 2)
@@ -383,20 +395,21 @@ class ShareCoordinator:
         done = sum(1 for off, r in sp.iter_in_flight() if off < hwm and r.state.name in ("ACKNOWLEDGED", "ARCHIVED"))
         return sp.start_offset, max(0, hwm - sp.start_offset - done)
 
-    def reset_start(self, group_id: str, topic: str, partition: int, offset: int) -> None:
-        """AlterShareGroupOffsets: the group starts over at ``offset`` on this partition (it has no members)."""
-        sp = SharePartition(offset, self.limits(group_id))
-        key = (group_id, topic, partition)
-        old = self.partitions.get(key)
-        if old is not None:
-            sp.state_epoch = old.state_epoch + 1
-        p = self.replicas.partition(topic, partition)
-        if p is not None and p.is_leader:
-            self.partitions[key] = sp
-            self._leader_epochs[key] = p.leader_epoch
-        else:
-            self._drop(key)
-        self.persist(group_id, topic, partition, sp)
+    async def reset_start(self, group_id: str, topic: str, topic_id: uuid.UUID, partition: int, offset: int
+                          ) -> ErrorCode:
+        """AlterShareGroupOffsets: the group starts over at ``offset`` on this partition (it has no members).
+
+        The new state carries the next state epoch, which fences a share-partition leader still holding the
+        old state: its next write fails and it reads the new state."""
+        key = serde.StateKey(group_id, topic_id, partition)
+        code, cur = await self.persister.read(key, -1)
+        if code != ErrorCode.none:
+            return code
+        snap = serde.Snapshot(cur.state_epoch + 1 if cur is not None else 1,
+                              cur.leader_epoch if cur is not None else -1, offset, (), now_ms())
+        self._pending.pop(key, None)
+        self._drop((group_id, topic, partition))
+        return (await self.persister.write([(key, snap)])).get(key, ErrorCode.unknown_server_error)
 
     def delete_topic_state(self, group_id: str, topic: str, topic_id: uuid.UUID, partitions: int | None = None
                            ) -> None:

@@ -9,7 +9,8 @@ durable: appended, fsync'd with ``log.flush.on.ack`` and, in a cluster, replicat
 
 Leader epochs fence share-partition leaders that lost their leadership: a read by a newer leader records
 its epoch (written to the log, so it survives a failover of the share coordinator), and a write or read
-carrying an older epoch than the one stored is refused with FENCED_LEADER_EPOCH.
+carrying an older epoch than the one stored is refused with FENCED_LEADER_EPOCH.  State epochs fence a
+leader holding state an admin has replaced since (AlterShareGroupOffsets bumps it): FENCED_STATE_EPOCH.
 """
 
 from __future__ import annotations
@@ -36,12 +37,15 @@ STATE_TOPIC = "__share_group_state"
 LOAD_WAIT_S = 10.0
 
 
-def fence(stored: serde.Snapshot | None, leader_epoch: int) -> ErrorCode:
-    """Kafka's share coordinator check: a share-partition leader older than the last one seen is fenced.
-
-    ``leader_epoch`` < 0 (admin summary reads) is never fenced."""
-    if stored is not None and 0 <= leader_epoch < stored.leader_epoch:
+def fence(stored: serde.Snapshot | None, leader_epoch: int, state_epoch: int | None = None) -> ErrorCode:
+    """Kafka's share coordinator checks: a share-partition leader older than the last one seen, or a write
+    of state older than an admin's reset, is fenced.  ``leader_epoch`` < 0 (admin reads) is never fenced."""
+    if stored is None:
+        return ErrorCode.none
+    if 0 <= leader_epoch < stored.leader_epoch:
         return ErrorCode.fenced_leader_epoch
+    if state_epoch is not None and state_epoch < stored.state_epoch:
+        return ErrorCode.fenced_state_epoch
     return ErrorCode.none
 
 
@@ -204,7 +208,8 @@ class ShareStateStore(PartitionLoader):
                 records: list[tuple[bytes, bytes | None]] = []
                 accepted: list[serde.StateKey] = []
                 for key, snap in group:
-                    c = fence(states.get(key), snap.leader_epoch if snap is not None else -1)
+                    c = ErrorCode.none if snap is None else fence(states.get(key), snap.leader_epoch,
+                                                                  snap.state_epoch)
                     out[key] = c
                     if c != ErrorCode.none:
                         continue

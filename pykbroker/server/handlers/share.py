@@ -456,7 +456,7 @@ async def handle_alter_share_group_offsets(svc: Services, ctx: RequestContext, r
             elif not p.log.log_start_offset <= offset <= p.high_watermark:
                 c = ErrorCode.invalid_request
             else:
-                shares.reset_start(req.group_id, t.topic_name, idx, offset)
+                c = await shares.reset_start(req.group_id, t.topic_name, rec.topic_id, idx, offset)
             parts.append({"partition_index": idx, "error_code": c, "error_message": None})
         responses.append({"topic_name": t.topic_name, "topic_id": rec.topic_id if rec else uuid.UUID(int=0),
                           "partitions": parts})
