@@ -76,6 +76,7 @@ class ShareCoordinator:
         self._leader_epochs: dict[SpKey, int] = {}  # the leader epoch each share-partition was read under
         self._state_epochs: dict[SpKey, int] = {}  # the state epoch it was read with (admin resets bump it)
         self._init_locks: dict[SpKey, anyio.Lock] = {}
+        self._topic_shapes: dict[str, tuple[uuid.UUID, int] | None] = {}  # what the assignment depends on
         self.state = ShareStateStore(config, store, replicas, topics)
         self.persister = Persister(self.state, replicas.broker_id)
         # State written but not yet acknowledged by its share coordinator (newest per key; None: delete).
@@ -112,7 +113,10 @@ class ShareCoordinator:
     def _on_metadata_change(self, name: str, rec: TopicRecord | None) -> None:
         if name in (STATE_TOPIC, OFFSETS_TOPIC):
             return
-        self.groups.on_topics_changed()
+        shape = None if rec is None else (rec.topic_id, len(rec.partitions))
+        if self._topic_shapes.get(name) != shape:  # created, deleted or grown; not a leader or ISR change
+            self._topic_shapes[name] = shape
+            self.groups.on_topics_changed()
         me = self.replicas.broker_id
         for key in [k for k in self.partitions if k[1] == name]:
             a = rec.partitions.get(key[2]) if rec is not None else None

@@ -62,6 +62,7 @@ class ShareStateStore(PartitionLoader):
         # Loaded partitions led here: their state per key (the newest record per key, tombstones removed).
         self.states: dict[int, dict[serde.StateKey, serde.Snapshot]] = {}
         self._loaded: dict[int, anyio.Event] = {}
+        self._epochs: dict[int, int] = {}  # the leader epoch each partition was loaded under
         self._to_load: set[int] = set()
         self._load_wake = anyio.Event()
         self._locks: dict[int, anyio.Lock] = {}
@@ -103,15 +104,18 @@ class ShareStateStore(PartitionLoader):
     def _on_metadata_change(self, name: str, rec: TopicRecord | None) -> None:
         if name != STATE_TOPIC:
             return
-        led = set() if rec is None else {i for i, a in rec.partitions.items() if a.leader == self.replicas.broker_id}
+        led = {} if rec is None else {i: a.leader_epoch for i, a in rec.partitions.items()
+                                      if a.leader == self.replicas.broker_id}
         for p in list(self._loaded):
-            if p not in led:  # another broker is the share coordinator of these keys now
+            if led.get(p) != self._epochs.get(p):  # led elsewhere now, or lost and regained meanwhile
                 self._loaded.pop(p).set()
+                self._epochs.pop(p, None)
                 self.states.pop(p, None)
                 self._to_load.discard(p)
-        for p in led:
+        for p, epoch in led.items():
             if p not in self._loaded:
                 self._loaded[p] = anyio.Event()
+                self._epochs[p] = epoch
                 self._to_load.add(p)
         self._load_wake.set()
 
@@ -136,14 +140,16 @@ class ShareStateStore(PartitionLoader):
         return out
 
     async def _load(self, partition: int) -> None:
+        event = self._loaded.get(partition)
+        if event is None:
+            return
         try:
             states = await anyio.to_thread.run_sync(self._read_partition, partition)
         except Exception:
             log.exception("failed to read %s-%d", STATE_TOPIC, partition)
             states = {}
-        event = self._loaded.get(partition)
-        if event is None or event.is_set():
-            return  # no longer led here
+        if self._loaded.get(partition) is not event or event.is_set():
+            return  # no longer led here, or led again under a newer epoch (loaded again)
         self.states[partition] = states
         event.set()
 
