@@ -472,6 +472,10 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         # --- client quota enforcement (pykbroker.quotas) ---
         _D("quota.window.num", "int", 11, "Samples client quota rates are measured over.", at_least(1)),
         _D("quota.window.size.seconds", "int", 1, "Length of one client quota sample.", at_least(1)),
+        _D("controller.quota.window.num", "int", 11, "Samples of the controller mutation quota (KIP-599): "
+           "its token bucket holds this many windows of credit.", at_least(1)),
+        _D("controller.quota.window.size.seconds", "int", 1, "Length of one controller mutation quota "
+           "sample.", at_least(1)),
         # --- end client quota enforcement ---
         # --- client telemetry (KIP-714) ---
         _D("telemetry.max.bytes", "int", 1048576, "The largest metrics payload a client may push "
@@ -592,7 +596,8 @@ _UNIMPLEMENTED_PREFIXES = {
     "ssl.": "of the ssl.* keys only those listed in docs/security.md are implemented",
     "sasl.": "of SASL only PLAIN, SCRAM and unsecured OAUTHBEARER with sasl.jaas.config are implemented",
     "process.roles": "KRaft is not implemented: pykbroker uses ZooKeeper or embedded metadata",
-    "controller.": "KRaft is not implemented: pykbroker uses ZooKeeper or embedded metadata",
+    "controller.": "KRaft is not implemented: pykbroker uses ZooKeeper or embedded metadata (of the "
+                   "controller.* keys only controller.quota.window.num/.size.seconds exist here)",
     "zookeeper.ssl": "TLS to ZooKeeper is not implemented",
     "zookeeper.set.acl": "ZooKeeper ACLs are not implemented",
 }

@@ -239,7 +239,8 @@ def families(snap: Snapshot) -> Iterator[Metric]:
 
 
 _QUOTA_UNITS = {"Produce": ("byte_rate", "bytes/s"), "Fetch": ("byte_rate", "bytes/s"),
-                "Request": ("request_time", "percent of one thread")}
+                "Request": ("request_time", "percent of one thread"),
+                "ControllerMutation": ("rate", "partition mutations/s")}
 
 
 def _quota_families(rows: list[Any]) -> Iterator[Metric]:

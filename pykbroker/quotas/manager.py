@@ -112,8 +112,11 @@ class QuotaManager:
     (KIP-124), each measured over ``quota.window.num`` windows of ``quota.window.size.seconds``, and
     controller mutations (KIP-599), a token bucket per client (``mutation``)."""
 
-    def __init__(self, quotas: QuotaSource, *, samples: int = 11, window_seconds: int = 1) -> None:
+    def __init__(self, quotas: QuotaSource, *, samples: int = 11, window_seconds: int = 1,
+                 mutation_samples: int = 11, mutation_window_seconds: int = 1) -> None:
         self._source = quotas
+        self.mutation_samples = mutation_samples  # controller.quota.window.num
+        self.mutation_window_ms = mutation_window_seconds * 1000.0  # controller.quota.window.size.seconds
         self._seen: object = None
         self.samples = samples
         self.window_ms = window_seconds * 1000.0
@@ -185,7 +188,8 @@ class QuotaManager:
         tags, bound = hit
         sensor = self._mutations.get(tags)
         if sensor is None:
-            sensor = self._mutations[tags] = MutationSensor(bound, now_ms)
+            sensor = self._mutations[tags] = MutationSensor(bound, now_ms, self.mutation_samples,
+                                                            self.mutation_window_ms)
         sensor.bound = bound  # a changed quota keeps the bucket's credits, as Kafka's sensor does
         return MutationQuota(sensor, strict)
 

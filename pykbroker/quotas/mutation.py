@@ -44,11 +44,15 @@ class ThrottlingQuotaExceeded(Exception):
 class MutationSensor:
     """One client's bucket (shared by the clients its quota's metric tags group together)."""
 
-    __slots__ = ("bound", "bucket", "last_throttle_ms", "last_used_ms", "rate", "throttles")
+    __slots__ = ("bound", "bucket", "last_throttle_ms", "last_used_ms", "rate", "samples", "throttles",
+                 "window_ms")
 
-    def __init__(self, bound: float, now_ms: float) -> None:
+    def __init__(self, bound: float, now_ms: float, samples: int = CONTROLLER_QUOTA_SAMPLES,
+                 window_ms: float = CONTROLLER_QUOTA_WINDOW_MS) -> None:
+        self.samples = samples  # controller.quota.window.num
+        self.window_ms = window_ms  # controller.quota.window.size.seconds
         self.bucket = TokenBucket()
-        self.rate = Rate(CONTROLLER_QUOTA_SAMPLES, CONTROLLER_QUOTA_WINDOW_MS)  # Kafka's mutation-rate metric
+        self.rate = Rate(samples, window_ms)  # Kafka's mutation-rate metric
         self.throttles = SampledStat(_THROTTLE_SAMPLES, _THROTTLE_WINDOW_MS)
         self.bound = bound
         self.last_throttle_ms = 0
@@ -56,7 +60,7 @@ class MutationSensor:
 
     @property
     def burst(self) -> float:
-        return CONTROLLER_QUOTA_SAMPLES * CONTROLLER_QUOTA_WINDOW_MS / 1000.0 * self.bound
+        return self.samples * self.window_ms / 1000.0 * self.bound
 
     def tokens(self, now_ms: float) -> float:
         return self.bucket.measure(self.bound, self.burst, now_ms)
@@ -69,10 +73,8 @@ class MutationSensor:
     def throttle_ms(self, tokens: float, now_ms: float) -> int:
         """Kafka's ``ControllerMutationQuotaManager.throttleTimeMs``: the time the debt takes to refill.
         A zero quota never refills (Kafka's division overflows): the client is told to retry after a window."""
-        if self.bound <= 0:
-            ms = int(CONTROLLER_QUOTA_WINDOW_MS)
-        else:
-            ms = int(min(round(-tokens / self.bound * 1000.0), INT32_MAX))
+        never = self.bound <= 0
+        ms = int(self.window_ms) if never else int(min(round(-tokens / self.bound * 1000.0), INT32_MAX))
         if ms > 0:
             self.throttles.record(ms, now_ms)
             self.last_throttle_ms = ms

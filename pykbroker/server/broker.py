@@ -137,7 +137,9 @@ class Broker:
         self.services.txn_coordinator = self.txn
         # Client quotas are read from the store on every check, so changes apply without a restart.
         self.services.quotas = QuotaManager(self.store.client_quotas, samples=config["quota.window.num"],
-                                            window_seconds=config["quota.window.size.seconds"])
+                                            window_seconds=config["quota.window.size.seconds"],
+                                            mutation_samples=config["controller.quota.window.num"],
+                                            mutation_window_seconds=config["controller.quota.window.size.seconds"])
         self.delays: DelayService | None = None
         if config["pykbroker.delay.enable"]:  # delayed delivery (pykbroker/delay)
             self.delays = self.services.delays = DelayService(config, self.store, self.replicas, self.topics)

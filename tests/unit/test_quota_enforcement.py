@@ -389,3 +389,14 @@ def test_ip_quota_changes_apply_to_the_next_connection() -> None:
     stored.clear()
     assert cq.record_ip_creation("PLAINTEXT", "10.0.0.1", 0.2) == 0.0
     assert "10.0.0.1" not in cq._ip_rates  # no quota any more: the measurement is dropped
+
+
+def test_controller_quota_window_settings_size_the_bucket() -> None:
+    """controller.quota.window.num x controller.quota.window.size.seconds of credit, as Kafka's bucket."""
+    from pykbroker.quotas.mutation import MutationSensor
+
+    small = MutationSensor(10.0, 0.0, samples=2, window_ms=1000.0)
+    assert small.burst == 20.0
+    assert small.take(25.0, 0.0) == pytest.approx(-5.0)  # 20 credits, 25 taken
+    assert small.throttle_ms(-5.0, 0.0) == 500  # the debt refills at 10/s
+    assert MutationSensor(10.0, 0.0).burst == 110.0  # Kafka's defaults: 11 windows of 1 s
