@@ -29,6 +29,7 @@ TIMEOUT = 30
 PARTITIONS = 3
 STATE_TOPIC = "__share_group_state"
 FIND_COORDINATOR, LIST_GROUPS, SHARE_GROUP_DESCRIBE = 10, 16, 77
+DESCRIBE_SHARE_GROUP_OFFSETS, ALTER_SHARE_GROUP_OFFSETS = 90, 91
 
 
 @pytest.fixture(scope="module")
@@ -235,3 +236,40 @@ def test_group_listed_on_its_coordinator_after_a_restart(cluster: Cluster) -> No
     resp = raw_request(cluster.broker(other).bootstrap, SHARE_GROUP_DESCRIBE, 1,
                        {"group_ids": [group], "include_authorized_operations": False})
     assert int(resp.groups[0].error_code) == 16  # NOT_COORDINATOR
+
+
+def test_alter_share_group_offsets_reaches_every_share_partition_leader(cluster: Cluster) -> None:
+    """The group coordinator writes the reset state to each share coordinator; the partition leaders, which
+    held the old state in memory, read the new one when the group comes back."""
+    healthy(cluster)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    n = 60
+    topic = setup_topic(cluster, group, n)
+    first = Consumers(cluster, group, topic, 1)
+    try:
+        first.run_until(lambda: first.confirmed >= all_records(n), 60)
+    finally:
+        first.close()
+    assert first.confirmed == all_records(n)
+    assert len(set(cluster.leaders(topic).values())) > 1, "partitions led by one broker: nothing to test"
+    body = {"group_id": group, "topics": [{"topic_name": topic, "partitions": [
+        {"partition_index": i, "start_offset": 0} for i in range(PARTITIONS)]}]}
+
+    def altered() -> bool:
+        node = group_coordinator(cluster, group)
+        resp = raw_request(cluster.broker(node).bootstrap, ALTER_SHARE_GROUP_OFFSETS, 0, body)
+        return int(resp.error_code) == 0 and all(
+            int(p.error_code) == 0 for t in resp.responses for p in t.partitions)
+    wait_for(altered, timeout=60, interval=1.0, what="AlterShareGroupOffsets accepted (the group empty)")
+    node = group_coordinator(cluster, group)
+    described = raw_request(cluster.broker(node).bootstrap, DESCRIBE_SHARE_GROUP_OFFSETS, 1, {"groups": [
+        {"group_id": group, "topics": [{"topic_name": topic, "partitions": list(range(PARTITIONS))}]}]})
+    assert [(int(p.partition_index), int(p.start_offset)) for p in described.groups[0].topics[0].partitions] == \
+        [(i, 0) for i in range(PARTITIONS)]
+    again = Consumers(cluster, group, topic, 2)
+    try:
+        again.run_until(lambda: again.confirmed >= all_records(n), 90)
+    finally:
+        again.close()
+    assert again.delivered() == all_records(n)
+    assert again.confirmed == all_records(n)

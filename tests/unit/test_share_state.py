@@ -211,3 +211,16 @@ def test_share_coordinator_apis_fence_old_leaders_and_survive_a_restart(tmp_path
         finally:
             b.log_manager.shutdown()
             b.store.close()
+
+
+def test_a_group_with_no_session_left_is_idle() -> None:
+    from pykbroker.coordinator.share.session import ShareSessions
+
+    s = ShareSessions()
+    s.open("g", "a")
+    s.open("g", "b")
+    s.open("h", "a")
+    s.close("g", "a")
+    assert s.has_group("g")
+    s.close_member("g", "b")
+    assert not s.has_group("g") and s.has_group("h")

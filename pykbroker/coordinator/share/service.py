@@ -369,6 +369,15 @@ class ShareCoordinator:
                 backoff = min(1.0, backoff * 2)
         return failed
 
+    def evict_if_idle(self, group_id: str) -> None:
+        """The group's last share session here closed and its state is written: forget its share-partitions,
+        as Kafka's leader does when a group has no members left there, so that the next member reads the
+        state afresh (an AlterShareGroupOffsets or DeleteShareGroupOffsets made meanwhile applies)."""
+        if self.sessions.has_group(group_id) or any(spk[0] == group_id for spk, _ in self._pending.values()):
+            return
+        for key in [k for k in self.partitions if k[0] == group_id]:
+            self._drop(key)
+
     def _member_removed(self, group_id: str, member_id: str) -> None:
         self.sessions.close_member(group_id, member_id)
         self.release_member(group_id, member_id)

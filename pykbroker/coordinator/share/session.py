@@ -69,3 +69,7 @@ class ShareSessions:
 
     def close_member(self, group_id: str, member_id: str) -> None:
         self._sessions.pop((group_id, member_id), None)
+
+    def has_group(self, group_id: str) -> bool:
+        """Whether any member of the group has a session open here."""
+        return any(g == group_id for g, _ in self._sessions)

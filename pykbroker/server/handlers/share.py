@@ -255,6 +255,8 @@ async def handle_share_fetch(svc: Services, ctx: RequestContext, req: Any) -> di
     if max_records > 0:
         await _fetch(svc, ctx, shares, req, group_id, member_id, session.partitions, max_records, results)
     await shares.flush()  # states started or archived while fetching
+    if epoch == FINAL_EPOCH:
+        shares.evict_if_idle(group_id)
     for tp, c in ack_results.items():
         entry = results.setdefault(tp, _entry(svc, tp, ErrorCode.none))
         entry["acknowledge_error_code"] = c
@@ -360,6 +362,8 @@ async def handle_share_acknowledge(svc: Services, ctx: RequestContext, req: Any)
         if session is not None:
             shares.sessions.advance(session)
     _unwritten(svc, group_id, results, await shares.flush())
+    if epoch == FINAL_EPOCH:
+        shares.evict_if_idle(group_id)
     by_topic: dict[uuid.UUID, list[dict[str, Any]]] = {}
     for (tid, idx), c in results.items():
         rec = svc.store.topic_by_id(tid)
