@@ -179,8 +179,8 @@ class ShareCoordinator:
             epoch = p.leader_epoch
             code, snap = await self.persister.read(serde.StateKey(group_id, topic_id, partition), epoch)
             if code != ErrorCode.none:
-                log.info("share group %s: state of %s-%d not readable yet: %s", group_id, topic, partition,
-                         code.name)
+                log.debug("share group %s: state of %s-%d not readable yet: %s", group_id, topic, partition,
+                          code.name)
                 return None
             if self.replicas.partition(topic, partition) is not p or not p.is_leader or p.leader_epoch != epoch:
                 return None  # the leadership moved while reading
