@@ -202,6 +202,10 @@ def test_kill9_share_coordinator_mid_stream(cluster: Cluster) -> None:
     _kill_mid_stream(cluster, share_coordinator)
 
 
+def test_kill9_group_coordinator_mid_stream(cluster: Cluster) -> None:
+    _kill_mid_stream(cluster, lambda topic, group: group_coordinator(cluster, group))
+
+
 def test_group_listed_on_its_coordinator_after_a_restart(cluster: Cluster) -> None:
     healthy(cluster)
     group = f"g-{uuid.uuid4().hex[:8]}"
