@@ -56,6 +56,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--interval", type=float, default=1.0, help="seconds between scrapes")
     ap.add_argument("--phase-timeout", type=float, default=300)
+    ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                    help="broker setting, e.g. pykbroker.metrics.partition.series=false")
     args = ap.parse_args()
     bench_args = bench.parse_args(["--bootstrap", "unused", "--phase-timeout", str(args.phase_timeout)])
     workdir = tempfile.mkdtemp(prefix="pykbroker-metrics-bench-")
@@ -63,6 +65,8 @@ def main() -> int:
     exe = bench.venv_bin("pykbroker") or "pykbroker"
     cmd = [exe, "serve", "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
            "--override", f"log.dirs={workdir}/data", "--override", f"pykbroker.metrics.listener=http://127.0.0.1:{mport}"]
+    for ov in args.override:
+        cmd += ["--override", ov]
     target = bench.start_broker("pykbroker", cmd, port, workdir, None)
     if target.dead:
         print("\n".join(target.notes), file=sys.stderr)
@@ -72,6 +76,8 @@ def main() -> int:
                                                    "on": {"produce": [], "consume": []}}
     scrape_ms: list[float] = []
     scrape_bytes = 0
+    per_scrape_ms: float | None = None
+    scrape_body = b""
     try:
         admin = bench.AdminClient({"bootstrap.servers": target.bootstrap})
         for r in range(args.rounds):
@@ -104,6 +110,18 @@ def main() -> int:
                 print(f"round {r + 1} scrape {mode:>3}: produce {p['msgs_per_s']:,.0f} msg/s, "
                       f"consume {c['msgs_per_s']:,.0f} msg/s", flush=True)
                 admin.delete_topics([topic], operation_timeout=30)
+        # The cost of one scrape in broker CPU, measured at idle (no traffic to blur it), with a topic of
+        # --partitions partitions (each partition adds its series).
+        bench.create_topic(target, f"metrics-bench-idle-{uuid.uuid4().hex[:8]}", args.partitions, 60)
+        idle_scrapes = 50
+        # /proc/PID/stat, not per-thread schedstat: prometheus_client serves each scrape on a new thread,
+        # whose time would be lost with the thread; the process total keeps it.
+        assert target.pid is not None
+        c0 = bench._proc_cpu_rss(target.pid)[0]
+        for _ in range(idle_scrapes):
+            with urllib.request.urlopen(url, timeout=30) as r:
+                scrape_body = r.read()
+        per_scrape_ms = (bench._proc_cpu_rss(target.pid)[0] - c0) * 1000 / idle_scrapes
     finally:
         bench.stop_broker(target)
         shutil.rmtree(workdir, ignore_errors=True)
@@ -116,6 +134,10 @@ def main() -> int:
         off = statistics.median(figures["off"][phase])
         on = statistics.median(figures["on"][phase])
         print(f"| {phase} | {off:,.0f} | {on:,.0f} | {100 * (on - off) / off:+.1f} % |")
+    if per_scrape_ms is not None:
+        print(f"broker CPU per scrape (idle, {idle_scrapes} scrapes, {len(scrape_body)/1000:.0f} kB each): "
+              f"{per_scrape_ms:.2f} ms, i.e. "
+              f"{per_scrape_ms / 10 / args.interval:.2f} % of one core at one scrape every {args.interval:g} s")
     if scrape_ms:
         scrape_ms.sort()
         print(f"scrapes: {len(scrape_ms)}, duration p50 {statistics.median(scrape_ms):.1f} ms, "
