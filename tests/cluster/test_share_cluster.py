@@ -277,3 +277,58 @@ def test_alter_share_group_offsets_reaches_every_share_partition_leader(cluster:
         again.close()
     assert again.delivered() == all_records(n)
     assert again.confirmed == all_records(n)
+
+
+def test_delete_group_deletes_its_state_on_every_share_coordinator(cluster: Cluster) -> None:
+    """DeleteGroups on an empty share group removes its share-partition state even where no state key is
+    on a share coordinator partition its group coordinator leads: the group coordinator knows the group's
+    topics from its records in __consumer_offsets. A new group of that name then reads from the start."""
+    healthy(cluster)
+    n = 20
+    topic = f"share-del-{uuid.uuid4().hex[:8]}"  # one partition: one state key, on one share coordinator
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "broker.address.family": "v4"})
+    admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(timeout=TIMEOUT)
+    cluster.wait_leaders(topic, 1, timeout=60)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "broker.address.family": "v4", "acks": "all"})
+    for i in range(n):
+        p.produce(topic, key=b"%d" % i, value=b"v%d" % i, partition=0)
+    assert p.flush(TIMEOUT) == 0
+    records = {(0, i) for i in range(n)}
+    tid = topic_id(cluster, topic)
+
+    def earliest(group: str) -> None:
+        res = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
+            ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([res])[res].result(timeout=TIMEOUT)
+
+    def read_all(group: str) -> Consumers:
+        cs = Consumers(cluster, group, topic, 1)
+        try:
+            cs.run_until(lambda: cs.confirmed >= records, 60)
+        finally:
+            cs.close()
+        return cs
+
+    warm = f"warm-{uuid.uuid4().hex[:6]}"  # brings __share_group_state about
+    earliest(warm)
+    read_all(warm)
+    state_leaders = wait_for(lambda: (lambda ls: ls if len(ls) == 6 and min(ls.values()) >= 0 else None)(
+        cluster.leaders(STATE_TOPIC)), timeout=60, what=f"{STATE_TOPIC} with leaders")
+
+    def state_elsewhere(g: str) -> bool:
+        return state_leaders[partition_for(f"{g}:{tid}:0", 6)] != group_coordinator(cluster, g)
+
+    group = next((g for g in (f"g-{uuid.uuid4().hex[:8]}" for _ in range(40)) if state_elsewhere(g)), None)
+    assert group is not None, "no group id whose state is on another broker than its coordinator"
+    earliest(group)
+    assert read_all(group).confirmed == records
+
+    def deleted() -> bool:
+        try:
+            admin.delete_consumer_groups([group], request_timeout=TIMEOUT)[group].result(timeout=TIMEOUT)
+        except Exception:  # NON_EMPTY_GROUP until the closed member is gone, or a coordinator moving
+            return False
+        return True
+    wait_for(deleted, timeout=60, interval=1.0, what="DeleteGroups accepted")
+    again = read_all(group)
+    assert again.delivered() == records, "the deleted group's state was left on its share coordinator"

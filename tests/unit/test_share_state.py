@@ -51,7 +51,18 @@ def test_share_group_records_round_trip_and_replay() -> None:
         (membership.encode_key("g3"), None),  # deleted
         (membership.encode_key("g4"), b"\x00"),  # truncated value: skipped
     ]
-    assert membership.replay(records) == {"g1": 3, "g2": 5}
+    t1, t2 = uuid.uuid4(), uuid.uuid4()
+    records += [
+        (membership.encode_state_topics_key("g1"), membership.encode_state_topics({t1: "orders"})),
+        (membership.encode_state_topics_key("g1"), membership.encode_state_topics({t1: "orders", t2: "pay"})),
+        (membership.encode_state_topics_key("g3"), membership.encode_state_topics({t2: "pay"})),
+        (membership.encode_state_topics_key("g3"), None),  # deleted with its group
+        (membership.encode_state_topics_key("g4"), b"\x00\x00\x00"),  # truncated: skipped
+    ]
+    replayed = membership.replay(records)
+    assert replayed.epochs == {"g1": 3, "g2": 5}
+    assert replayed.state_topics == {"g1": {t1: "orders", t2: "pay"}}
+    assert membership.decode_state_topics(membership.encode_state_topics({})) == {}
 
 
 def test_state_batches_wire_round_trip() -> None:

@@ -88,6 +88,8 @@ class ShareCoordinator:
         # Membership records in __consumer_offsets: the epoch last written per group.
         self.gc = group_coordinator
         self._written_epochs: dict[str, int] = {}
+        # The topics each group coordinated here has (or had) share state on, as last written.
+        self._state_topics: dict[str, dict[uuid.UUID, str]] = {}
         if group_coordinator is not None:
             group_coordinator.load_listeners.append(self._offsets_loaded)
             group_coordinator.unload_listeners.append(self._offsets_unloaded)
@@ -442,10 +444,23 @@ class ShareCoordinator:
         """The share-partition states replayed on this broker's share coordinator partitions."""
         return self.state.loaded_states()
 
+    def _known_state_topics(self, group_id: str) -> dict[uuid.UUID, str]:
+        """The topics written for the group before, plus those its members subscribe to now (a member's
+        share-partitions get state under their topic ids): never shrinks while the group lives."""
+        topics = dict(self._state_topics.get(group_id, {}))
+        grp = self.groups.groups.get(group_id)
+        for name in sorted(grp.subscribed_topics()) if grp is not None else ():
+            rec = self.store.topic(name)
+            if rec is not None:
+                topics[rec.topic_id] = name
+        return topics
+
     def state_topic_ids(self, group_id: str) -> set[uuid.UUID]:
-        """Topics the group has state for, as far as this broker knows (its share coordinator partitions,
-        the share-partitions it leads) or its members subscribe to."""
-        ids = {k.topic_id for k in self.state.loaded_states() if k.group_id == group_id}
+        """Topics the group has state for: those its coordinator recorded in ``__consumer_offsets`` (every
+        topic it ever subscribed to, wherever that state's share coordinators are), plus what this broker
+        knows (its share coordinator partitions, the share-partitions it leads, current subscriptions)."""
+        ids = set(self._state_topics.get(group_id, {}))
+        ids |= {k.topic_id for k in self.state.loaded_states() if k.group_id == group_id}
         for g, topic, _ in self.partitions:
             rec = self.store.topic(topic) if g == group_id else None
             if rec is not None:
@@ -461,10 +476,13 @@ class ShareCoordinator:
 
     def _offsets_loaded(self, partition: int, records: list[tuple[bytes | None, bytes | None]]) -> None:
         """The group coordinator replayed an offsets partition: its share groups exist again (no members)."""
-        for gid, epoch in membership.replay(records).items():
+        replayed = membership.replay(records)
+        for gid, epoch in replayed.epochs.items():
             if gid not in self.groups.groups:
                 self.groups.groups[gid] = ShareGroup(gid, group_epoch=epoch, assignment_epoch=epoch)
             self._written_epochs[gid] = epoch
+        for gid, topics in replayed.state_topics.items():
+            self._state_topics[gid] = topics
 
     def _offsets_unloaded(self, partition: int) -> None:
         """Another broker coordinates these groups now."""
@@ -472,6 +490,8 @@ class ShareCoordinator:
         for gid in [g for g in self.groups.groups if self.gc.partition_for(g) == partition]:
             del self.groups.groups[gid]
             self._written_epochs.pop(gid, None)
+        for gid in [g for g in self._state_topics if self.gc.partition_for(g) == partition]:
+            del self._state_topics[gid]
 
     def write_group_records(self) -> list[str]:
         """Append a ShareGroupMetadata record for each group whose epoch changed (a tombstone for a deleted
@@ -488,11 +508,20 @@ class ShareCoordinator:
             if gc.manager.partitions.get(idx) != "active" or gc.writable(gid) != ErrorCode.none:
                 continue  # not coordinated here, loading, or the ISR is short: the timer tries again
             value = None if epoch is None else membership.encode_value(epoch)
+            records = [(membership.encode_key(gid), value)]
+            topics = self._known_state_topics(gid) if epoch is not None else {}
+            if topics != self._state_topics.get(gid, {}):
+                records.append((membership.encode_state_topics_key(gid),
+                                membership.encode_state_topics(topics) if topics else None))
             try:
-                internal_topic.append_records(self.replicas, OFFSETS_TOPIC, idx, [(membership.encode_key(gid), value)])
+                internal_topic.append_records(self.replicas, OFFSETS_TOPIC, idx, records)
             except Exception as e:
                 log.warning("share group %s: cannot write its metadata record: %s", gid, e)
                 continue
+            if topics:
+                self._state_topics[gid] = topics
+            else:
+                self._state_topics.pop(gid, None)
             if epoch is None:
                 self._written_epochs.pop(gid, None)
             else:
