@@ -519,13 +519,18 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         _D("pykbroker.delay.enable", "bool", False,
            "pykbroker: hold records carrying a pykbroker.delay.ms or pykbroker.deliver.at.ms header, or produced "
            "to a topic with pykbroker.delay.ms, in __delayed_records until they fall due. Off: the headers are "
-           "ordinary headers and the produce path pays nothing. Embedded metadata only."),
+           "ordinary headers and the produce path pays nothing. In a ZooKeeper cluster, set it on every broker."),
         _D("pykbroker.delay.ms", "long", 0,
            "pykbroker: default delay of every record produced to a topic (topic config pykbroker.delay.ms "
            "overrides it); 0 delivers at once. Needs pykbroker.delay.enable.", at_least(0)),
         _D("pykbroker.delay.max.ms", "long", 604800000,
            "pykbroker: the longest delay a header or topic may ask for; a record asking more is refused with "
            "INVALID_RECORD.", at_least(1)),
+        _D("pykbroker.delay.topic.replication.factor", "int", 3,
+           "pykbroker: replication factor of __delayed_records; capped at the one broker with embedded metadata, "
+           "in a cluster the topic is created once that many brokers are live.", at_least(1)),
+        _D("pykbroker.delay.topic.min.isr", "int", 2,
+           "pykbroker: min.insync.replicas of __delayed_records (capped at its replication factor).", at_least(1)),
         # --- end delayed delivery ---
         _D("pykbroker.fault.drop.produce.response", "int", 0,
            "Testing hook: drop the connection after appending but before answering this many Produce "
@@ -767,9 +772,6 @@ class BrokerConfig:
         if self["zookeeper.connect"].strip() and self.broker_id < 0:
             raise ConfigError("configuration 'broker.id' must be set (0 or more) when 'zookeeper.connect' is set: "
                               "broker id generation is not implemented")
-        if self["zookeeper.connect"].strip() and self["pykbroker.delay.enable"]:
-            raise ConfigError("configuration 'pykbroker.delay.enable' is not supported yet with 'zookeeper.connect': "
-                              f"delayed delivery is implemented for embedded metadata only ({NOT_IMPLEMENTED_HINT})")
         if self["pykbroker.delay.ms"] > 0 and not self["pykbroker.delay.enable"]:
             raise ConfigError("configuration 'pykbroker.delay.ms' needs 'pykbroker.delay.enable=true'")
         if self["zookeeper.connect"].strip() and any(a.port == 0 for a in self.advertised_listeners):

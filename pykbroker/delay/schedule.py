@@ -9,7 +9,7 @@ the service (:mod:`pykbroker.delay.service`) passes ``now`` in.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from pykbroker.delay.serde import Entry
 from pykbroker.protocol.records import INVALID_RECORD, InvalidRecords, Record
@@ -108,6 +108,13 @@ class Schedule:
 
     def get(self, uid: int) -> Entry | None:
         return self._entries.get(uid)
+
+    def discard_where(self, pred: Callable[[Entry], bool]) -> int:
+        """Drop every entry ``pred`` selects (a partition no longer led here); how many. O(n)."""
+        gone = [uid for uid, e in self._entries.items() if pred(e)]
+        for uid in gone:
+            del self._entries[uid]
+        return len(gone)
 
     def _trim(self) -> None:
         heap, entries = self._heap, self._entries

@@ -8,9 +8,11 @@ Two kinds of records, told apart by the key's kind byte (big-endian, version 0):
 * a **producer sequence**: key ``(version, 2, producer_id, partition, topic)``, value ``(version, epoch,
   base_sequence, last_offset_delta, timestamp)`` -- the last idempotent batch of that producer whose
   records were all scheduled, so the target's producer state can be given it again after a restart;
-* a **delivery intent**: key ``(version, 1, partition, topic)``, value ``(version, base_sequence, count,
-  offset_before, uids)`` -- written just before a batch of entries is appended to the target, so that a
-  restart can tell whether that append happened (see :mod:`pykbroker.delay.service`).
+* a **delivery intent**: key ``(version, 1, partition, topic)``, value ``(1, base_sequence, offset_before,
+  count, uids, producer_id, producer_epoch)`` -- written just before a batch of entries is appended to the
+  target, so that a restart (or a new leader in a cluster) can tell whether that append happened, or
+  re-send exactly that batch (see :mod:`pykbroker.delay.service`). Version 0 values lack the producer id
+  and epoch: they are the single broker's (``2**62 + broker.id``, epoch 0).
 
 Keys are unique per entry and per target partition, so the topic can be compacted: an entry and its
 tombstone go away together, and only the latest intent per target partition is kept.
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from pykbroker.coordinator.serde_primitives import Reader, SerdeError, Writer
 
 VERSION = 0
+INTENT_VERSION = 1
 KIND_ENTRY = 0
 KIND_INTENT = 1
 KIND_SEQUENCE = 2
@@ -59,13 +62,17 @@ class Entry:
 @dataclass(frozen=True, slots=True)
 class Intent:
     """A delivery about to be appended to ``topic``-``partition``: ``count`` entries (``uids``) as one
-    batch with sequences from ``base_sequence``, at the target's log end offset ``offset_before``."""
+    batch with sequences from ``base_sequence``, at the target's log end offset ``offset_before`` (-1:
+    unknown, the target was led by another broker), stamped ``producer_id``/``producer_epoch`` (-1: the
+    single broker's own, from a version 0 value)."""
 
     topic: str
     partition: int
     base_sequence: int
     offset_before: int
     uids: tuple[int, ...]
+    producer_id: int = -1
+    producer_epoch: int = -1
 
 
 def entry_key(e: Entry) -> bytes:
@@ -85,10 +92,10 @@ def intent_key(topic: str, partition: int) -> bytes:
 
 
 def intent_value(i: Intent) -> bytes:
-    w = Writer().i16(VERSION).i32(i.base_sequence).i64(i.offset_before).i32(len(i.uids))
+    w = Writer().i16(INTENT_VERSION).i32(i.base_sequence).i64(i.offset_before).i32(len(i.uids))
     for uid in i.uids:
         w.i64(uid)
-    return w.done()
+    return w.i64(i.producer_id).i16(i.producer_epoch).done()
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,9 +197,12 @@ def decode_entry(k: EntryKey, value: bytes) -> Entry:
 def decode_intent(k: IntentKey, value: bytes) -> Intent:
     r = Reader(value)
     version = r.i16()
-    if version != VERSION:
+    if version not in (0, INTENT_VERSION):
         raise SerdeError(f"unknown __delayed_records intent version {version}")
     base, before, n = r.i32(), r.i64(), r.i32()
     if n < 0 or n * 8 > r.remaining:
         raise SerdeError(f"bad uid count {n}")
-    return Intent(k.topic, k.partition, base, before, tuple(r.i64() for _ in range(n)))
+    uids = tuple(r.i64() for _ in range(n))
+    if version == 0:
+        return Intent(k.topic, k.partition, base, before, uids)
+    return Intent(k.topic, k.partition, base, before, uids, r.i64(), r.i16())

@@ -196,6 +196,8 @@ class Broker:
                                                  timeout_s=self.config["request.timeout.ms"] / 1000)
             if self.shares is not None:  # share-partition leaders reach share coordinators on other brokers
                 self.shares.set_cluster(self._inter_broker_endpoint)
+            if self.delays is not None:  # delayed records are forwarded to, and delivered by, other brokers
+                self.delays.set_cluster(self._inter_broker_endpoint)
             self._remove_stray_logs()
         self.topics.load_all()
         self.groups.startup()  # creates __consumer_offsets, marks its partitions loading
@@ -203,8 +205,8 @@ class Broker:
         if self.shares is not None:
             self.shares.startup()  # creates __share_group_state
         self.log_manager.startup_complete()  # partitions of a dir that failed to load stay offline
-        if self.delays is not None:  # creates and replays __delayed_records before clients can produce
-            self.delays.startup()
+        if self.delays is not None:  # embedded: creates and replays __delayed_records before clients can produce
+            self.delays.startup()  # (cluster: each partition is replayed when this broker becomes its leader)
         log.debug(
             "storage ready log_dirs=%s partitions=%d topics=%d in %.3fs",
             ",".join(str(d) for d in self.config.log_dirs), len(self.replicas.partitions()),

@@ -159,3 +159,23 @@ def test_truncated_values_raise_serde_error() -> None:
         decode_entry(k, entry_value(e)[:-3])
     with pytest.raises(SerdeError):
         decode_intent(IntentKey("t", 0), b"\x00\x00" + b"\x00" * 12 + b"\x7f\xff\xff\xff")
+
+
+def test_intent_with_producer_and_version_0_values() -> None:
+    k = IntentKey("orders", 3)
+    i = Intent("orders", 3, 17, -1, (1, 2), producer_id=(1 << 62) + (1 << 32) + 5, producer_epoch=7)
+    assert decode_intent(k, intent_value(i)) == i
+    # A version 0 value (single broker, before producer ids were recorded) reads with -1: the broker's own.
+    from pykbroker.coordinator.serde_primitives import Writer
+    v0 = Writer().i16(0).i32(17).i64(12345).i32(2).i64(1).i64(2).done()
+    assert decode_intent(k, v0) == Intent("orders", 3, 17, 12345, (1, 2), -1, -1)
+    with pytest.raises(SerdeError):
+        decode_intent(k, Writer().i16(9).done())
+
+
+def test_schedule_discard_where_drops_one_partition_and_keeps_the_order() -> None:
+    s = Schedule()
+    s.add_all([entry(NOW + i, i, topic="a" if i % 2 else "b") for i in range(10)])
+    assert s.discard_where(lambda e: e.topic == "a") == 5
+    assert len(s) == 5 and 1 not in s
+    assert [e.uid for e in s.pop_due(NOW + 100, 100)] == [0, 2, 4, 6, 8]

@@ -14,6 +14,7 @@ import anyio
 from kio.schema.errors import ErrorCode
 
 from pykbroker.coordinator.transaction.verification import verify_transactional_batch, verify_with_coordinator
+from pykbroker.delay.service import DELAYED_TOPIC, DelayForward
 from pykbroker.protocol.message_format import is_message_set, up_convert
 from pykbroker.protocol.record_validator import validate_records
 from pykbroker.protocol.records import InvalidRecords, parse_batch_header, validate_for_append
@@ -79,9 +80,16 @@ def _append(svc: Services, p: Partition, records: bytes, acks: int, now: int,
         buf = rebuilt
         batches = [parse_batch_header(buf, 0)]
     if svc.delays is not None:  # pykbroker.delay.enable: records due later go to __delayed_records instead
+        # (in a cluster, DelayForward when another broker leads their partition: see _forward_delayed)
         buf, batches = svc.delays.divert(p, buf, batches, now)
         if not batches:  # every record was scheduled: no offset in the target yet
             return {**_partition_error(p.index, ErrorCode.none), "log_start_offset": lg.log_start_offset}
+    return _append_validated(svc, p, buf, batches, now)
+
+
+def _append_validated(svc: Services, p: Partition, buf: bytearray, batches: list[Any], now: int) -> dict[str, Any]:
+    lg = p.log
+    log_append = lg.config.log_append_time
     # A retried idempotent batch (result.duplicate) appends nothing and reports its original offsets.
     result = lg.append(buf, batches, log_append_time_ms=now if log_append else None)
     if not result.duplicate:
@@ -96,6 +104,20 @@ def _append(svc: Services, p: Partition, records: bytes, acks: int, now: int,
         "record_errors": (),
         "error_message": None,
     }
+
+
+async def _forward_delayed(svc: Services, p: Partition, f: DelayForward, now: int) -> dict[str, Any]:
+    """Delayed delivery in a cluster: the batch's delayed records go to the broker leading their
+    ``__delayed_records`` partition first (acks=-1); only then is the rest appended here."""
+    assert svc.delays is not None
+    code = await svc.delays.forward(p, f)
+    if code != ErrorCode.none:
+        return _partition_error(p.index, code, "delayed records could not be scheduled")
+    if not f.batches:
+        return {**_partition_error(p.index, ErrorCode.none), "log_start_offset": p.log.log_start_offset}
+    if svc.replicas.partition(p.topic, p.index) is not p or not p.is_leader:
+        return _partition_error(p.index, ErrorCode.not_leader_or_follower)
+    return _append_validated(svc, p, f.buf, f.batches, now)
 
 
 def _fail_unflushed(responses: list[dict[str, Any]], p: Partition, message: str) -> None:
@@ -191,7 +213,9 @@ async def handle_produce(svc: Services, ctx: RequestContext, req: Any) -> dict[s
             if rec is None or idx not in rec.partitions:
                 parts.append(_partition_error(idx, ErrorCode.unknown_topic_or_partition))
                 continue
-            if rec.internal:
+            forwarded = rec.internal and svc.delays is not None and name == DELAYED_TOPIC and \
+                svc.delays.accepts_forward(ctx)  # another broker's delayed records (delayed delivery in a cluster)
+            if rec.internal and not forwarded:
                 parts.append(_partition_error(idx, ErrorCode.invalid_topic_exception,
                                               f"Cannot append to internal topic {name}"))
                 continue
@@ -226,11 +250,23 @@ async def handle_produce(svc: Services, ctx: RequestContext, req: Any) -> dict[s
                     records = up_convert(records, topic_partition=f"{name}-{idx}",
                                          compression_type=p.log.config.compression_type,
                                          max_message_bytes=p.log.config.max_message_bytes)
-                parts.append(_append(svc, p, records, acks, now, getattr(req, "transactional_id", None),
-                                     ctx.version))
+                if forwarded:
+                    assert svc.delays is not None
+                    parts.append({**_partition_error(idx, ErrorCode.none), "log_start_offset": p.log.log_start_offset,
+                                  "base_offset": svc.delays.accept_forwarded(p, records, now)})
+                else:
+                    try:
+                        parts.append(_append(svc, p, records, acks, now, getattr(req, "transactional_id", None),
+                                             ctx.version))
+                    except DelayForward as f:
+                        parts.append(await _forward_delayed(svc, p, f, now))
                 appended.append(p)
                 if svc.delays is not None and (scheduled := svc.delays.take_diverted()) is not None:
                     appended.append(scheduled)  # log.flush.on.ack: the scheduled log is what must be durable
+                    if acks != 0 and svc.store.is_cluster() and \
+                            scheduled.high_watermark < scheduled.log.log_end_offset:  # and in its ISR
+                        awaiting.append((scheduled, scheduled.log.log_end_offset, parts, len(parts) - 1,
+                                         svc.delays.min_isr()))
                 if acks == -1 and p.high_watermark < p.log.log_end_offset:  # followers must have it first
                     awaiting.append((p, p.log.log_end_offset, parts, len(parts) - 1, min_isr))
             except InvalidRecords as e:

@@ -1,0 +1,216 @@
+"""Delayed delivery (docs/queues.md "Delayed delivery", "In a ZooKeeper cluster") with three brokers.
+
+confluent-kafka produces records with delay headers to a replicated topic whose partitions are led by
+different brokers; each leader either schedules them in the ``__delayed_records`` partition it leads or
+forwards them to that partition's leader, which delivers them when due. A consumer must see every record
+once, never before its due time, with its headers, also when the leader of a ``__delayed_records``
+partition or of a target partition is killed with SIGKILL while records wait or fall due.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from pykbroker.coordinator.internal_topic import partition_for
+from tests.support.cluster import Cluster, wait_for
+
+pytestmark = [pytest.mark.timeout(600)]
+
+DELAYED = "__delayed_records"
+DELAYED_PARTITIONS = 8
+PARTITIONS = 3
+TIMEOUT = 30
+DELAY = {"pykbroker.delay.enable": "true", "min.insync.replicas": "2"}
+# How late a record may appear after its due time with every broker up (timer, intent and batch
+# replication, consumer long poll) on this shared 2-core machine running three brokers.
+LATE_S = 3.0
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    c = Cluster(tmp_path_factory.mktemp("delay-cluster"), 3, overrides=DELAY)
+    with c:
+        c.wait_leaders(DELAYED, DELAYED_PARTITIONS, timeout=60)
+        yield c
+
+
+def healthy(cluster: Cluster) -> None:
+    """Every broker running and registered, every partition of __delayed_records led (a test may kill one)."""
+    for i, b in cluster.brokers.items():
+        if i not in cluster.running():
+            b.start()
+    cluster.wait_registered(list(cluster.brokers), timeout=60)
+    cluster.wait_leaders(DELAYED, DELAYED_PARTITIONS, timeout=60)
+
+
+def delayed_leader(cluster: Cluster, topic: str, partition: int) -> int:
+    """The broker delivering this target's delayed records: the leader of its __delayed_records partition."""
+    return cluster.leaders(DELAYED)[partition_for(f"{topic}-{partition}", DELAYED_PARTITIONS)]
+
+
+def create_topic(cluster: Cluster, *, forwarded: bool = True) -> str:
+    """An RF 3 topic with 3 partitions; with ``forwarded``, one whose delayed records are scheduled both
+    on the target's leader and forwarded to another broker (tried with a few names, bounded)."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "broker.address.family": "v4"})
+    for _ in range(10):
+        topic = f"delay-{uuid.uuid4().hex[:8]}"
+        admin.create_topics([NewTopic(topic, PARTITIONS, 3)])[topic].result(timeout=TIMEOUT)
+        leaders = cluster.wait_leaders(topic, PARTITIONS, timeout=60)
+        remote = [leaders[i] != delayed_leader(cluster, topic, i) for i in range(PARTITIONS)]
+        if not forwarded or (any(remote) and len(set(leaders.values())) > 1):
+            return topic
+    raise AssertionError("no topic whose delayed records are forwarded in 10 tries")
+
+
+def produce(cluster: Cluster, topic: str, delays: dict[int, list[int]]) -> dict[bytes, tuple[int, int]]:
+    """Records with a pykbroker.delay.ms header (every 5th with pykbroker.deliver.at.ms) and one header of
+    their own; key -> (partition, due ms)."""
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "broker.address.family": "v4", "acks": "all",
+                  "linger.ms": 5, "message.timeout.ms": 60_000})
+    errors: list[Any] = []
+    due: dict[bytes, tuple[int, int]] = {}
+    for partition, ms_list in delays.items():
+        for n, ms in enumerate(ms_list):
+            key = b"p%d-%d" % (partition, n)
+            ts = now_ms()
+            if n % 5 == 4:
+                headers = [("pykbroker.deliver.at.ms", str(ts + ms).encode()), ("own", key)]
+            else:
+                headers = [("pykbroker.delay.ms", str(ms).encode()), ("own", key)]
+            due[key] = (partition, ts + ms)
+            p.produce(topic, key=key, value=b"v" + key, partition=partition, timestamp=ts, headers=headers,
+                      on_delivery=lambda err, _m: errors.append(err) if err is not None else None)
+    assert p.flush(60) == 0
+    assert errors == []
+    return due
+
+
+def consume(cluster: Cluster, topic: str, expected: int, timeout: float) -> list[tuple[int, Any]]:
+    """Every record of ``topic`` from the start until ``expected`` arrived (bounded), plus a grace period
+    for extras; each with the wall-clock ms it arrived at."""
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "broker.address.family": "v4",
+                  "group.id": f"g-{uuid.uuid4().hex[:6]}", "enable.auto.commit": False, "fetch.wait.max.ms": 50,
+                  "topic.metadata.refresh.interval.ms": 1000})
+    out: list[tuple[int, Any]] = []
+    try:
+        c.assign([TopicPartition(topic, i, 0) for i in range(PARTITIONS)])
+        deadline = time.monotonic() + timeout
+        for _ in range(int(timeout / 0.05) + 100):
+            if len(out) >= expected or time.monotonic() >= deadline:
+                break
+            for m in c.consume(num_messages=500, timeout=0.05):
+                if m.error() is None:
+                    out.append((now_ms(), m))
+        grace = time.monotonic() + 3
+        for _ in range(100):
+            if time.monotonic() >= grace:
+                break
+            out.extend((now_ms(), m) for m in c.consume(num_messages=500, timeout=0.1) if m.error() is None)
+    finally:
+        c.close()
+    return out
+
+
+def check(arrivals: list[tuple[int, Any]], due: dict[bytes, tuple[int, int]], late_s: float) -> None:
+    got = [m.key() for _, m in arrivals]
+    missing = sorted(set(due) - set(got))
+    doubled = sorted({k for k in got if got.count(k) > 1})
+    assert not missing and not doubled and len(got) == len(due), f"missing {missing}, doubled {doubled}"
+    per_partition: dict[int, list[int]] = {}
+    for at, m in arrivals:
+        partition, d = due[m.key()]
+        assert m.partition() == partition
+        assert at >= d, f"{m.key()!r} arrived {d - at} ms before its due time"
+        assert at - d <= late_s * 1000, f"{m.key()!r} arrived {at - d} ms after its due time"
+        assert m.value() == b"v" + m.key() and dict(m.headers())["own"] == m.key()
+        per_partition.setdefault(partition, []).append(d)
+    for partition, dues in per_partition.items():  # arrival order in a partition is offset order
+        assert dues == sorted(dues), f"partition {partition}: not in due order"
+
+
+def test_delayed_records_through_every_broker_on_time_once(cluster: Cluster) -> None:
+    healthy(cluster)
+    topic = create_topic(cluster)
+    leaders = cluster.leaders(topic)
+    delays = {i: [1500 + (n * 397) % 4000 for n in range(20)] for i in range(PARTITIONS)}
+    due = produce(cluster, topic, delays)
+    check(consume(cluster, topic, len(due), timeout=40), due, LATE_S)
+    assert len(set(leaders.values())) > 1
+
+
+def test_kill_delayed_records_leader_with_records_scheduled(cluster: Cluster) -> None:
+    healthy(cluster)
+    topic = create_topic(cluster)
+    delays = {i: [3000 + (n * 577) % 9000 for n in range(30)] for i in range(PARTITIONS)}
+    # The broker leading the __delayed_records partition of a target it does not lead itself.
+    leaders = cluster.leaders(topic)
+    victim = next((delayed_leader(cluster, topic, i) for i in range(PARTITIONS)
+                   if delayed_leader(cluster, topic, i) != leaders[i]), delayed_leader(cluster, topic, 0))
+    due = produce(cluster, topic, delays)
+    first_due = min(d for _, d in due.values())
+    time.sleep(max(0.0, (first_due - now_ms()) / 1000 + 1.0))  # some delivered, most still waiting
+    cluster.kill(victim)
+    # Records due while it is down are delivered by the new leader once it has taken over (ZooKeeper
+    # session expiry, then replay): late, but never early, lost or doubled.
+    arrivals = consume(cluster, topic, len(due), timeout=60)
+    cluster.broker(victim).start()
+    check(arrivals, due, late_s=30)
+    healthy(cluster)
+
+
+def test_kill_target_leader_while_deliveries_are_due(cluster: Cluster) -> None:
+    healthy(cluster)
+    topic = create_topic(cluster)
+    delays = {i: [2000 + (n * 113) % 9000 for n in range(60)] for i in range(PARTITIONS)}
+    leaders = cluster.leaders(topic)
+    # A target leader that does not lead the target's __delayed_records partition: deliveries to it are
+    # remote produces that fail mid-stream and must go to the new leader exactly once.
+    victim = next((leaders[i] for i in range(PARTITIONS) if delayed_leader(cluster, topic, i) != leaders[i]),
+                  leaders[0])
+    due = produce(cluster, topic, delays)
+    first_due = min(d for _, d in due.values())
+    time.sleep(max(0.0, (first_due - now_ms()) / 1000 + 2.0))  # deliveries are under way
+    cluster.kill(victim)
+    wait_for(lambda: all(v != victim for v in cluster.leaders(topic, via=next(
+        i for i in cluster.running())).values()), timeout=60, what="new target leaders")
+    arrivals = consume(cluster, topic, len(due), timeout=60)
+    cluster.broker(victim).start()
+    check(arrivals, due, late_s=30)
+    healthy(cluster)
+
+
+def test_new_leader_settles_the_delivery_in_flight(cluster: Cluster) -> None:
+    """The leader of a __delayed_records partition dies while its delivery to a (paused) target leader is
+    in flight: its successor re-sends exactly that batch, which the target appends once."""
+    healthy(cluster)
+    topic = create_topic(cluster)
+    leaders = cluster.leaders(topic)
+    i = next(i for i in range(PARTITIONS) if delayed_leader(cluster, topic, i) != leaders[i])
+    deliverer, target = delayed_leader(cluster, topic, i), leaders[i]
+    delays = {p: [2000 + n * 100 for n in range(60)] for p in range(PARTITIONS)}
+    due = produce(cluster, topic, delays)
+    first_due = min(d for _, d in due.values())
+    time.sleep(max(0.0, (first_due - now_ms()) / 1000 + 1.0))  # deliveries are under way
+    cluster.pause(target)  # the next delivery to it hangs
+    time.sleep(1.5)
+    cluster.kill(deliverer)
+    time.sleep(2.0)
+    cluster.resume(target)
+    cluster.broker(deliverer).start()
+    arrivals = consume(cluster, topic, len(due), timeout=90)
+    check(arrivals, due, late_s=60)
+    logs = "\n".join(cluster.broker(b).log() for b in cluster.brokers)
+    assert re.search(r"[1-9]\d* delivery\(ies\) to settle", logs), "no delivery was in flight at the takeover"
+    healthy(cluster)
