@@ -264,6 +264,9 @@ class DelayService(PartitionLoader):
             # producer state records its sequences as if appended, so retries dedup and the next batch
             # is in sequence. A retry of it is answered here, scheduling nothing.
             if p.log.producer_state.check(header) is not None:
+                # ... once it is durable: the handler waits for (flushes) its __delayed_records partition again.
+                dp = self.replicas.partition(DELAYED_TOPIC, self._dp_index(p.topic, p.index))
+                self._diverted = dp if dp is not None and dp.is_leader else None
                 return buf, []
             dues = [now if d is None else d for d in dues]
             delayed = list(range(len(records)))

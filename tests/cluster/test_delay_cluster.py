@@ -214,3 +214,33 @@ def test_new_leader_settles_the_delivery_in_flight(cluster: Cluster) -> None:
     logs = "\n".join(cluster.broker(b).log() for b in cluster.brokers)
     assert re.search(r"[1-9]\d* delivery\(ies\) to settle", logs), "no delivery was in flight at the takeover"
     healthy(cluster)
+
+
+def test_idempotent_producer_with_forwarded_batches(cluster: Cluster) -> None:
+    """An idempotent producer's delayed batches are scheduled whole, forwarded where another broker leads
+    their __delayed_records partition; its later batches stay in sequence and nothing comes twice."""
+    healthy(cluster)
+    topic = create_topic(cluster)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "broker.address.family": "v4", "enable.idempotence": True,
+                  "linger.ms": 5})
+    errors: list[Any] = []
+    due: dict[bytes, tuple[int, int]] = {}
+    for rnd in range(3):
+        for partition in range(PARTITIONS):
+            ts = now_ms()
+            for n in range(5):
+                key = b"r%d-p%d-%d" % (rnd, partition, n)
+                delayed = rnd == 1 and n % 2 == 0
+                headers = [("own", key)] + ([("pykbroker.delay.ms", b"2500")] if delayed else [])
+                due[key] = (partition, ts + 2500 if delayed else ts)
+                p.produce(topic, key=key, value=b"v" + key, partition=partition, timestamp=ts, headers=headers,
+                          on_delivery=lambda err, _m: errors.append(err) if err is not None else None)
+        assert p.flush(60) == 0
+    assert errors == []
+    arrivals = consume(cluster, topic, len(due), timeout=40)
+    got = [m.key() for _, m in arrivals]
+    assert sorted(got) == sorted(due), f"expected each once, got {sorted(got)}"
+    for at, m in arrivals:
+        partition, d = due[m.key()]
+        assert m.partition() == partition and at >= d, f"{m.key()!r} early or misplaced"
+        assert at - d <= LATE_S * 1000 + 2500, f"{m.key()!r} arrived {at - d} ms after its due time"
