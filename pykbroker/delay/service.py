@@ -293,6 +293,11 @@ class DelayService(PartitionLoader):
                                               now_ms=now, timestamp_type=0, from_client=False)
         if self.cluster:
             dp = self._owned_partition(p.topic, p.index, out_records, sequence, out_buf, out_batches)
+            if sequence is not None and self.owned[dp.index].is_duplicate(sequence):
+                # A retry reaching a new leader of the target, which did not know the batch: scheduled once.
+                self._apply_sequence(p, sequence)
+                self._diverted = dp
+                return buf, []
         else:
             dp = self._delayed_partition(p.topic, p.index)
         append_records(self.replicas, DELAYED_TOPIC, dp.index, out_records)

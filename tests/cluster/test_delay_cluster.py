@@ -20,7 +20,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from pykbroker.coordinator.internal_topic import partition_for
-from tests.support.cluster import Cluster, wait_for
+from pykbroker.protocol.records import build_batch
+from tests.support.cluster import Cluster, raw_request, wait_for
 
 pytestmark = [pytest.mark.timeout(600)]
 
@@ -244,3 +245,53 @@ def test_idempotent_producer_with_forwarded_batches(cluster: Cluster) -> None:
         partition, d = due[m.key()]
         assert m.partition() == partition and at >= d, f"{m.key()!r} early or misplaced"
         assert at - d <= LATE_S * 1000 + 2500, f"{m.key()!r} arrived {at - d} ms after its due time"
+
+
+def test_idempotent_retry_after_a_target_failover_is_scheduled_once(cluster: Cluster) -> None:
+    """An idempotent batch scheduled whole (its records forwarded), then retried on the target's new leader
+    after the old one died: the leader of __delayed_records knows it, so it is scheduled once, and the
+    producer's next batch is in sequence on the new leader."""
+    healthy(cluster)
+    topic = create_topic(cluster)
+    leaders = cluster.leaders(topic)
+    i = next(i for i in range(PARTITIONS) if delayed_leader(cluster, topic, i) != leaders[i])
+    victim = leaders[i]
+    pid, ts = 777_000 + int(uuid.uuid4().int % 1000), now_ms()
+    delayed = build_batch([(b"late", b"v", [("pykbroker.delay.ms", b"8000"), ("own", b"late")])], timestamp_ms=ts,
+                          producer_id=pid, producer_epoch=0, base_sequence=0)
+
+    def send(broker: int, batch: bytes) -> Any:
+        body = {"transactional_id": None, "acks": -1, "timeout": 10_000,
+                "topic_data": [{"name": topic, "partition_data": [{"index": i, "records": batch}]}]}
+        return raw_request(cluster.broker(broker).bootstrap, 0, 9, body).responses[0].partition_responses[0]
+
+    first = send(victim, delayed)
+    assert first.error_code == 0 and first.base_offset == -1
+    cluster.kill(victim)
+    survivor = next(b for b in cluster.running())
+
+    def new_leader() -> int | None:
+        leader = cluster.leaders(topic, via=survivor)[i]
+        return leader if leader not in (victim, -1) else None
+
+    leader = wait_for(new_leader, timeout=60, what="a new target leader")
+
+    def retried() -> Any:
+        try:
+            r = send(leader, delayed)
+        except OSError:
+            return None
+        return r if r.error_code == 0 else None  # NOT_LEADER / NOT_ENOUGH_REPLICAS until it has settled
+
+    retry = wait_for(retried, timeout=30, what="the retry accepted")
+    assert retry.base_offset == -1
+    after = build_batch([(b"next", b"v", [("own", b"next")])], timestamp_ms=now_ms(), producer_id=pid,
+                        producer_epoch=0, base_sequence=1)
+    assert send(leader, after).error_code == 0
+    cluster.broker(victim).start()
+    arrivals = consume(cluster, topic, 2, timeout=30)
+    got = [m.key() for _, m in arrivals]
+    assert sorted(got) == [b"late", b"next"], got
+    late_at = next(at for at, m in arrivals if m.key() == b"late")
+    assert late_at >= ts + 8000
+    healthy(cluster)
