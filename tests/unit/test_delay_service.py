@@ -176,3 +176,15 @@ def test_idempotent_batch_keeps_the_producer_in_sequence_across_a_restart(broker
         assert [k for k, _ in target(b2)] == [b"first", b"next", b"with-it", b"late"]
     finally:
         b2.log_manager.shutdown()
+
+
+def test_clients_cannot_produce_to_the_scheduled_log(broker: Broker) -> None:
+    """Only brokers forward records to __delayed_records (in a cluster, on the inter-broker listener)."""
+    from pykbroker.delay.serde import Entry, entry_key, entry_value
+
+    e = Entry(NOW + 1000, 1, "t", 0, NOW, b"k", b"v", ())
+    resp = call(broker, 0, 9, {"acks": -1, "timeout": 1000, "transactional_id": None, "topic_data": [
+        {"name": "__delayed_records", "partition_data": [
+            {"index": 0, "records": build_batch([(entry_key(e), entry_value(e), [])], timestamp_ms=NOW)}]}]})
+    assert resp.responses[0].partition_responses[0].error_code == ErrorCode.invalid_topic_exception
+    assert len(delays(broker).schedule) == 0
