@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 import anyio
 from kio.schema.errors import ErrorCode
 
+from pykbroker.config import BrokerConfig
 from pykbroker.metadata.store import MetadataStore
 from pykbroker.protocol.records import BatchHeader, build_batch, decode_records, iter_batches, validate_for_append
 from pykbroker.server.replica_manager import Partition, ReplicaManager
@@ -206,11 +207,19 @@ def read_records(p: Partition, feed: BatchFeed | None = None) -> list[KV]:
 
 
 class PartitionLoader:
-    """Loads the partitions queued in ``_to_load`` one at a time, lowest first (see ``_loader``)."""
+    """A service over an internal topic (group and transaction coordinators, share state, delayed records):
+    loads the partitions queued in ``_to_load`` one at a time, lowest first (see ``_loader``)."""
 
-    _to_load: set[int]
-    _load_wake: anyio.Event
     load_topic = ""  # the internal topic, for the one summary line per burst of loads
+
+    def __init__(self, config: BrokerConfig, store: MetadataStore, replicas: ReplicaManager,
+                 topics: TopicManager) -> None:
+        self.config = config
+        self.store = store
+        self.replicas = replicas
+        self.topics = topics
+        self._to_load: set[int] = set()
+        self._load_wake = anyio.Event()
 
     async def _load(self, partition: int) -> None:
         raise NotImplementedError

@@ -133,10 +133,7 @@ class DelayService(PartitionLoader):
 
     def __init__(self, config: BrokerConfig, store: MetadataStore, replicas: ReplicaManager,
                  topics: TopicManager) -> None:
-        self.config = config
-        self.store = store
-        self.replicas = replicas
-        self.topics = topics
+        super().__init__(config, store, replicas, topics)
         self.schedule = Schedule()
         self.producer_id = DELIVERY_PRODUCER_ID_BASE + max(0, config.broker_id)
         self.default_delay_ms = int(config["pykbroker.delay.ms"])
@@ -150,8 +147,6 @@ class DelayService(PartitionLoader):
         # Cluster mode: the __delayed_records partitions led here, loaded or being loaded.
         self.cluster = store.is_cluster()
         self.owned: dict[int, Ownership] = {}
-        self._to_load: set[int] = set()
-        self._load_wake = anyio.Event()
         self._uid_suffix = max(0, config.broker_id) % (1 << _UID_BROKER_BITS) if self.cluster else -1
         timeout_ms = int(config["request.timeout.ms"])
         self._produce_timeout_ms = min(timeout_ms, 15_000)

@@ -57,17 +57,12 @@ class GroupCoordinator(PartitionLoader):
 
     def __init__(self, config: BrokerConfig, store: MetadataStore, replicas: ReplicaManager,
                  topics: TopicManager) -> None:
-        self.config = config
-        self.store = store
-        self.replicas = replicas
-        self.topics = topics
+        super().__init__(config, store, replicas, topics)
         self.manager = GroupManager(group_config_from(config), self._write, now_ms)
         self.manager.on_timers_changed = self._timers_changed
         self.manager.topic_partitions = self._topic_partitions
         self._wake = anyio.Event()
         self._sleep_until: int | None = None
-        self._to_load: set[int] = set()
-        self._load_wake = anyio.Event()
         self.flush_on_ack: bool = config["log.flush.on.ack"]
         self.consumer_protocol_enabled = "consumer" in config["group.coordinator.rebalance.protocols"]
         try:

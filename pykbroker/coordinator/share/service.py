@@ -90,6 +90,8 @@ class ShareCoordinator:
         self._written_epochs: dict[str, int] = {}
         # The topics each group coordinated here has (or had) share state on, as last written.
         self._state_topics: dict[str, dict[uuid.UUID, str]] = {}
+        # Topics whose state DeleteShareGroupOffsets deleted: left out of the group's next record.
+        self._dropped_state_topics: dict[str, set[uuid.UUID]] = {}
         if group_coordinator is not None:
             group_coordinator.load_listeners.append(self._offsets_loaded)
             group_coordinator.unload_listeners.append(self._offsets_unloaded)
@@ -438,6 +440,7 @@ class ShareCoordinator:
             partitions = max([len(rec.partitions) if rec is not None else 0, *(i + 1 for i in known)])
         for i in range(partitions):
             self._pending[serde.StateKey(group_id, topic_id, i)] = ((group_id, topic, i), None)
+        self._dropped_state_topics.setdefault(group_id, set()).add(topic_id)
 
     @property
     def snapshots(self) -> dict[serde.StateKey, serde.Snapshot]:
@@ -445,9 +448,10 @@ class ShareCoordinator:
         return self.state.loaded_states()
 
     def _known_state_topics(self, group_id: str) -> dict[uuid.UUID, str]:
-        """The topics written for the group before, plus those its members subscribe to now (a member's
-        share-partitions get state under their topic ids): never shrinks while the group lives."""
-        topics = dict(self._state_topics.get(group_id, {}))
+        """The topics written for the group before, less those whose state was deleted since, plus those its
+        members subscribe to now (a member's share-partitions get state under their topic ids)."""
+        dropped = self._dropped_state_topics.get(group_id, set())
+        topics = {t: n for t, n in self._state_topics.get(group_id, {}).items() if t not in dropped}
         grp = self.groups.groups.get(group_id)
         for name in sorted(grp.subscribed_topics()) if grp is not None else ():
             rec = self.store.topic(name)
@@ -459,7 +463,7 @@ class ShareCoordinator:
         """Topics the group has state for: those its coordinator recorded in ``__consumer_offsets`` (every
         topic it ever subscribed to, wherever that state's share coordinators are), plus what this broker
         knows (its share coordinator partitions, the share-partitions it leads, current subscriptions)."""
-        ids = set(self._state_topics.get(group_id, {}))
+        ids = set(self._known_state_topics(group_id))
         ids |= {k.topic_id for k in self.state.loaded_states() if k.group_id == group_id}
         for g, topic, _ in self.partitions:
             rec = self.store.topic(topic) if g == group_id else None
@@ -492,6 +496,8 @@ class ShareCoordinator:
             self._written_epochs.pop(gid, None)
         for gid in [g for g in self._state_topics if self.gc.partition_for(g) == partition]:
             del self._state_topics[gid]
+        for gid in [g for g in self._dropped_state_topics if self.gc.partition_for(g) == partition]:
+            del self._dropped_state_topics[gid]
 
     def write_group_records(self) -> list[str]:
         """Append a ShareGroupMetadata record for each group whose epoch changed (a tombstone for a deleted
@@ -503,6 +509,10 @@ class ShareCoordinator:
         changes: list[tuple[str, int | None]] = [(gid, g.group_epoch) for gid, g in self.groups.groups.items()
                                                  if self._written_epochs.get(gid) != g.group_epoch]
         changes += [(gid, None) for gid in self._written_epochs if gid not in self.groups.groups]
+        changing = {gid for gid, _ in changes}
+        # The group's topics changed without its epoch (DeleteShareGroupOffsets): that record alone.
+        changes += [(gid, g.group_epoch) for gid, g in self.groups.groups.items() if gid not in changing
+                    and self._known_state_topics(gid) != self._state_topics.get(gid, {})]
         for gid, epoch in changes:
             idx = gc.partition_for(gid)
             if gc.manager.partitions.get(idx) != "active" or gc.writable(gid) != ErrorCode.none:
@@ -522,6 +532,7 @@ class ShareCoordinator:
                 self._state_topics[gid] = topics
             else:
                 self._state_topics.pop(gid, None)
+            self._dropped_state_topics.pop(gid, None)
             if epoch is None:
                 self._written_epochs.pop(gid, None)
             else:

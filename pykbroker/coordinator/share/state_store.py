@@ -54,17 +54,12 @@ class ShareStateStore(PartitionLoader):
 
     def __init__(self, config: BrokerConfig, store: MetadataStore, replicas: ReplicaManager,
                  topics: TopicManager) -> None:
-        self.config = config
-        self.store = store
-        self.replicas = replicas
-        self.topics = topics
+        super().__init__(config, store, replicas, topics)
         self.num_partitions: int = config["share.coordinator.state.topic.num.partitions"]
         # Loaded partitions led here: their state per key (the newest record per key, tombstones removed).
         self.states: dict[int, dict[serde.StateKey, serde.Snapshot]] = {}
         self._loaded: dict[int, anyio.Event] = {}
         self._epochs: dict[int, int] = {}  # the leader epoch each partition was loaded under
-        self._to_load: set[int] = set()
-        self._load_wake = anyio.Event()
         self._locks: dict[int, anyio.Lock] = {}
         store.add_listener(self._on_metadata_change)
 

@@ -82,10 +82,7 @@ class TransactionCoordinator(PartitionLoader):
 
     def __init__(self, config: BrokerConfig, store: MetadataStore, replicas: ReplicaManager,
                  topics: TopicManager) -> None:
-        self.config = config
-        self.store = store
-        self.replicas = replicas
-        self.topics = topics
+        super().__init__(config, store, replicas, topics)
         self.producer_ids = ProducerIdManager(store)
         self.sm = TransactionStateMachine(
             TxnConfig(num_partitions=config["transaction.state.log.num.partitions"],
@@ -94,8 +91,6 @@ class TransactionCoordinator(PartitionLoader):
             self._write, now_ms, self.producer_ids.next)
         self.flush_on_ack: bool = config["log.flush.on.ack"]
         self.txn_offsets: TxnOffsets | None = None  # set by the broker when the group coordinator runs
-        self._to_load: set[int] = set()
-        self._load_wake = anyio.Event()
         self._in_flight: set[str] = set()
         self._fault_file = Path(config.log_dirs[0]) / FAULT_FILE
         # Cluster mode: requests to other brokers (markers on partitions they lead, KIP-890 checks),

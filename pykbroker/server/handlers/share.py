@@ -206,22 +206,36 @@ def _release_session(shares: ShareCoordinator, group_id: str, member_id: str) ->
     shares.release_member(group_id, member_id)
 
 
-async def handle_share_fetch(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+def _top(code: ErrorCode, message: str | None = None, lock_ms: int = 0) -> dict[str, Any]:
+    """A ShareFetch / ShareAcknowledge answer without partitions (the two responses share these fields)."""
+    return {"throttle_time": 0, "error_code": code, "error_message": message,
+            "acquisition_lock_timeout": lock_ms, "responses": [], "node_endpoints": []}
+
+
+def _admit(svc: Services, ctx: RequestContext, req: Any
+           ) -> tuple[ShareCoordinator, str, str, int] | dict[str, Any]:
+    """The checks ShareFetch and ShareAcknowledge begin with: share groups served, group and member ids
+    given, READ on the group. (coordinator, group id, member id, lock duration), or the error answer."""
     shares = _shares(svc)
-    lock_ms = 0
-
-    def top(code: ErrorCode, message: str | None = None) -> dict[str, Any]:
-        return {"throttle_time": 0, "error_code": code, "error_message": message,
-                "acquisition_lock_timeout": lock_ms, "responses": [], "node_endpoints": []}
-
     if shares is None:
-        return top(ErrorCode.unsupported_version)
+        return _top(ErrorCode.unsupported_version)
     group_id, member_id = req.group_id or "", req.member_id or ""
     if not group_id or not member_id:
-        return top(ErrorCode.invalid_request, "GroupId and MemberId must be set.")
+        return _top(ErrorCode.invalid_request, "GroupId and MemberId must be set.")
     if not allowed(ctx, AclOperation.READ, ResourceType.GROUP, group_id):
-        return top(ErrorCode.group_authorization_failed)
-    lock_ms = shares.limits(group_id).lock_duration_ms
+        return _top(ErrorCode.group_authorization_failed)
+    return shares, group_id, member_id, shares.limits(group_id).lock_duration_ms
+
+
+async def handle_share_fetch(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    admitted = _admit(svc, ctx, req)
+    if isinstance(admitted, dict):
+        return admitted
+    shares, group_id, member_id, lock_ms = admitted
+
+    def top(code: ErrorCode, message: str | None = None) -> dict[str, Any]:
+        return _top(code, message, lock_ms)
+
     epoch = int(req.share_session_epoch)
     code = shares.sessions.check(group_id, member_id, epoch)
     if code != ErrorCode.none:
@@ -331,21 +345,14 @@ async def _fetch(svc: Services, ctx: RequestContext, shares: ShareCoordinator, r
 
 
 async def handle_share_acknowledge(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
-    shares = _shares(svc)
-    lock_ms = 0
+    admitted = _admit(svc, ctx, req)
+    if isinstance(admitted, dict):
+        return admitted
+    shares, group_id, member_id, lock_ms = admitted
 
     def top(code: ErrorCode, message: str | None = None) -> dict[str, Any]:
-        return {"throttle_time": 0, "error_code": code, "error_message": message,
-                "acquisition_lock_timeout": lock_ms, "responses": [], "node_endpoints": []}
+        return _top(code, message, lock_ms)
 
-    if shares is None:
-        return top(ErrorCode.unsupported_version)
-    group_id, member_id = req.group_id or "", req.member_id or ""
-    if not group_id or not member_id:
-        return top(ErrorCode.invalid_request, "GroupId and MemberId must be set.")
-    if not allowed(ctx, AclOperation.READ, ResourceType.GROUP, group_id):
-        return top(ErrorCode.group_authorization_failed)
-    lock_ms = shares.limits(group_id).lock_duration_ms
     epoch = int(req.share_session_epoch)
     if epoch == INITIAL_EPOCH:
         return top(ErrorCode.invalid_share_session_epoch)
