@@ -22,6 +22,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from pykbroker.protocol import codec
 from tests.support.broker import BrokerProcess
+from tests.support.quotas import KpQuotas
 
 T = TypeVar("T")
 
@@ -293,3 +294,13 @@ class RawConnection:
 
 
 API_VERSIONS_V3_BODY: dict[str, Any] = {"client_software_name": "raw-test", "client_software_version": "1.0"}
+
+
+@pytest.fixture
+def kp(broker: BrokerProcess) -> Iterator[KpQuotas]:
+    """Client quota admin (kafka-python) on the module's ``broker`` fixture (each quota test module has one)."""
+    c = KpQuotas(broker, CLIENT_TIMEOUT)
+    try:
+        yield c
+    finally:
+        c.close()

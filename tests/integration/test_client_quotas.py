@@ -2,73 +2,26 @@
 
 Through kafka-python (its own protocol classes and version negotiation; neither confluent-kafka
 nor aiokafka has these calls; the Java client's admin is exercised by the compat suite), and both
-versions of each API through raw kio requests.  User and client-id quotas are enforced
-(tests/integration/test_quota_enforcement.py); IP and controller mutation quotas are stored, not
-enforced, and the broker logs a warning saying so, once each.
+versions of each API through raw kio requests.  Enforcement is tested in test_quota_enforcement.py
+(byte rates), test_quota_principals.py (request time, users), test_quota_mutations.py (controller
+mutations) and test_quota_connections.py (IP connection rates).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
-from kafka.admin import KafkaAdminClient
-from kafka.protocol.admin import AlterClientQuotasRequest, DescribeClientQuotasRequest
 
-from tests.integration.conftest import CLIENT_TIMEOUT, BrokerFactory, RawConnection
+from tests.integration.conftest import BrokerFactory, RawConnection
 from tests.support.broker import BrokerProcess
+from tests.support.quotas import Entity, KpQuotas
 
 EXACT, DEFAULT, ANY = 0, 1, 2
 INVALID_REQUEST, UNSUPPORTED_VERSION, UNKNOWN_SERVER_ERROR = 42, 35, -1
-Entity = tuple[tuple[str, str | None], ...]
-
-
-class KpQuotas:
-    """kafka-python speaking the two APIs with its own request classes."""
-
-    def __init__(self, b: BrokerProcess) -> None:
-        self.admin = KafkaAdminClient(bootstrap_servers=b.bootstrap, request_timeout_ms=int(CLIENT_TIMEOUT * 1000))
-
-    def close(self) -> None:
-        self.admin.close()
-
-    def _send(self, request: Any) -> Any:
-        async def call() -> Any:
-            return await self.admin._manager.send(request)
-        return self.admin._manager.run(call)
-
-    def alter(self, entity: Entity, ops: dict[str, float | None],
-              validate_only: bool = False) -> tuple[int, str | None]:
-        r = self._send(AlterClientQuotasRequest(
-            entries=[(list(entity), [(k, 0.0 if v is None else v, v is None) for k, v in ops.items()])],
-            validate_only=validate_only))
-        (e,) = r.entries
-        return e.error_code, e.error_message
-
-    def describe(self, components: list[tuple[str, int, str | None]], strict: bool = False) -> Any:
-        return self._send(DescribeClientQuotasRequest(components=components, strict=strict))
-
-    def entries(self, components: list[tuple[str, int, str | None]],
-                strict: bool = False) -> dict[Entity, dict[str, float]]:
-        r = self.describe(components, strict)
-        assert r.error_code == 0, (r.error_code, r.error_message)
-        return {tuple(sorted((x.entity_type, x.entity_name) for x in e.entity)): {v.key: v.value for v in e.values}
-                for e in r.entries}
 
 
 @pytest.fixture(scope="module")
 def broker(module_broker_factory: BrokerFactory) -> BrokerProcess:
     return module_broker_factory()
-
-
-@pytest.fixture
-def kp(broker: BrokerProcess) -> Iterator[KpQuotas]:
-    c = KpQuotas(broker)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 def test_set_describe_and_remove_through_kafka_python(kp: KpQuotas, broker: BrokerProcess) -> None:

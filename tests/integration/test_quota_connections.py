@@ -17,8 +17,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.integration.conftest import BrokerFactory, request_frame
-from tests.integration.test_client_quotas import KpQuotas
 from tests.support.broker import BrokerProcess
+from tests.support.quotas import KpQuotas
 
 CLIENT_IP = "127.0.0.2"
 QUOTA = 5

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -26,9 +25,9 @@ from tests.integration.conftest import (
     produce_all,
     unique_topic,
 )
-from tests.integration.test_client_quotas import KpQuotas
 from tests.integration.test_metrics import scrape, value
 from tests.support.broker import BrokerProcess, free_port
+from tests.support.quotas import KpQuotas
 
 QUOTA = 200_000  # bytes per second
 METRICS_PORT = free_port()
@@ -41,15 +40,6 @@ VALUE = b"v" * 1000
 def broker(module_broker_factory: BrokerFactory) -> BrokerProcess:
     return module_broker_factory({"quota.window.num": "2", "quota.window.size.seconds": "1",
                                   "pykbroker.metrics.listener": f"http://127.0.0.1:{METRICS_PORT}"})
-
-
-@pytest.fixture
-def kp(broker: BrokerProcess) -> Iterator[KpQuotas]:
-    c = KpQuotas(broker)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 def _assert_sensor(kind: str, client_id: str) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,8 +18,8 @@ from kafka.admin import KafkaAdminClient, NewPartitions
 from kafka.errors import ThrottlingQuotaExceededError
 
 from tests.integration.conftest import CLIENT_TIMEOUT, BrokerFactory, RawConnection, request_frame, unique_topic
-from tests.integration.test_client_quotas import KpQuotas
 from tests.support.broker import BrokerProcess
+from tests.support.quotas import KpQuotas
 
 THROTTLED = 89  # THROTTLING_QUOTA_EXCEEDED
 MESSAGE = "The throttling quota has been exceeded."
@@ -30,15 +29,6 @@ TIMEOUT = datetime.timedelta(seconds=10)
 @pytest.fixture(scope="module")
 def broker(module_broker_factory: BrokerFactory) -> BrokerProcess:
     return module_broker_factory()
-
-
-@pytest.fixture
-def kp(broker: BrokerProcess) -> Iterator[KpQuotas]:
-    c = KpQuotas(broker)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 def limit(kp: KpQuotas, client_id: str, rate: float | None = 1.0) -> None:

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import RawConnection, create_topic, make_producer, request_frame, unique_topic
-from tests.integration.test_client_quotas import KpQuotas
 from tests.integration.test_security_sasl import rd_conf, start_broker
 from tests.support.broker import BrokerProcess
+from tests.support.quotas import KpQuotas
 
 RUN_S = 4.0
 
