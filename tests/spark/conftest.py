@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 # Keys a broker of this tree may not know yet are dropped rather than stopping it.
 _BROKER_OVERRIDES = {
+    "pykbroker.delay.enable": "true",  # tests/spark/test_delayed.py
     "log.retention.check.interval.ms": "200",
     "log.cleaner.backoff.ms": "200",
     "log.segment.delete.delay.ms": "0",
