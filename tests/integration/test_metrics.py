@@ -199,3 +199,24 @@ def test_bad_metrics_listener_refuses_to_start(broker_factory: BrokerFactory) ->
     b = broker_factory({"pykbroker.metrics.listener": "https://127.0.0.1:9"}, start=False)
     with pytest.raises(RuntimeError, match="pykbroker.metrics.listener"):
         b.start(timeout=20)
+
+
+def test_transaction_states(metered: tuple[BrokerProcess, int]) -> None:
+    """Transactional ids by state, as the coordinator holds them: one committed, one left open."""
+    b, port = metered
+    topic = unique_topic("metrics-txn")
+    create_topic(b, topic)
+    done = make_producer(b, **{"transactional.id": f"done-{uuid.uuid4().hex[:6]}"})
+    done.init_transactions(CLIENT_TIMEOUT)
+    done.begin_transaction()
+    done.produce(topic, value=b"x")
+    done.commit_transaction(CLIENT_TIMEOUT)
+    open_txn = make_producer(b, **{"transactional.id": f"open-{uuid.uuid4().hex[:6]}"})
+    open_txn.init_transactions(CLIENT_TIMEOUT)
+    open_txn.begin_transaction()
+    open_txn.produce(topic, value=b"y")
+    assert open_txn.flush(CLIENT_TIMEOUT) == 0
+    samples = scrape(port)
+    assert value(samples, "kafka_coordinator_transaction_transactions", state="COMPLETE_COMMIT") >= 1
+    assert value(samples, "kafka_coordinator_transaction_transactions", state="ONGOING") >= 1
+    open_txn.abort_transaction(CLIENT_TIMEOUT)
