@@ -80,6 +80,10 @@ if [ $WANT_TEST -eq 1 ]; then
     apt_install kcat ca-certificates zookeeper
     # Prometheus and headless Chromium for the dashboard test (tests/integration/test_dashboard.py).
     apt_install prometheus chromium-headless-shell
+    # The test starts its own Prometheus; Debian's package also enables a system one (port 9090): stop it.
+    if [ -d /run/systemd/system ] && systemctl is-enabled prometheus >/dev/null 2>&1; then
+        $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
+    fi
     command -v javac >/dev/null || apt_install openjdk-17-jdk-headless
     command -v node >/dev/null || apt_install nodejs npm
     pip_install -e '.[test,spark]'
