@@ -148,14 +148,18 @@ async def handle_alter_client_quotas(svc: Services, ctx: RequestContext, req: An
                 raise _Invalid(ErrorCode.invalid_request, "Invalid empty client quota entity")
             keys = _config_keys(entity)
             current = stored.get(key, {})
+            # A ZooKeeper store's map is a cache another broker's write may not have reached yet: every
+            # operation goes to the store, which edits what ZooKeeper holds (removing an absent key is a
+            # no-op there). Only an always-current store lets no-op changes be skipped.
+            fresh = not svc.store.blocking
             change: dict[str, float | None] = {}
             for quota_key, value in ops.items():
                 if value is None:
-                    if quota_key in current:
+                    if quota_key in current or not fresh:
                         change[quota_key] = None
                 else:
                     _check_value(keys, quota_key, value)
-                    if current.get(quota_key) != value:
+                    if current.get(quota_key) != value or not fresh:
                         change[quota_key] = value
         except _Invalid as e:
             results[key] = (e.code, e.message)
