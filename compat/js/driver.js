@@ -273,7 +273,7 @@ async function deleteRecords (r) {
 
 async function metadata () {
   return withAdmin(async a => {
-    const cluster = await a.describeCluster()
+    const cluster = await describeClusterOf(a)
     const md = await a.fetchTopicMetadata()
     const topics = {}
     for (const t of md.topics) topics[t.name] = t.partitions.length
@@ -557,10 +557,24 @@ async function describeConfigs (r) {
   })
 }
 
+// kafkajs's describeCluster destructures the result of brokerPool.withBroker(), which swallows each
+// broker's error and returns null when every attempt failed (a TypeError, not the broker's error):
+// ask again, a bounded number of times, as a caller of kafkajs must.
+async function describeClusterOf (a) {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await a.describeCluster()
+    } catch (e) {
+      if (!(e instanceof TypeError) || attempt >= 3) throw e
+      await new Promise(resolve => setTimeout(resolve, 500))
+    }
+  }
+}
+
 async function describeCluster (r) {
   if (r.authorized_operations) throw notSupported("the cluster's authorized operations")
   return withAdmin(async a => {
-    const d = await a.describeCluster()
+    const d = await describeClusterOf(a)
     return {
       cluster_id: d.clusterId,
       controller: d.controller === null ? -1 : d.controller,
