@@ -6,8 +6,12 @@ import argparse
 import logging
 import socket
 import struct
+from typing import TYPE_CHECKING
 
 from pykbroker import __version__
+
+if TYPE_CHECKING:
+    from pykbroker.config import BrokerConfig
 
 log = logging.getLogger("pykbroker")
 
@@ -27,6 +31,8 @@ def _serve(args: argparse.Namespace) -> int:
         log.error("invalid configuration: %s", e)
         return 2
     logsetup.configure(args.log_level, config["pykbroker.log.format"])
+    if args.processes is not None:
+        return _serve_processes(args, config)
     if config.no_effect_keys():
         log.info("accepted with no effect on this broker: %s (see README 'Settings not implemented')",
                  ", ".join(config.no_effect_keys()))
@@ -48,6 +54,25 @@ def _serve(args: argparse.Namespace) -> int:
         log.error("cannot start: %s", "; ".join(str(e) for e in _leaves(matched)))
         return 1
     return 0
+
+
+def _serve_processes(args: argparse.Namespace, config: BrokerConfig) -> int:
+    """``--processes N``: N brokers of the ZooKeeper cluster on this host (pykbroker/multiprocess)."""
+    from pykbroker.config import ConfigError, load_config
+    from pykbroker.multiprocess.plan import plan_processes
+    from pykbroker.multiprocess.supervisor import Supervisor, child_command
+
+    try:
+        plans = plan_processes(config, args.processes, socket.gethostname())
+        for plan in plans:  # each child's whole configuration must pass before any child starts
+            load_config(args.config, [*(args.override or []), *(f"{k}={v}" for k, v in plan.overrides.items())])
+    except ConfigError as e:
+        log.error("invalid configuration: %s", e)
+        return 2
+    log.info("starting %d brokers (ids %s) under this process", len(plans),
+             ", ".join(str(p.broker_id) for p in plans))
+    base = child_command(args.config, args.override or [], args.log_level)
+    return Supervisor(plans, base, max_restarts=args.max_restarts).run()
 
 
 def _leaves(eg: BaseExceptionGroup[BaseException]) -> list[BaseException]:
@@ -123,6 +148,12 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--override", action="append", metavar="KEY=VALUE",
                        help="set a config key (repeatable); wins over the file and PYKBROKER_* variables")
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    serve.add_argument("--processes", type=int, metavar="N",
+                       help="run N brokers of the ZooKeeper cluster as child processes, with ids, ports and log "
+                            "dirs derived from the configuration (docs/deploy.md, 'Several processes per host')")
+    serve.add_argument("--max-restarts", type=int, default=5, metavar="N",
+                       help="with --processes: restarts of a child that died, within 5 minutes, before the "
+                            "parent stops every broker and exits 1 (0: exit at the first death)")
     health = sub.add_parser("healthcheck", help="exit 0 if the broker answers ApiVersions")
     health.add_argument("--bootstrap", default="127.0.0.1:9092")
     health.add_argument("--timeout", type=float, default=5.0)
