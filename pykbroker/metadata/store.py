@@ -222,11 +222,13 @@ class MetadataStore(ABC):
     def topic(self, name: str) -> TopicRecord | None:
         return self.topics().get(name)
 
-    def read_topic_configs(self, name: str) -> dict[str, str] | None:
+    def read_topic_configs(self, name: str, *, fresh: bool = False) -> dict[str, str] | None:
         """The topic's config overrides read from the source of truth (None: no such topic).
 
         Why: a cached store (ZooKeeper) can lag a topic another broker just created; an admin request
-        that names it must not get UNKNOWN_TOPIC_OR_PARTITION for that lag. In-memory stores have no lag."""
+        that names it must not get UNKNOWN_TOPIC_OR_PARTITION for that lag. ``fresh``: bypass the cache
+        even for a topic it holds (a read-modify-write must build on what another broker just wrote).
+        In-memory stores have no lag."""
         rec = self.topic(name)
         return None if rec is None else dict(rec.configs)
 
@@ -275,6 +277,11 @@ class MetadataStore(ABC):
     def configs_of(self, resource_type: int, name: str) -> dict[str, str]:
         """One entity's dynamic configs (a copy; empty when it has none)."""
         return dict(self.entity_configs(resource_type).get(name, {}))
+
+    def read_entity_configs(self, resource_type: int, name: str) -> dict[str, str]:
+        """One entity's dynamic configs from the source of truth, not a cache that may lag another
+        broker's write (what IncrementalAlterConfigs builds on). In-memory stores have no lag."""
+        return self.configs_of(resource_type, name)
 
     @abstractmethod
     def set_entity_configs(self, resource_type: int, name: str, configs: dict[str, str]) -> None:

@@ -1131,9 +1131,9 @@ class ZkMetadataStore(MetadataStore):
         log.info("added partitions %s to topic %s", sorted(new), name)
         return TopicRecord(name, assignment.topic_id, parts, dict(base.configs) if base else {})
 
-    def read_topic_configs(self, name: str) -> dict[str, str] | None:
+    def read_topic_configs(self, name: str, *, fresh: bool = False) -> dict[str, str] | None:
         rec = self._topics.get(name)
-        if rec is not None:
+        if rec is not None and not fresh:
             return dict(rec.configs)
         with self._unavailable():
             self.zk.sync(zl.topic_path(name))
@@ -1164,6 +1164,17 @@ class ZkMetadataStore(MetadataStore):
             base = TopicRecord(name, assignment.topic_id,
                                {p: PartitionAssignment(list(r)) for p, r in assignment.partitions.items()})
         return TopicRecord(name, base.topic_id, dict(base.partitions), dict(configs))
+
+    def read_entity_configs(self, resource_type: int, name: str) -> dict[str, str]:
+        if resource_type not in zl.CONFIG_ENTITY_PATHS:
+            raise ValueError(f"resource type {resource_type} has no dynamic configs")
+        path = zl.entity_config_path(resource_type, name)
+        with self._unavailable():
+            self.zk.sync(path)
+            try:
+                return _decode_configs(self.zk.get(path))
+            except NoNodeError:
+                return {}
 
     def set_entity_configs(self, resource_type: int, name: str, configs: dict[str, str]) -> None:
         """/config/brokers/<id|<default>>, /config/client-metrics/<n>, /config/groups/<g>; empty removes it."""

@@ -10,6 +10,7 @@ plain dicts, so they are tested without a broker.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -235,9 +236,10 @@ async def _describe_uncached_topic(svc: Services, name: str, keys: list[str] | N
     return describe_topic_configs(svc.config, overrides, keys, synonyms, documentation)
 
 
-async def _read_uncached_topic(svc: Services, name: str, message: str | None) -> dict[str, str]:
+async def _read_uncached_topic(svc: Services, name: str, message: str | None, *,
+                              fresh: bool = False) -> dict[str, str]:
     try:
-        overrides = await run_store(svc.store, svc.store.read_topic_configs, name)
+        overrides = await run_store(svc.store, functools.partial(svc.store.read_topic_configs, fresh=fresh), name)
     except StoreUnavailable as e:
         raise ResourceError(ErrorCode.unknown_server_error, str(e)) from None
     if overrides is None:
@@ -432,8 +434,18 @@ async def _alter(svc: Services, ctx: RequestContext, req: Any, incremental: bool
                     raise refusal
             _check_resource(svc, rtype, name)
             fresh = None
-            if rtype == RESOURCE_TOPIC and svc.store.blocking and svc.store.topic(name) is None:
-                fresh = await _read_uncached_topic(svc, name, f"The topic '{name}' does not exist.")
+            if rtype == RESOURCE_TOPIC and svc.store.blocking and (incremental or svc.store.topic(name) is None):
+                # Incremental ops build on what the store holds now, not on this broker's cache, which may
+                # not have seen another broker's change yet (it would be silently undone).
+                fresh = await _read_uncached_topic(svc, name, f"The topic '{name}' does not exist.",
+                                                   fresh=incremental)
+            elif incremental and svc.store.blocking and rtype in (RESOURCE_BROKER, RESOURCE_GROUP,
+                                                                  RESOURCE_CLIENT_METRICS):
+                try:
+                    fresh = await run_store(svc.store, svc.store.read_entity_configs, rtype, name)
+                except StoreUnavailable as e:
+                    raise ResourceError(ErrorCode.request_timed_out,
+                                        f"The metadata store is not reachable: {e}") from None
             if incremental:
                 try:
                     new = apply_incremental_ops(
