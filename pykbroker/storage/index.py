@@ -360,6 +360,14 @@ class OffsetIndex(_IndexFile):
         rel, pos = self._entry(i)
         return self.base_offset + rel, pos
 
+    def lookup_position(self, position: int) -> int:
+        """Position of the last entry at or below ``position`` (0 when none): a batch boundary from which
+        a fetch walks to the last whole batch that fits its byte limit."""
+        if self._entries == 0:
+            return 0
+        i = self._bisect_last_le(lambda e: e[1], position)
+        return self._entry(i)[1] if i >= 0 else 0
+
     def truncate_to(self, offset: int) -> None:
         """Remove entries with offset >= ``offset``."""
         i = self._bisect_last_le(lambda e: e[0], offset - self.base_offset - 1) if offset > self.base_offset else -1

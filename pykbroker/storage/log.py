@@ -38,6 +38,7 @@ from pykbroker.protocol.records import (
     assign_offsets,
     iter_batches,
 )
+from pykbroker.storage.file_range import FileRange
 from pykbroker.storage.index import CorruptIndex
 from pykbroker.storage.leader_epoch_cache import LeaderEpochCache
 from pykbroker.storage.log_config import LogConfig
@@ -153,6 +154,16 @@ class ReadResult:
     log_start_offset: int
     log_end_offset: int
     first_batch_too_large: bool = False  # min_one_message=False and the first batch exceeds max_bytes
+
+
+@dataclass(slots=True)
+class SliceResult:
+    """A fetch's read: whole batches as bytes, or as a range of a segment file when long."""
+
+    records: bytes | FileRange
+    first_offset: int  # base offset of the first batch returned, or the requested offset if none
+    next_offset: int  # past the last batch returned (an upper bound across compaction gaps)
+    first_batch_too_large: bool = False
 
 
 class Log:
@@ -589,6 +600,31 @@ class Log:
                         result.first_batch_too_large,
                     )
             return empty
+
+    @_on_disk("reading")
+    def read_slice(
+        self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_message: bool = True
+    ) -> SliceResult:
+        """:meth:`read` for a fetch response: a long range stays in its segment file (a
+        :class:`FileRange`, sent with sendfile), only batch headers are read.  ``next_offset`` may
+        overshoot across a compaction gap: it bounds the aborted transactions to report, as in Kafka."""
+        with self._lock:
+            self._check_open()
+            lso, leo = self.log_start_offset, self.log_end_offset
+            if offset < lso or offset > leo:
+                raise OffsetOutOfRange(f"offset {offset} is out of range for {self.dir.name}: [{lso}, {leo}]")
+            if offset == leo or (max_offset is not None and offset >= max_offset):
+                return SliceResult(b"", offset, offset)
+            segments = self._segments
+            i = max(0, bisect.bisect_right(self._bases, offset) - 1)
+            for j in range(i, len(segments)):
+                end_offset = segments[j + 1].base_offset if j + 1 < len(segments) else leo
+                result = segments[j].read_slice(offset, max(0, max_bytes), max_offset=max_offset,
+                                                min_one_message=min_one_message, end_offset=end_offset)
+                if result is not None:
+                    return SliceResult(result.records, result.first_offset, result.next_offset,
+                                       result.first_batch_too_large)
+            return SliceResult(b"", offset, offset)
 
     # -- timestamps --------------------------------------------------------------------------------
 

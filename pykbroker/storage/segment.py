@@ -12,7 +12,7 @@ import contextlib
 import logging
 import os
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +27,7 @@ from pykbroker.protocol.records import (
     iter_batches,
     parse_batch_header,
 )
+from pykbroker.storage.file_range import FileRange, SegmentFile
 from pykbroker.storage.index import CorruptIndex, OffsetIndex, TimeIndex
 from pykbroker.storage.log_config import LogConfig
 from pykbroker.storage.txn_index import TransactionIndex
@@ -38,6 +39,7 @@ __all__ = [
     "TXN_INDEX_SUFFIX",
     "Segment",
     "SegmentRead",
+    "SegmentSlice",
     "filename_prefix",
     "parse_base_offset",
 ]
@@ -50,6 +52,9 @@ TIME_INDEX_SUFFIX = ".timeindex"
 TXN_INDEX_SUFFIX = ".txnindex"
 MAX_RELATIVE_OFFSET = 2**31 - 1  # Kafka keeps relative offsets within a signed int
 _SCAN_CHUNK = 16 * 1024
+# A fetch's range at least this long stays in the file (sent with sendfile); a shorter one is read
+# into memory, where one pread costs less than the separate writes a file range needs.
+FILE_RANGE_MIN_BYTES = 64 * 1024
 
 
 def filename_prefix(offset: int) -> str:
@@ -75,6 +80,16 @@ class SegmentRead:
     first_batch_too_large: bool = False
 
 
+@dataclass(slots=True)
+class SegmentSlice:
+    """Whole batches from one segment for a fetch: bytes, or a range of the file when long."""
+
+    records: bytes | FileRange
+    first_offset: int  # base offset of the first batch (requested offset when empty)
+    next_offset: int  # offset after the last batch; may overshoot across a compaction gap (an upper bound)
+    first_batch_too_large: bool = False
+
+
 class Segment:
     """A ``.log`` file plus sparse ``.index``/``.timeindex`` for offsets >= ``base_offset``."""
 
@@ -84,6 +99,8 @@ class Segment:
         self.config = config
         self.log_path = dir / (filename_prefix(base_offset) + LOG_SUFFIX)
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        # Owns the descriptor: fetch responses' file ranges share it, and it closes when the last goes.
+        self._file: SegmentFile | None = SegmentFile(self._fd, self.log_path.name)
         try:
             self.size = os.fstat(self._fd).st_size
             self._size_at_open = self.size  # before we preallocate anything
@@ -101,7 +118,7 @@ class Segment:
             )
             self.txn_index = TransactionIndex(dir / (filename_prefix(base_offset) + TXN_INDEX_SUFFIX), base_offset)
         except BaseException:
-            os.close(self._fd)
+            self._drop_file()
             raise
         self.active = active
         self.created_ms = now_ms
@@ -164,25 +181,23 @@ class Segment:
         self.on_become_inactive()
         self.offset_index.close()
         self.time_index.close()
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._drop_file()
+
+    def _drop_file(self) -> None:
+        """Let go of the descriptor: closed now, or once the last fetch response using it is sent."""
+        self._file = None
+        self._fd = -1
 
     def release(self) -> None:
         """Close every descriptor and mapping without writing anything (the log dir failed)."""
         self.offset_index.release()
         self.time_index.release()
-        if self._fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(self._fd)
-            self._fd = -1
+        self._drop_file()
         self.active = False
 
     def delete(self) -> None:
         """Close and unlink all files (log first, so a crash leaves only orphan indexes)."""
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._drop_file()
         with contextlib.suppress(FileNotFoundError):
             self.log_path.unlink()
         self.offset_index.delete()
@@ -374,6 +389,49 @@ class Segment:
         records = data if end == len(data) else data[:end]
         return SegmentRead(records, header.base_offset, next_offset)
 
+    def read_slice(self, offset: int, max_bytes: int, *, max_offset: int | None, min_one_message: bool,
+                   end_offset: int) -> SegmentSlice | None:
+        """What :meth:`read` returns, without reading a long range: it becomes a :class:`FileRange`.
+
+        Only batch headers are read: the one holding ``offset``, and near the end of the range
+        the ones that decide where the last whole batch ends (the offset index narrows both
+        searches).  ``end_offset`` is where this segment's offsets end (the next segment's base,
+        or the log end offset), so a high watermark past it needs no search.  None: ``offset``
+        is past this segment.
+        """
+        _, position = self.offset_index.lookup(offset)
+        walker = _HeaderWalker(self._fd, self.size)
+        first = walker.find(position, lambda h: h.last_offset >= offset)
+        if first is None:
+            return None
+        if max_offset is not None and first.base_offset >= max_offset:
+            return SegmentSlice(b"", offset, offset)
+        budget = max(max_bytes, first.size) if min_one_message else max_bytes
+        if first.size > budget:
+            return SegmentSlice(b"", offset, offset, first_batch_too_large=True)
+        start = first.position
+        limit = min(start + budget, self.size)
+        hw_inside = max_offset is not None and max_offset < end_offset
+        if limit == self.size and not hw_inside:
+            end, next_offset = limit, end_offset
+        else:
+            # Resume the walk at the last index entry below both limits (a batch boundary).
+            resume = start
+            if limit < self.size:
+                resume = max(resume, self.offset_index.lookup_position(limit))
+            if hw_inside:
+                assert max_offset is not None
+                resume = min(resume, max(start, self.offset_index.lookup(max_offset - 1)[1]))
+            end, next_offset = walker.whole_batches_end(resume, limit, max_offset if hw_inside else None, end_offset)
+        length = end - start
+        if walker.holds(start, end):
+            records: bytes | FileRange = walker.slice(start, end)
+        elif length < FILE_RANGE_MIN_BYTES or self._file is None:
+            records = os.pread(self._fd, length, start)
+        else:
+            records = FileRange(self._file, start, length)
+        return SegmentSlice(records, first.base_offset, next_offset)
+
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> tuple[int, int] | None:
         """(timestamp, offset) of the first record with timestamp >= target and offset >= start."""
         _, ts_offset = self.time_index.lookup(timestamp)
@@ -445,7 +503,7 @@ class Segment:
             log.debug("%s: %s", self.log_path, exc)
         truncated = file_size - valid_end
         if truncated:
-            os.ftruncate(self._fd, valid_end)
+            self._cut(valid_end)
         self.size = valid_end
         self._preallocated = False
         if was_active:
@@ -471,9 +529,68 @@ class Segment:
         if header is None:
             return 0
         removed = self.size - header.position
-        os.ftruncate(self._fd, header.position)
+        self._cut(header.position)
         self.recover(verify_crc=False)
         return removed
 
+    def _cut(self, position: int) -> None:
+        """ftruncate, noted on the file so that fetch ranges it reaches are not sent."""
+        if self._file is not None:
+            self._file.truncated(position)
+        os.ftruncate(self._fd, position)
+
     def fsync(self) -> None:
         os.fsync(self._fd)
+
+
+class _HeaderWalker:
+    """Batch headers of one segment, read through one chunk-sized buffer (a pread per chunk)."""
+
+    __slots__ = ("_buf", "_buf_start", "_fd", "_size")
+
+    def __init__(self, fd: int, size: int) -> None:
+        self._fd = fd
+        self._size = size
+        self._buf = b""
+        self._buf_start = 0
+
+    def header_at(self, pos: int) -> BatchHeader | None:
+        """The whole batch at ``pos``; None at the end of the data (or a torn tail)."""
+        if self._size - pos < BATCH_HEADER_SIZE:
+            return None
+        rel = pos - self._buf_start
+        if rel < 0 or len(self._buf) - rel < BATCH_HEADER_SIZE:
+            self._buf = os.pread(self._fd, min(_SCAN_CHUNK, self._size - pos), pos)
+            self._buf_start, rel = pos, 0
+            if len(self._buf) < BATCH_HEADER_SIZE:
+                return None
+        header = parse_batch_header(self._buf, rel)
+        header.position = pos
+        return None if pos + header.size > self._size else header
+
+    def find(self, pos: int, stop: Callable[[BatchHeader], bool]) -> BatchHeader | None:
+        """The first batch from ``pos`` on that ``stop`` accepts."""
+        while True:
+            header = self.header_at(pos)
+            if header is None or stop(header):
+                return header
+            pos += header.size
+
+    def whole_batches_end(self, pos: int, limit: int, max_offset: int | None, end_offset: int) -> tuple[int, int]:
+        """(end position, next offset) of the whole batches from boundary ``pos`` that end by ``limit``
+        and start below ``max_offset``; the next offset is the following batch's base, else ``end_offset``."""
+        while True:
+            header = self.header_at(pos)
+            if header is None:
+                return pos, end_offset
+            if (max_offset is not None and header.base_offset >= max_offset) or pos + header.size > limit:
+                return pos, header.base_offset
+            pos += header.size
+
+    def holds(self, start: int, end: int) -> bool:
+        return self._buf_start <= start and end <= self._buf_start + len(self._buf)
+
+    def slice(self, start: int, end: int) -> bytes:
+        rel = start - self._buf_start
+        buf = self._buf
+        return buf if rel == 0 and end - start == len(buf) else buf[rel:rel + end - start]
