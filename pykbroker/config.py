@@ -246,6 +246,16 @@ SSL_CONFIGS: tuple[str, ...] = (
 LISTENER_CONFIGS += SSL_CONFIGS
 
 
+def _valid_local_endpoints(v: Any) -> str | None:
+    from pykbroker.multiprocess.plan import parse_local_endpoints
+
+    try:
+        parse_local_endpoints(v)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def _valid_ip_overrides(v: Any) -> str | None:
     from pykbroker.server.connection_quotas import parse_ip_overrides
 
@@ -491,6 +501,10 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
            one_of("text", "logfmt", "json")),
         # --- end observability ---
         # --- cluster and replication (ZooKeeper mode) ---
+        _D("pykbroker.local.broker.endpoints", "list", [], "pykbroker: brokers that are other processes of this "
+           "host (serve --processes sets it), as BROKER_ID@host:port of their inter-broker listener on loopback; "
+           "inter-broker connections to them go there instead of to their registered endpoint.",
+           _valid_local_endpoints),
         _D("replica.lag.time.max.ms", "long", 30000, "A follower that has not caught up for this long leaves "
            "the ISR.", at_least(1)),
         _D("replica.fetch.max.bytes", "int", 1048576, validator=at_least(0)),

@@ -10,7 +10,12 @@ brokers fighting over a port or an id:
 - every log dir: ``<dir>/broker-<id>``, so one process's logs never mix with another's;
 - ``pykbroker.metrics.listener`` port: port + i;
 - ``broker.rack``: shared, the host name unless set, so the controller's rack-aware assignment puts a
-  partition's replicas on different hosts before it puts two on one host.
+  partition's replicas on different hosts before it puts two on one host;
+- ``pykbroker.local.broker.endpoints``: the other processes' inter-broker listeners on loopback, so
+  replication between processes of one host never leaves it, whatever ``advertised.listeners`` says
+  (a NAT'd or published address, a name a load balancer answers). Only when that listener accepts
+  loopback connections (wildcard or loopback host) and is not TLS (a certificate names the host, not
+  127.0.0.1).
 """
 
 from __future__ import annotations
@@ -21,6 +26,29 @@ from pathlib import Path
 from pykbroker.config import INT_MAX, BrokerConfig, ConfigError, Listener, parse_listener
 
 WILDCARD_HOSTS = ("", "0.0.0.0", "::")
+LOCAL_ENDPOINTS = "pykbroker.local.broker.endpoints"
+
+
+def parse_local_endpoints(items: list[str]) -> dict[int, tuple[str, int]]:
+    """``id@host:port`` items -> {broker id: (host, port)}; ValueError naming a malformed item."""
+    out: dict[int, tuple[str, int]] = {}
+    for item in items:
+        broker, at, address = item.partition("@")
+        host, colon, port = address.rpartition(":")
+        host = host.strip("[]")
+        if not (at and colon and broker.strip().isdigit() and port.isdigit() and host and 0 < int(port) <= 65535):
+            raise ValueError(f"{item!r} is not of the form BROKER_ID@host:port")
+        out[int(broker)] = (host, int(port))
+    return out
+
+
+def _loopback_of(host: str) -> str | None:
+    """The loopback address a listener bound to ``host`` accepts, or None if it accepts none."""
+    if host in ("", "0.0.0.0", "localhost") or host.startswith("127."):
+        return "127.0.0.1" if not host.startswith("127.") else host
+    if host in ("::", "::1"):
+        return "::1"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +133,24 @@ def plan_processes(config: BrokerConfig, processes: int, hostname: str) -> list[
         first = listeners[0]
         plans.append(ProcessPlan(i, broker_id, overrides, (_probe_host(first.host), first.port), tuple(binds)))
     _refuse_shared_binds(plans)
+    return _with_local_endpoints(config, plans)
+
+
+def _with_local_endpoints(config: BrokerConfig, plans: list[ProcessPlan]) -> list[ProcessPlan]:
+    if len(plans) < 2:
+        return plans
+    inter = str(config["inter.broker.listener.name"]).strip().upper() or config.listeners[0].name
+    if config.security_protocols[inter] not in ("PLAINTEXT", "SASL_PLAINTEXT"):
+        return plans
+    position = [lst.name for lst in config.listeners].index(inter)
+    loopback = _loopback_of(config.listeners[position].host)
+    if loopback is None:
+        return plans
+    address = f"[{loopback}]" if ":" in loopback else loopback
+    ports = {p.broker_id: config.listeners[position].port + p.index for p in plans}
+    for plan in plans:
+        plan.overrides[LOCAL_ENDPOINTS] = ",".join(
+            f"{other}@{address}:{port}" for other, port in ports.items() if other != plan.broker_id)
     return plans
 
 

@@ -39,6 +39,7 @@ from pykbroker.coordinator.transaction.service import TXN_TOPIC, TransactionCoor
 from pykbroker.delay.service import DelayService
 from pykbroker.metadata.embedded import META_PROPERTIES, EmbeddedMetadataStore, write_atomically
 from pykbroker.metadata.store import MetadataStore, StoreUnavailable, run_store
+from pykbroker.multiprocess.plan import LOCAL_ENDPOINTS, parse_local_endpoints
 from pykbroker.observability.collector import Snapshot, take_snapshot
 from pykbroker.observability.endpoint import MetricsEndpoint
 from pykbroker.quotas import QuotaManager
@@ -118,6 +119,8 @@ class Broker:
     def __init__(self, config: BrokerConfig, store: MetadataStore | None = None) -> None:
         self.config = config
         self.broker_id = config.broker_id
+        # Other processes of this host (serve --processes): their inter-broker listener on loopback.
+        self._local_brokers = parse_local_endpoints(config[LOCAL_ENDPOINTS])
         advertised = config.advertised_listeners
         self.log_manager = LogManager(config.log_dirs, log_config_for(config, {}))
         self.store = store or _make_store(config, [(a.name, a.host, a.port) for a in advertised])
@@ -280,10 +283,11 @@ class Broker:
             self.replicas.stop_replica(topic, index, delete=True)
 
     def _inter_broker_endpoint(self, broker_id: int) -> tuple[str, int] | None:
-        """Where followers fetch from: the broker's endpoint on inter.broker.listener.name."""
+        """Where followers fetch from: the broker's endpoint on inter.broker.listener.name (on loopback when
+        the broker is another process of this host, pykbroker.local.broker.endpoints)."""
         for name, host, port in self.store.live_brokers().get(broker_id, ()):
             if name == self._inter_broker_listener:
-                return host, port
+                return self._local_brokers.get(broker_id, (host, port))
         return None
 
     @property

@@ -7,6 +7,7 @@ and the cluster carries on, and a SIGKILL'd parent leaves no children behind.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -243,6 +244,35 @@ def test_a_killed_child_is_restarted_and_the_cluster_carries_on(supervised: Supe
     _produce(supervised.bootstrap, topic, second)
     got = _consume(supervised.bootstrap, topic, len(first) + len(second))
     assert sorted(got) == sorted(first + second), "every record once, before and after the kill"
+
+
+def test_replication_between_processes_stays_on_loopback(tmp_path: Path, zk: ZooKeeperEnsemble) -> None:
+    """Brokers advertise a recording proxy's port (as a published or NAT'd address would be); clients go
+    through it, but a follower fetches from its sibling on the loopback listener, never through it."""
+    repo = Path(__file__).resolve().parents[2]
+    proxy_port = _port_pair()
+    s = Supervised(tmp_path, zk, **{"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy_port}"})
+    records = [tmp_path / f"proxy{i}.jsonl" for i in range(2)]
+    proxies = [subprocess.Popen([sys.executable, "-m", "compat.proxy", "--listen", f"127.0.0.1:{proxy_port + i}",
+                                 "--upstream", f"127.0.0.1:{s.port + i}", "--record", str(records[i])], cwd=repo)
+               for i in range(2)]
+    try:
+        s.start()
+        bootstrap = f"127.0.0.1:{proxy_port},127.0.0.1:{proxy_port + 1}"
+        topic = _topic(bootstrap)
+        assert set(_leaders(bootstrap, topic, 4).values()) == {1, 2}
+        values = [f"v{i}".encode() for i in range(300)]
+        _produce(bootstrap, topic, values)  # acks=all: each follower has fetched every record
+        assert sorted(_consume(bootstrap, topic, len(values))) == sorted(values)
+        seen = [json.loads(line) for r in records if r.exists() for line in r.read_text().splitlines()]
+        clients = {d["client_id"] for d in seen}
+        assert any(c.startswith("rdkafka") for c in clients), f"clients went through the proxies: {clients}"
+        assert not any(c.startswith("broker-") for c in clients), f"inter-broker traffic took the proxy: {clients}"
+    finally:
+        s.close()
+        for p in proxies:
+            p.terminate()
+            p.wait(10)
 
 
 def test_sigkill_of_the_parent_leaves_no_children(supervised: Supervised) -> None:

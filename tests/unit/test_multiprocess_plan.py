@@ -9,7 +9,7 @@ import pytest
 
 from pykbroker.cli import main
 from pykbroker.config import BrokerConfig, ConfigError
-from pykbroker.multiprocess.plan import plan_processes
+from pykbroker.multiprocess.plan import LOCAL_ENDPOINTS, parse_local_endpoints, plan_processes
 from pykbroker.multiprocess.restarts import GiveUp, Restart, RestartPolicy, describe_exit
 
 ZK = "127.0.0.1:2181/pyk"
@@ -126,3 +126,34 @@ def test_refused_configuration_or_failed_start_is_not_restarted() -> None:
 def test_describe_exit() -> None:
     assert describe_exit(-9) == "killed by SIGKILL"
     assert describe_exit(3) == "exit status 3"
+
+
+def test_siblings_are_reached_on_loopback_when_the_inter_broker_listener_allows() -> None:
+    plans = plan_processes(cfg(listeners="PLAINTEXT://0.0.0.0:9092",
+                               advertised_listeners="PLAINTEXT://kafka.example:9092"), 3, "h")
+    assert plans[0].overrides[LOCAL_ENDPOINTS] == "2@127.0.0.1:9093,3@127.0.0.1:9094"
+    assert plans[2].overrides[LOCAL_ENDPOINTS] == "1@127.0.0.1:9092,2@127.0.0.1:9093"
+    child = BrokerConfig({"zookeeper.connect": ZK, **plans[1].overrides})
+    assert parse_local_endpoints(child[LOCAL_ENDPOINTS]) == {1: ("127.0.0.1", 9092), 3: ("127.0.0.1", 9094)}
+    # The inter-broker listener is the one named, not the first.
+    two = cfg(listeners="PLAINTEXT://10.0.0.1:9092,INTERNAL://[::]:9192",
+              listener_security_protocol_map="PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
+              inter_broker_listener_name="INTERNAL")
+    assert plan_processes(two, 2, "h")[0].overrides[LOCAL_ENDPOINTS] == "2@[::1]:9193"
+
+
+@pytest.mark.parametrize("overrides", [
+    {"listeners": "PLAINTEXT://10.0.0.1:9092"},  # bound to one address: loopback does not reach it
+    {"listeners": "SSL://0.0.0.0:9092"},  # TLS: the certificate names the host, not 127.0.0.1
+])
+def test_no_loopback_endpoints_when_the_listener_does_not_allow(overrides: dict[str, str]) -> None:
+    c = BrokerConfig({"zookeeper.connect": ZK, "log.dirs": "/d", **overrides})
+    assert all(LOCAL_ENDPOINTS not in p.overrides for p in plan_processes(c, 2, "h"))
+    assert LOCAL_ENDPOINTS not in plan_processes(cfg(), 1, "h")[0].overrides
+
+
+def test_local_endpoints_setting_is_checked() -> None:
+    with pytest.raises(ConfigError, match="'x@127.0.0.1:1' is not of the form BROKER_ID@host:port"):
+        BrokerConfig({LOCAL_ENDPOINTS: "x@127.0.0.1:1"})
+    with pytest.raises(ConfigError, match="not of the form"):
+        BrokerConfig({LOCAL_ENDPOINTS: "1@127.0.0.1"})
