@@ -302,6 +302,11 @@ class MetadataStore(ABC):
         iterations=n). The result must not be modified."""
         return {}
 
+    def read_scram_mechanisms(self, user: str) -> set[str]:
+        """The SCRAM mechanisms a user has credentials for, from the source of truth rather than a cache
+        that may lag another broker's write (a deletion must find a credential created a moment ago)."""
+        return set(self.scram_users().get(user, {}))
+
     def scram_credentials(self, user: str) -> dict[str, ScramCredential]:
         """One user's credentials by mechanism name (empty when none)."""
         from pykbroker.security.sasl.scram import ScramCredential

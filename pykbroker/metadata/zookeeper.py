@@ -1341,6 +1341,16 @@ class ZkMetadataStore(MetadataStore):
         except (KazooException, *_UNAVAILABLE):
             log.debug("purging old ACL change notifications failed", exc_info=True)
 
+    def read_scram_mechanisms(self, user: str) -> set[str]:
+        path = zl.quota_entity_path((("user", user),))
+        with self._unavailable():
+            self.zk.sync(path)
+            try:
+                got = self.zk.get(path)
+            except NoNodeError:
+                return set()
+        return {k for k in _decode_configs(got) if k.startswith("SCRAM-SHA-")}
+
     def alter_scram_credentials(self, upserts: dict[tuple[str, str], ScramCredential],
                                 deletions: list[tuple[str, str]]) -> None:
         """Kafka's layout: /config/users/<u> config keys SCRAM-SHA-256 / SCRAM-SHA-512, written with a

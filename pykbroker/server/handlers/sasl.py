@@ -115,8 +115,16 @@ async def handle_alter_user_scram_credentials(svc: Services, ctx: RequestContext
     stored = svc.store.scram_users()
     for d in req.deletions:
         mech = MECHANISM_BY_CODE.get(int(d.mechanism))
-        if mech is not None and mech not in stored.get(d.name, {}):
-            fail(d.name, ErrorCode.resource_not_found, "Attempt to delete a user credential that does not exist")
+        if mech is None or mech in stored.get(d.name, {}) or d.name in errors:
+            continue
+        if svc.store.blocking:  # the cache may not have seen a credential another broker just created
+            try:
+                if mech in await run_store(svc.store, svc.store.read_scram_mechanisms, d.name):
+                    continue
+            except StoreUnavailable as e:
+                fail(d.name, ErrorCode.unknown_server_error, f"The metadata store is unavailable: {e}")
+                continue
+        fail(d.name, ErrorCode.resource_not_found, "Attempt to delete a user credential that does not exist")
     upserts: dict[tuple[str, str], ScramCredential] = {}
     deletions: list[tuple[str, str]] = []
     for d in req.deletions:
