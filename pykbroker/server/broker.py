@@ -152,7 +152,7 @@ class Broker:
                                                                   self.groups)
         self.dispatcher = Dispatcher(self.services)
         self.server = SocketServer(
-            self.dispatcher.handle,
+            self.dispatcher.handle_pipelined,
             max_request_bytes=config["socket.request.max.bytes"],
             idle_timeout_ms=config["connections.max.idle.ms"],
             send_buffer=config["socket.send.buffer.bytes"],
@@ -160,6 +160,7 @@ class Broker:
             quotas=quotas_from_config(config, self.store.client_quotas),  # ip entities' connection_creation_rate
             queued_max_request_bytes=config["queued.max.request.bytes"],
             receive_timeout_ms=config["pykbroker.request.receive.timeout.ms"],
+            max_inflight_requests=config["pykbroker.max.inflight.requests.per.connection"],
             security_protocols=config.security_protocols,
             tls=_listener_tls(config),
         )

@@ -43,12 +43,14 @@ from pykbroker.server.handlers import admin, cluster, configs, fetch, metadata, 
 from pykbroker.server.handlers import quotas as client_quotas
 from pykbroker.server.handlers import sasl as sasl_handlers
 from pykbroker.server.handlers import telemetry as client_telemetry
+from pykbroker.server.parked import Parked
 
 log = logging.getLogger("pykbroker.requests")
 # One debug line per completed request (client id, API, latency), as Kafka's kafka.request.logger.
 request_log = logging.getLogger("pykbroker.request.logger")
 
-Handler = Callable[[Services, RequestContext, Any], Awaitable[dict[str, Any] | None]]
+# A handler's answer: the response body, None (no response), or Parked (pykbroker/server/parked.py).
+Handler = Callable[[Services, RequestContext, Any], Awaitable[dict[str, Any] | Parked[dict[str, Any] | None] | None]]
 
 API_VERSIONS = 18
 _SIZE_AND_CORRELATION = struct.Struct(">ii")
@@ -279,6 +281,14 @@ class Dispatcher:
 
     async def handle(self, frame: bytes, session: Session | None = None) -> bytes | None:
         """Process one request frame; None means no response (acks=0 produce)."""
+        out = await self.handle_pipelined(frame, session)
+        return await out.finish() if isinstance(out, Parked) else out
+
+    async def handle_pipelined(self, frame: bytes, session: Session | None = None
+                               ) -> bytes | Parked[bytes | None] | None:
+        """As ``handle``, but a request whose in-order work is done and that only waits for an
+        acknowledgement (an acks=all or log.flush.on.ack produce) comes back ``Parked``: the network edge
+        may process the connection's next requests before awaiting its ``finish``."""
         if session is None:
             session = Session()
         started = perf_counter()
@@ -308,10 +318,35 @@ class Dispatcher:
         except CloseConnection:
             raise
         except Exception:
-            log.exception("request failed api=%s version=%d client=%s peer=%s correlation_id=%d",
-                          codec.API_NAMES[header.api_key], header.api_version, header.client_id, peer,
-                          header.correlation_id)
-            raise CloseConnection("internal error while handling the request") from None
+            raise self._failed(header, peer) from None
+        if isinstance(body, Parked):
+            parked = body
+            return Parked(lambda: self._finish_parked(parked, header, peer, session, started, usage))
+        return self._respond(body, header, peer, session, started, usage)
+
+    async def _finish_parked(self, parked: Parked[dict[str, Any] | None], header: RequestHeader, peer: str,
+                             session: Session, started: float, usage: Usage | None) -> bytes | None:
+        """The acknowledgement wait of a parked request, then its response as for any other."""
+        try:
+            body = await parked.finish()
+        except CloseConnection:
+            raise
+        except Exception:
+            raise self._failed(header, peer) from None
+        return self._respond(body, header, peer, session, started, usage)
+
+    @staticmethod
+    def _failed(header: RequestHeader, peer: str) -> CloseConnection:
+        """A handler's bug ends its connection (with the traceback logged), never the broker."""
+        log.exception("request failed api=%s version=%d client=%s peer=%s correlation_id=%d",
+                      codec.API_NAMES[header.api_key], header.api_version, header.client_id, peer,
+                      header.correlation_id)
+        return CloseConnection("internal error while handling the request")
+
+    def _respond(self, body: dict[str, Any] | None, header: RequestHeader, peer: str, session: Session,
+                 started: float, usage: Usage | None) -> bytes | None:
+        """Encode a handler's answer into a response frame (None: acks=0, nothing to send)."""
+        quotas = self.services.quotas
         if body is None:
             if usage is not None and quotas is not None:  # acks=0: no response, but still muted
                 self._throttle(quotas, usage, None, [], session, header.api_version)

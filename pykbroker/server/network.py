@@ -1,9 +1,13 @@
 """The socket edge: accept connections, frame bytes, hand frames to the dispatcher.
 
-Each connection is served by one task that reads, dispatches and answers its
-requests strictly in order (Kafka's per-connection ordering guarantee: the
-next request is not processed before the previous one is answered).  Whatever
-one connection does wrong ends that connection only.
+Each connection is served by one task that reads and dispatches its requests
+strictly in order and answers them in that order (Kafka's per-connection
+ordering guarantee).  A request that has done its in-order work and waits only
+for an acknowledgement (acks=all, log.flush.on.ack) is parked in a task of its
+own, and the connection goes on with the next requests, up to
+``pykbroker.max.inflight.requests.per.connection`` unanswered; responses still
+leave in request order (``response_order.ResponseOrder``).  Whatever one
+connection does wrong ends that connection only.
 
 Each listener has its own accept loop, which applies Kafka's connection limits
 (``connection_quotas``) and survives running out of file descriptors: EMFILE or
@@ -35,10 +39,13 @@ from pykbroker.security.tls import ListenerTls
 from pykbroker.server.connection_quotas import ConnectionQuotas, RateLimitedLog, normalise_ip
 from pykbroker.server.context import CloseConnection
 from pykbroker.server.memory_pool import MemoryPool
+from pykbroker.server.parked import Parked
+from pykbroker.server.response_order import ResponseOrder, Slot
 
 log = logging.getLogger("pykbroker.network")
 
-FrameHandler = Callable[[bytes, Session], Awaitable[bytes | None]]
+# A frame's answer: response bytes, None (no response: acks=0), or Parked (pykbroker/server/parked.py).
+FrameHandler = Callable[[bytes, Session], Awaitable[bytes | Parked[bytes | None] | None]]
 RECEIVE_SIZE = 256 * 1024
 ACCEPT_BACKOFF_S = 0.1
 LIMIT_LOG_INTERVAL_S = 10.0
@@ -48,7 +55,8 @@ _ACCEPT_RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, 
 
 
 class Connection:
-    __slots__ = ("busy", "evicted", "ip", "last_active", "listener", "peer", "receive_scope", "session")
+    __slots__ = ("busy", "evicted", "ip", "last_active", "listener", "peer", "progress", "receive_scope", "session",
+                 "stop_reason")
 
     def __init__(self, peer: str, ip: str, listener: str, security_protocol: str = "PLAINTEXT") -> None:
         self.peer = peer
@@ -59,6 +67,10 @@ class Connection:
         self.evicted = False
         self.last_active = anyio.current_time()
         self.receive_scope: anyio.CancelScope | None = None
+        # Set when a parked request completes (pykbroker/server/parked.py), then replaced by a fresh one.
+        self.progress = anyio.Event()
+        # Why a task other than the reader ended the connection (a close after parked requests, a broken socket).
+        self.stop_reason: str | None = None
 
 
 class SocketServer:
@@ -75,8 +87,12 @@ class SocketServer:
         receive_timeout_ms: int = -1,
         security_protocols: dict[str, str] | None = None,
         tls: dict[str, ListenerTls] | None = None,
+        max_inflight_requests: int = 1,
     ) -> None:
         self._handler = handler
+        # Requests of one connection read and not yet answered while earlier ones are parked
+        # (pykbroker.max.inflight.requests.per.connection); 1: each is answered before the next is read.
+        self._max_inflight = max(max_inflight_requests, 1)
         # Listener name -> its server-side TLS (SSL and SASL_SSL listeners; pykbroker.security.tls).
         self._tls = tls or {}
         # Listener name -> PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL (listener.security.protocol.map).
@@ -273,15 +289,10 @@ class SocketServer:
     # --- serving ------------------------------------------------------------------------------
 
     async def _serve_admitted(self, stream: SocketStream, conn: Connection) -> None:
-        """Read, dispatch and answer the connection's requests in order until it closes."""
-        peer = conn.peer
+        """Serve the connection's requests until it closes; parked requests run in their own tasks."""
         self._tune(stream)
+        order = ResponseOrder(self._max_inflight)
         stream_: ByteStream = stream
-        decoder = FrameDecoder(self._max_request_bytes)
-        reserved = 0  # bytes of the frame being read, reserved from the pool
-        frame_started: float | None = None  # when the first byte of the frame being read was seen
-        frame_deadline = math.inf
-        first_bytes = b""
         try:
             tls = self._tls.get(conn.listener)
             if tls is not None:
@@ -289,10 +300,49 @@ class SocketServer:
                 if wrapped is None:
                     return
                 stream_ = wrapped
+                # anyio's TLSStream may write from inside a receive (TLS 1.3 key updates), which must not
+                # meet a parked request's write: on TLS each request is answered before the next is read.
+                order = ResponseOrder(1)
             _pause_reading(stream)
-            while not self._closing and not conn.evicted:
+            async with anyio.create_task_group() as parked:
+                if await self._read_requests(stream, stream_, conn, order, parked):
+                    await self._drain(conn, order)
+                # What is still parked belongs to a connection that is closing: nobody will read its answer.
+                parked.cancel_scope.cancel()
+        except Exception:
+            # A bug met by one connection ends that connection, never the broker's task group.
+            log.exception("closing connection peer=%s after an unexpected error", conn.peer)
+        finally:
+            conn.receive_scope = None
+            self.pool.release(order.clear())
+            self._connections.discard(conn)
+            self.quotas.remove(conn.listener, conn.ip)
+            self._notify_slot_freed()
+            with anyio.CancelScope(shield=True):
+                await stream_.aclose()
+
+    async def _read_requests(self, stream: SocketStream, stream_: ByteStream, conn: Connection,
+                             order: ResponseOrder, parked: TaskGroup) -> bool:
+        """Read and process the connection's requests in order until it closes.
+
+        A request the handler parks (it waits only for an acknowledgement) gets a task in ``parked``, and the
+        next requests are read and processed meanwhile, up to ``order.max_unanswered`` unanswered ones;
+        ``order`` keeps the responses in request order.  True: answer what is held before closing.
+        """
+        peer = conn.peer
+        decoder = FrameDecoder(self._max_request_bytes)
+        reserved = 0  # bytes of the frame being read, reserved from the pool
+        frame_started: float | None = None  # when the first byte of the frame being read was seen
+        frame_deadline = math.inf
+        first_bytes = b""
+        is_tls = stream_ is not stream
+        try:
+            while not self._closing and not conn.evicted and conn.stop_reason is None:
                 if conn.session.muted_until:  # a throttled client: read nothing more until then (KIP-219)
                     await self._stay_muted(conn)
+                    continue
+                if order.full:  # as many unanswered requests as allowed: wait for an answer to go out
+                    await self._await_progress(conn)
                     continue
                 size = decoder.peek_size()
                 if size is not None and not reserved and size:
@@ -305,30 +355,45 @@ class SocketServer:
                 if frame is not None:
                     frame_started, frame_deadline = None, math.inf
                     conn.busy = True
-                    response = await self._handler(frame, conn.session)
-                    if response is not None:
-                        await stream_.send(response)
-                    conn.busy = False
+                    try:
+                        result = await self._handler(frame, conn.session)
+                    except CloseConnection as e:
+                        if order.idle:  # nothing before it to answer: close now
+                            raise
+                        order.closing(str(e), reserved)  # close once the responses before it are out
+                        reserved = 0
+                        await self._write_ready(stream_, conn, order)
+                        return True
+                    if isinstance(result, Parked):
+                        slot = order.park(reserved)
+                        reserved = 0
+                        parked.start_soon(self._finish_parked, stream_, conn, order, slot, result)
+                    else:
+                        order.ready(result, reserved)
+                        reserved = 0
+                        await self._write_ready(stream_, conn, order)
+                    conn.busy = not order.idle
                     conn.last_active = anyio.current_time()
-                    self.pool.release(reserved)
-                    reserved = 0
                     continue
                 now = anyio.current_time()
                 if decoder.buffered and frame_started is None:
                     frame_started = now
                     frame_deadline = now + self._receive_timeout_s
                 data = b""
-                # One scope for every way a receive ends early: its deadline is the idle timeout or
-                # the end of the time a started request has to arrive, and begin_shutdown() or an
-                # eviction cancels it (after setting a flag, which tells them apart).
-                with anyio.CancelScope(deadline=min(now + self._idle_timeout_s, frame_deadline)) as scope:
+                # One scope for every way a receive ends early: its deadline is the idle timeout (not while
+                # requests are unanswered) or the end of the time a started request has to arrive, and
+                # begin_shutdown(), an eviction or a parked request closing the connection cancel it (after
+                # setting a flag, which tells them apart).
+                idle_deadline = now + self._idle_timeout_s if order.idle else math.inf
+                with anyio.CancelScope(deadline=min(idle_deadline, frame_deadline)) as scope:
                     conn.receive_scope = scope
                     data = await stream_.receive(RECEIVE_SIZE)
-                    if stream_ is not stream and data:
+                    if is_tls and data:
                         data = await _drain_tls(stream_, data)
                 conn.receive_scope = None
                 _pause_reading(stream)
-                if (self._closing or conn.evicted) and (scope.cancelled_caught or not data):
+                if (self._closing or conn.evicted or conn.stop_reason is not None) and \
+                        (scope.cancelled_caught or not data):
                     break
                 if scope.cancelled_caught:
                     now = anyio.current_time()
@@ -348,27 +413,82 @@ class SocketServer:
                 if not first_bytes:
                     first_bytes = data[:3]
                 decoder.feed(data)
+            return not conn.evicted and conn.stop_reason is None  # shutdown: finish what it holds
         except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError):
             pass
         except CloseConnection as e:
             log.warning("closing connection peer=%s reason=%r", peer, str(e))
         except FrameError as e:
             hint = ""
-            if tls is None and first_bytes[:2] == b"\x16\x03":
+            if not is_tls and first_bytes[:2] == b"\x16\x03":
                 hint = (f" (the bytes are a TLS handshake: a client configured for SSL connected to listener "
                         f"{conn.listener}, which is {conn.session.security_protocol})")
             log.warning("closing connection peer=%s reason=%r%s", peer, str(e), hint)
         except Exception:
-            # A bug met by one connection ends that connection, never the broker's task group.
             log.exception("closing connection peer=%s after an unexpected error", peer)
         finally:
             conn.receive_scope = None
             self.pool.release(reserved)
-            self._connections.discard(conn)
-            self.quotas.remove(conn.listener, conn.ip)
-            self._notify_slot_freed()
-            with anyio.CancelScope(shield=True):
-                await stream_.aclose()
+        return False
+
+    async def _finish_parked(self, stream_: ByteStream, conn: Connection, order: ResponseOrder, slot: Slot,
+                             parked: Parked[bytes | None]) -> None:
+        """Wait out a parked request's acknowledgement, then write whatever responses are ready in order."""
+        try:
+            try:
+                response = await parked.finish()
+            except CloseConnection as e:
+                order.fail(slot, str(e))
+            else:
+                order.complete(slot, response)
+            await self._write_ready(stream_, conn, order)
+        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError):
+            self._stop_reading(conn, "the connection broke")
+        except Exception:  # never out of this task: it would end the connection's task group untidily
+            log.exception("closing connection peer=%s after an unexpected error", conn.peer)
+            self._stop_reading(conn, "unexpected error")
+        finally:
+            conn.progress.set()
+            conn.progress = anyio.Event()
+
+    async def _write_ready(self, stream_: ByteStream, conn: Connection, order: ResponseOrder) -> None:
+        """Write the responses at the head of ``order`` that are ready, unless another task is writing
+        (that task writes them after its own).  A close entry ends the connection instead."""
+        while (slot := order.take()) is not None:
+            try:
+                if slot.close_reason is not None:  # every response before it is written
+                    log.warning("closing connection peer=%s reason=%r", conn.peer, slot.close_reason)
+                    self._stop_reading(conn, slot.close_reason)
+                    return
+                if slot.response is not None:
+                    await stream_.send(slot.response)  # the one place a response is written
+            finally:
+                order.written()
+                self.pool.release(slot.reserved)
+                slot.reserved = 0
+
+    async def _drain(self, conn: Connection, order: ResponseOrder) -> None:
+        """Before closing (shutdown, a close queued behind parked requests): wait until what the connection
+        holds is answered.  Parked produces end by their own timeouts, or at once when the broker stops."""
+        while not order.idle and conn.stop_reason is None and not conn.evicted:
+            if await self._await_progress(conn):
+                break
+
+    async def _await_progress(self, conn: Connection) -> bool:
+        """Wait until a parked request completes; True if shutdown, eviction or a close cut it short."""
+        with anyio.CancelScope() as scope:
+            conn.receive_scope = scope
+            await conn.progress.wait()
+        conn.receive_scope = None
+        return scope.cancelled_caught
+
+    @staticmethod
+    def _stop_reading(conn: Connection, reason: str) -> None:
+        """A task other than the reader ends the connection: the reader stops at its next step."""
+        if conn.stop_reason is None:
+            conn.stop_reason = reason
+        if conn.receive_scope is not None:
+            conn.receive_scope.cancel()
 
     async def _stay_muted(self, conn: Connection) -> None:
         """Wait out a connection's throttle time; shutdown and eviction end the wait early."""

@@ -21,6 +21,7 @@ from pykbroker.protocol.records import InvalidRecords, parse_batch_header, valid
 from pykbroker.server.authorizer import AclOperation, ResourceType
 from pykbroker.server.authz import allowed, denied_names
 from pykbroker.server.context import CloseConnection, RequestContext, Services, now_ms
+from pykbroker.server.parked import Parked
 from pykbroker.server.replica_manager import Partition
 from pykbroker.storage.log import KafkaStorageError
 from pykbroker.storage.producer_state import ProducerStateError
@@ -182,7 +183,10 @@ def _whole_request_error(req: Any, code: ErrorCode) -> dict[str, Any]:
             "throttle_time": 0}
 
 
-async def handle_produce(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any] | None:
+async def handle_produce(svc: Services, ctx: RequestContext, req: Any
+                         ) -> dict[str, Any] | Parked[dict[str, Any] | None] | None:
+    """Check and append every partition in request order; a ``Parked`` answer when it must then wait for
+    an fsync (log.flush.on.ack) or for the ISR (acks=all)."""
     acks = int(req.acks)
     now = now_ms()
     denied: frozenset[str] = frozenset()
@@ -281,20 +285,39 @@ async def handle_produce(svc: Services, ctx: RequestContext, req: Any) -> dict[s
                 parts.append(_partition_error(idx, ErrorCode.kafka_storage_error, str(e)))
         responses.append({"name": name, "partition_responses": parts})
 
-    if appended and acks != 0 and svc.config["log.flush.on.ack"]:
-        # fsync off the event loop; the acknowledgement waits for it.
-        for p in appended:
-            # flush_to shares one fsync among producers whose appends it covers (group commit).
-            try:
-                await anyio.to_thread.run_sync(p.log.flush_to, p.log.log_end_offset)
-            except KafkaStorageError as e:  # not durable, so not acknowledged
-                _fail_unflushed(responses, p, str(e))
-    if awaiting:
-        timeout = req.timeout
-        await _await_replication(svc, awaiting, int(timeout.total_seconds() * 1000)
-                                 if hasattr(timeout, "total_seconds") else int(timeout))
-    if appended and svc.drop_produce_responses > 0:
+    flush = bool(appended) and acks != 0 and bool(svc.config["log.flush.on.ack"])
+    # Fault injection (drop_produce_responses): decided here, in request order, and done once acknowledged.
+    drop = bool(appended) and svc.drop_produce_responses > 0
+    if drop:
         svc.drop_produce_responses -= 1
+    if flush or awaiting:
+        # Everything left is waiting for an acknowledgement condition: the connection may go on with its
+        # next requests meanwhile (pykbroker/server/parked.py).
+        timeout = req.timeout
+        timeout_ms = int(timeout.total_seconds() * 1000) if hasattr(timeout, "total_seconds") else int(timeout)
+        # Each fsync covers what this request appended (offsets taken now, before later requests append).
+        to_flush = [(p, p.log.log_end_offset) for p in appended] if flush else []
+        return Parked(lambda: _acknowledge(svc, responses, to_flush, awaiting, timeout_ms, drop, acks))
+    return _answer(responses, drop, acks)
+
+
+async def _acknowledge(svc: Services, responses: list[dict[str, Any]], to_flush: list[tuple[Partition, int]],
+                       awaiting: list[tuple[Partition, int, list[dict[str, Any]], int, int]], timeout_ms: int,
+                       drop: bool, acks: int) -> dict[str, Any] | None:
+    """The parked part of a produce: the fsync (log.flush.on.ack), then the acks=all wait for the ISR."""
+    for p, end in to_flush:  # fsync off the event loop; the acknowledgement waits for it
+        # flush_to shares one fsync among producers whose appends it covers (group commit).
+        try:
+            await anyio.to_thread.run_sync(p.log.flush_to, end)
+        except KafkaStorageError as e:  # not durable, so not acknowledged
+            _fail_unflushed(responses, p, str(e))
+    if awaiting:
+        await _await_replication(svc, awaiting, timeout_ms)
+    return _answer(responses, drop, acks)
+
+
+def _answer(responses: list[dict[str, Any]], drop: bool, acks: int) -> dict[str, Any] | None:
+    if drop:
         raise CloseConnection("fault injection: dropping the connection after the append")
     if acks == 0:
         if any(part["error_code"] for r in responses for part in r["partition_responses"]):

@@ -1,0 +1,24 @@
+"""A handler's answer that is not ready yet: the request waits only for an acknowledgement condition.
+
+A produce with acks=all waits for the ISR to reach its append, and with ``log.flush.on.ack`` for an fsync
+covering it; everything else it does (checks, appends) is done in request order before it returns a
+``Parked``.  The network edge may then process the connection's next requests while ``finish`` runs
+(pykbroker/server/response_order.py keeps the answers in request order); callers that do not pipeline
+simply await ``finish`` in place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class Parked(Generic[T]):
+    """The rest of a request's work: ``finish`` is awaited exactly once and gives its answer."""
+
+    __slots__ = ("finish",)
+
+    def __init__(self, finish: Callable[[], Awaitable[T]]) -> None:
+        self.finish = finish

@@ -1,0 +1,127 @@
+"""Which response of a connection may be written next: Kafka's per-connection ordering, with parking.
+
+Kafka promises that the requests of one connection are processed in the order they were sent and answered
+in that order.  A request whose in-order work is done and that now only waits for an acknowledgement (an
+acks=all produce waiting for the ISR, a ``log.flush.on.ack`` fsync) is *parked*: the connection goes on
+processing the next requests while it waits, and their responses queue behind it.  This object is that
+queue, with no sockets and no tasks: the network edge asks it what to write and when to stop reading.
+
+Every entry keeps the bytes its request reserved from the memory pool until its response is written, so
+``queued.max.request.bytes`` still bounds what a pipelining connection holds.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+
+class Slot:
+    """One request read from the connection and not yet answered."""
+
+    __slots__ = ("close_reason", "done", "forgotten", "reserved", "response")
+
+    def __init__(self, reserved: int) -> None:
+        self.reserved = reserved  # bytes reserved from the memory pool for the request
+        self.done = False  # processed: its response (or its close) is known
+        self.response: bytes | None = None  # None and no close_reason: nothing to write (acks=0)
+        self.close_reason: str | None = None  # close the connection here instead of answering
+        self.forgotten = False  # the connection is gone (``clear``): a late completion changes nothing
+
+
+class ResponseOrder:
+    """The unanswered requests of one connection, in the order they were read.
+
+    The task that finds the head done takes it (``take``) and writes it; while it writes, nobody else may
+    (``written`` ends that), so responses go out strictly in request order whichever task completes them.
+    A close entry, once taken, stops everything after it: the responses before it have been written.
+    """
+
+    __slots__ = ("_slots", "_writing", "close_reason", "max_unanswered", "parked")
+
+    def __init__(self, max_unanswered: int) -> None:
+        # Requests read but not answered beyond which the connection stops reading (at least 1).
+        self.max_unanswered = max(max_unanswered, 1)
+        self._slots: deque[Slot] = deque()
+        self._writing = False
+        self.parked = 0  # entries still waiting for their acknowledgement
+        self.close_reason: str | None = None  # set when a close entry was taken: write nothing more
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing unanswered and nothing being written."""
+        return not self._slots and not self._writing
+
+    @property
+    def full(self) -> bool:
+        """Read no further request until an answer is written."""
+        return len(self._slots) >= self.max_unanswered
+
+    def ready(self, response: bytes | None, reserved: int) -> Slot:
+        """A request processed in place: its response waits only for those before it."""
+        slot = Slot(reserved)
+        slot.done = True
+        slot.response = response
+        self._slots.append(slot)
+        return slot
+
+    def closing(self, reason: str, reserved: int) -> Slot:
+        """A request whose answer is to close the connection, once the responses before it are written."""
+        slot = self.ready(None, reserved)
+        slot.close_reason = reason
+        return slot
+
+    def park(self, reserved: int) -> Slot:
+        """A request waiting for its acknowledgement; ``complete`` or ``fail`` it later."""
+        slot = Slot(reserved)
+        self._slots.append(slot)
+        self.parked += 1
+        return slot
+
+    def complete(self, slot: Slot, response: bytes | None) -> None:
+        """A parked request's acknowledgement came: its response (None: none to write)."""
+        if self._finish(slot):
+            slot.response = response
+
+    def fail(self, slot: Slot, reason: str) -> None:
+        """A parked request ended in a connection close (fault injection, an internal error)."""
+        if self._finish(slot):
+            slot.close_reason = reason
+
+    def _finish(self, slot: Slot) -> bool:
+        if slot.forgotten:
+            return False
+        if slot.done:
+            raise ValueError("a parked request was completed twice")
+        slot.done = True
+        self.parked -= 1
+        return True
+
+    def take(self) -> Slot | None:
+        """The next entry to write, if the head is done and no other task is writing; else None.
+
+        The caller writes it (a close entry: closes the connection instead) and then calls ``written``.
+        """
+        if self._writing or self.close_reason is not None or not self._slots or not self._slots[0].done:
+            return None
+        slot = self._slots.popleft()
+        if slot.close_reason is not None:
+            self.close_reason = slot.close_reason
+        self._writing = True
+        return slot
+
+    def written(self) -> None:
+        """The entry ``take`` gave is written (or its write failed): the next one may go."""
+        self._writing = False
+
+    def clear(self) -> int:
+        """The connection is gone: forget every entry; the bytes they still hold reserved."""
+        reserved = sum(s.reserved for s in self._slots)
+        for s in self._slots:
+            s.reserved = 0
+            s.forgotten = True
+        self._slots.clear()
+        self.parked = 0
+        return reserved
