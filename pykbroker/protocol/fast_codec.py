@@ -19,6 +19,11 @@ import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pykbroker.storage.file_range import FileRange
+
+# One piece of an encoded response: bytes, or a fetched record set left in its segment file.
+Part = bytes | FileRange
+
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I32I16I32 = struct.Struct(">ihi")
@@ -105,12 +110,14 @@ def encode_produce_response(version: int, body: Mapping[str, Any]) -> bytes | No
 def encode_fetch_response(version: int, body: Mapping[str, Any]) -> bytes | None:
     """FetchResponse v4-v17 from the fetch handler's dict; None when kio must do it."""
     parts = fetch_response_parts(version, body)
-    return None if parts is None else b"".join(parts)
+    if parts is None:
+        return None
+    return b"".join(p.read() if isinstance(p, FileRange) else p for p in parts)
 
 
-def fetch_response_parts(version: int, body: Mapping[str, Any]) -> list[bytes] | None:
-    """The encoded response as pieces, the record sets among them uncopied: the caller joins them once,
-    with the frame's size prefix and header (a fetch response can be megabytes)."""
+def fetch_response_parts(version: int, body: Mapping[str, Any]) -> list[Part] | None:
+    """The encoded response as pieces, the record sets among them uncopied (bytes or file ranges, whose
+    lengths are fixed here): the network edge sends them (pykbroker.server.transmit)."""
     if not 4 <= version <= 17:
         return None
     flexible = version >= 12
@@ -118,7 +125,7 @@ def fetch_response_parts(version: int, body: Mapping[str, Any]) -> list[bytes] |
     with_start = version >= 5
     with_replica = version >= 11
     part_struct = _FETCH_PART[with_start]
-    out: list[bytes] = []
+    out: list[Part] = []
     append = out.append
     if version >= 7:
         append(_I32I16I32.pack(body["throttle_time"], body["error_code"], body["session_id"]))
@@ -171,13 +178,13 @@ def fetch_response_parts(version: int, body: Mapping[str, Any]) -> list[bytes] |
     return out
 
 
-def _produce_response_parts(version: int, body: Mapping[str, Any]) -> list[bytes] | None:
+def _produce_response_parts(version: int, body: Mapping[str, Any]) -> list[Part] | None:
     encoded = encode_produce_response(version, body)
     return None if encoded is None else [encoded]
 
 
 # API key -> encoder of a response body as pieces (None: the version is kio's to encode).
-FAST_ENCODERS: dict[int, Callable[[int, Mapping[str, Any]], list[bytes] | None]] = {
+FAST_ENCODERS: dict[int, Callable[[int, Mapping[str, Any]], list[Part] | None]] = {
     0: _produce_response_parts,
     1: fetch_response_parts,
 }

@@ -44,6 +44,7 @@ from pykbroker.server.handlers import quotas as client_quotas
 from pykbroker.server.handlers import sasl as sasl_handlers
 from pykbroker.server.handlers import telemetry as client_telemetry
 from pykbroker.server.parked import Parked
+from pykbroker.server.transmit import Part, ResponseParts, frame
 
 log = logging.getLogger("pykbroker.requests")
 # One debug line per completed request (client id, API, latency), as Kafka's kafka.request.logger.
@@ -279,13 +280,13 @@ class Dispatcher:
             ) from None
         return header, request
 
-    async def handle(self, frame: bytes, session: Session | None = None) -> bytes | None:
+    async def handle(self, frame: bytes, session: Session | None = None) -> bytes | ResponseParts | None:
         """Process one request frame; None means no response (acks=0 produce)."""
         out = await self.handle_pipelined(frame, session)
         return await out.finish() if isinstance(out, Parked) else out
 
     async def handle_pipelined(self, frame: bytes, session: Session | None = None
-                               ) -> bytes | Parked[bytes | None] | None:
+                               ) -> bytes | ResponseParts | Parked[bytes | ResponseParts | None] | None:
         """As ``handle``, but a request whose in-order work is done and that only waits for an
         acknowledgement (an acks=all or log.flush.on.ack produce) comes back ``Parked``: the network edge
         may process the connection's next requests before awaiting its ``finish``."""
@@ -325,7 +326,7 @@ class Dispatcher:
         return self._respond(body, header, peer, session, started, usage)
 
     async def _finish_parked(self, parked: Parked[dict[str, Any] | None], header: RequestHeader, peer: str,
-                             session: Session, started: float, usage: Usage | None) -> bytes | None:
+                             session: Session, started: float, usage: Usage | None) -> bytes | ResponseParts | None:
         """The acknowledgement wait of a parked request, then its response as for any other."""
         try:
             body = await parked.finish()
@@ -344,7 +345,7 @@ class Dispatcher:
         return CloseConnection("internal error while handling the request")
 
     def _respond(self, body: dict[str, Any] | None, header: RequestHeader, peer: str, session: Session,
-                 started: float, usage: Usage | None) -> bytes | None:
+                 started: float, usage: Usage | None) -> bytes | ResponseParts | None:
         """Encode a handler's answer into a response frame (None: acks=0, nothing to send)."""
         quotas = self.services.quotas
         if body is None:
@@ -357,7 +358,7 @@ class Dispatcher:
         flexible = codec.is_flexible(api_key, version) and api_key != API_VERSIONS
         try:
             fast = FAST_ENCODERS.get(api_key)
-            parts = fast(version, body) if fast is not None else None
+            parts: list[Part] | None = fast(version, body) if fast is not None else None
             if parts is None:
                 parts = [codec.encode_response(api_key, version, body)]
             if usage is not None and quotas is not None:
@@ -375,7 +376,7 @@ class Dispatcher:
             prefix = _SIZE_AND_CORRELATION.pack(size + 4, header.correlation_id)
         parts.insert(0, prefix)
         self._done(header, peer, started, size)
-        return b"".join(parts)
+        return frame(parts)  # bytes, or parts with fetched records left in their files (pykbroker.server.transmit)
 
     @staticmethod
     def _metered(quotas: QuotaManager, session: Session, header: RequestHeader, request: Any,
@@ -391,8 +392,8 @@ class Dispatcher:
         return request, Usage(header.api_key, user, client_id, request_bytes, 0.0, follower)
 
     @staticmethod
-    def _throttle(quotas: QuotaManager, usage: Usage, body: dict[str, Any] | None, parts: list[bytes],
-                  session: Session, version: int) -> list[bytes]:
+    def _throttle(quotas: QuotaManager, usage: Usage, body: dict[str, Any] | None, parts: list[Part],
+                  session: Session, version: int) -> list[Part]:
         """Charge a request to its client's quotas.  A throttled client gets the throttle time in the
         response at once (a throttled fetch gets no data) and its connection is muted until then (KIP-219)."""
         now = anyio.current_time()

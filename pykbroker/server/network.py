@@ -41,11 +41,13 @@ from pykbroker.server.context import CloseConnection
 from pykbroker.server.memory_pool import MemoryPool
 from pykbroker.server.parked import Parked
 from pykbroker.server.response_order import ResponseOrder, Slot
+from pykbroker.server.transmit import ResponseParts, transmit
 
 log = logging.getLogger("pykbroker.network")
 
 # A frame's answer: response bytes, None (no response: acks=0), or Parked (pykbroker/server/parked.py).
-FrameHandler = Callable[[bytes, Session], Awaitable[bytes | Parked[bytes | None] | None]]
+Response = bytes | ResponseParts  # ResponseParts: a fetch response with records left in their files (transmit.py)
+FrameHandler = Callable[[bytes, Session], Awaitable[Response | Parked[Response | None] | None]]
 RECEIVE_SIZE = 256 * 1024
 ACCEPT_BACKOFF_S = 0.1
 LIMIT_LOG_INTERVAL_S = 10.0
@@ -432,7 +434,7 @@ class SocketServer:
         return False
 
     async def _finish_parked(self, stream_: ByteStream, conn: Connection, order: ResponseOrder, slot: Slot,
-                             parked: Parked[bytes | None]) -> None:
+                             parked: Parked[Response | None]) -> None:
         """Wait out a parked request's acknowledgement, then write whatever responses are ready in order."""
         try:
             try:
@@ -461,7 +463,7 @@ class SocketServer:
                     self._stop_reading(conn, slot.close_reason)
                     return
                 if slot.response is not None:
-                    await stream_.send(slot.response)  # the one place a response is written
+                    await transmit(stream_, slot.response, conn.peer)  # the one place a response is written
             finally:
                 order.written()
                 self.pool.release(slot.reserved)

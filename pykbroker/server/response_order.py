@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections import deque
 
+from pykbroker.server.transmit import ResponseParts
+
 
 class Slot:
     """One request read from the connection and not yet answered."""
@@ -23,7 +25,7 @@ class Slot:
     def __init__(self, reserved: int) -> None:
         self.reserved = reserved  # bytes reserved from the memory pool for the request
         self.done = False  # processed: its response (or its close) is known
-        self.response: bytes | None = None  # None and no close_reason: nothing to write (acks=0)
+        self.response: bytes | ResponseParts | None = None  # None and no close_reason: nothing to write (acks=0)
         self.close_reason: str | None = None  # close the connection here instead of answering
         self.forgotten = False  # the connection is gone (``clear``): a late completion changes nothing
 
@@ -59,7 +61,7 @@ class ResponseOrder:
         """Read no further request until an answer is written."""
         return len(self._slots) >= self.max_unanswered
 
-    def ready(self, response: bytes | None, reserved: int) -> Slot:
+    def ready(self, response: bytes | ResponseParts | None, reserved: int) -> Slot:
         """A request processed in place: its response waits only for those before it."""
         slot = Slot(reserved)
         slot.done = True
@@ -80,7 +82,7 @@ class ResponseOrder:
         self.parked += 1
         return slot
 
-    def complete(self, slot: Slot, response: bytes | None) -> None:
+    def complete(self, slot: Slot, response: bytes | ResponseParts | None) -> None:
         """A parked request's acknowledgement came: its response (None: none to write)."""
         if self._finish(slot):
             slot.response = response

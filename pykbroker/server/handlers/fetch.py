@@ -8,6 +8,10 @@ incremental requests are read through it (pykbroker.server.fetch_session).
 In a cluster a fetch with a replica id is a follower's: it reads up to the log end offset
 (consumers only up to the high watermark), is checked for a diverging epoch (KIP-320), waits
 for appends rather than HW movement, and tells the leader how far the follower has come.
+
+Record sets are read with ``Log.read_slice``: a long one stays in its segment file as a
+``FileRange`` that the network edge sends with sendfile (pykbroker.server.transmit); only
+down-conversion for old fetch versions reads it into memory.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from pykbroker.server.fetch_session import (
     next_epoch,
 )
 from pykbroker.server.replica_manager import Partition
+from pykbroker.storage.file_range import FileRange
 from pykbroker.storage.log import KafkaStorageError, OffsetOutOfRange
 
 READ_UNCOMMITTED = 0
@@ -145,7 +150,8 @@ def _read_all(svc: Services, ctx: RequestContext, req: Any, by_id: bool, replica
                 continue
             limit = min(int(fp.partition_max_bytes), remaining)
             try:
-                result = lg.read(fetch_offset, max(limit, 0), max_offset=max_offset, min_one_message=first_with_data)
+                result = lg.read_slice(fetch_offset, max(limit, 0), max_offset=max_offset,
+                                       min_one_message=first_with_data)
                 data = result.records
                 if data and read_committed:  # aborted transactions in the returned range
                     entry["aborted_transactions"] = [
@@ -161,7 +167,7 @@ def _read_all(svc: Services, ctx: RequestContext, req: Any, by_id: bool, replica
                 plan.errors = True
                 continue
             if data:
-                entry["records"] = bytes(data)
+                entry["records"] = data  # bytes, or a FileRange the network edge sends from the segment file
                 plan.bytes += len(data)
                 remaining -= len(data)
                 first_with_data = False
@@ -201,8 +207,8 @@ def _read_for_follower(svc: Services, p: Partition, fp: Any, entry: dict[str, An
     entry["last_stable_offset"] = p.last_stable_offset
     entry["log_start_offset"] = lg.log_start_offset
     try:
-        result = lg.read(fetch_offset, max(min(int(fp.partition_max_bytes), remaining), 0),
-                         min_one_message=first_with_data)
+        result = lg.read_slice(fetch_offset, max(min(int(fp.partition_max_bytes), remaining), 0),
+                               min_one_message=first_with_data)
     except OffsetOutOfRange:
         entry.update(error_code=ErrorCode.offset_out_of_range, high_watermark=-1, last_stable_offset=-1,
                      log_start_offset=-1)
@@ -214,7 +220,7 @@ def _read_for_follower(svc: Services, p: Partition, fp: Any, entry: dict[str, An
         plan.errors = True
         return
     if result.records:
-        entry["records"] = bytes(result.records)
+        entry["records"] = result.records
         plan.bytes += len(result.records)
 
 
@@ -391,8 +397,11 @@ def _down_convert(svc: Services, req: Any, topics: list[dict[str, Any]], magic: 
                 error = ErrorCode.unsupported_compression_type
             if error is None and entry["records"]:
                 fp = asked[(topic["topic"], entry["partition_index"])]
+                records = entry["records"]
                 try:
-                    converted = down_convert(entry["records"], magic, int(fp.fetch_offset))
+                    if isinstance(records, FileRange):  # old formats are rewritten in memory
+                        records = records.read()
+                    converted = down_convert(records, magic, int(fp.fetch_offset))
                 except InvalidRecords as e:
                     error = ErrorCode(e.error_code)
                 else:

@@ -1,0 +1,171 @@
+"""pykbroker.server.transmit: response parts (assembly, lengths) and sending them over a real
+127.0.0.1 socket, with sendfile on a plain socket and the read fallback, and a stale range closing
+the connection instead of sending a frame of the wrong length."""
+
+from __future__ import annotations
+
+import os
+import random
+import struct
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from anyio.abc import SocketStream
+
+from pykbroker.protocol import fast_codec
+from pykbroker.server.transmit import ResponseParts, frame, transmit
+from pykbroker.storage.file_range import FileRange, SegmentFile
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def data_file(tmp_path: Path) -> tuple[SegmentFile, bytes]:
+    data = random.Random(5).randbytes(600_000)
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(data)
+    return SegmentFile(os.open(path, os.O_RDWR), path.name), data
+
+
+def test_bytes_only_parts_make_plain_bytes() -> None:
+    out = frame([b"ab", b"", b"cd"])
+    assert out == b"abcd" and isinstance(out, bytes)
+
+
+def test_parts_join_adjacent_bytes_and_keep_ranges(data_file: tuple[SegmentFile, bytes]) -> None:
+    f, data = data_file
+    r1, r2 = FileRange(f, 0, 100_000), FileRange(f, 200_000, 70_000)
+    out = frame([b"\x00\x01", b"xy", r1, b"", r2, b"z", b"w"])
+    assert isinstance(out, ResponseParts)
+    assert [type(p).__name__ for p in out.parts] == ["bytes", "FileRange", "FileRange", "bytes"]
+    assert out.parts[0] == b"\x00\x01xy" and out.parts[3] == b"zw"
+    assert len(out) == 4 + 100_000 + 70_000 + 2
+    assert out.materialise() == b"\x00\x01xy" + data[:100_000] + data[200_000:270_000] + b"zw"
+    assert out.ranges == [r1, r2]
+
+
+def test_fetch_encoder_writes_the_range_length_before_the_range(data_file: tuple[SegmentFile, bytes]) -> None:
+    f, _data = data_file
+    rng = FileRange(f, 1000, 80_000)
+    body = {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": [{
+        "topic": "t", "topic_id": None, "partitions": [{
+            "partition_index": 0, "error_code": 0, "high_watermark": 5, "last_stable_offset": 5,
+            "log_start_offset": 0, "aborted_transactions": None, "preferred_read_replica": -1,
+            "records": rng}]}]}
+    for version in (4, 11, 12, 16):
+        parts = fast_codec.fetch_response_parts(version, body)
+        assert parts is not None and rng in parts
+        i = parts.index(rng)
+        joined = b"".join(p for p in parts[:i] if isinstance(p, bytes))
+        if version >= 12:
+            assert joined.endswith(bytes([0x81, 0xF1, 0x04]))  # uvarint(80_001)
+        else:
+            assert struct.unpack(">i", joined[-4:])[0] == 80_000
+        # The same bytes as the encoder's answer with the records read in.
+        assert fast_codec.encode_fetch_response(version, body) == \
+            b"".join(p.read() if isinstance(p, FileRange) else p for p in parts)
+
+
+async def _pair(serve: Callable[[SocketStream], Awaitable[None]]) -> bytes:
+    """Run ``serve`` on the server end of a real 127.0.0.1 connection; what the client read until EOF."""
+    got = bytearray()
+    multi = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    listener = multi.listeners[0]
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as tg:
+        async def server() -> None:
+            stream = await listener.accept()
+            async with stream:
+                try:
+                    await serve(stream)
+                except anyio.BrokenResourceError:
+                    pass
+
+        tg.start_soon(server)
+        with anyio.fail_after(20):
+            async with await anyio.connect_tcp("127.0.0.1", port) as client:
+                for _ in range(100_000):
+                    try:
+                        chunk = await client.receive(1 << 20)
+                    except anyio.EndOfStream:
+                        break
+                    got += chunk
+    return bytes(got)
+
+
+async def test_zero_copy_send_uses_sendfile(data_file: tuple[SegmentFile, bytes],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    f, data = data_file
+    calls: list[int] = []
+    real = os.sendfile
+
+    def counting(*args: Any) -> int:
+        calls.append(args[3])
+        return real(*args)
+
+    monkeypatch.setattr(os, "sendfile", counting)
+    parts = frame([b"head", FileRange(f, 10, 300_000), b"mid", FileRange(f, 400_000, 150_000), b"tail"])
+    assert isinstance(parts, ResponseParts)
+
+    async def serve(stream: SocketStream) -> None:
+        await transmit(stream, parts)
+        await transmit(stream, b"after")
+
+    got = await _pair(serve)
+    assert got == b"head" + data[10:300_010] + b"mid" + data[400_000:550_000] + b"tail" + b"after"
+    assert calls  # the ranges went through sendfile
+
+
+async def test_fallback_without_sendfile(data_file: tuple[SegmentFile, bytes], monkeypatch: pytest.MonkeyPatch) -> None:
+    f, data = data_file
+    monkeypatch.delattr(os, "sendfile")
+    parts = frame([b"h", FileRange(f, 0, 100_000), b"t"])
+    assert isinstance(parts, ResponseParts)
+
+    async def serve(stream: SocketStream) -> None:
+        await transmit(stream, parts)
+
+    assert await _pair(serve) == b"h" + data[:100_000] + b"t"
+
+
+async def test_short_file_closes_instead_of_sending(data_file: tuple[SegmentFile, bytes]) -> None:
+    f, _data = data_file
+    parts = frame([b"head", FileRange(f, 500_000, 100_000), b"tail"])  # the file will end 50,000 bytes short of it
+    assert isinstance(parts, ResponseParts)
+    os.ftruncate(f.fd, 550_000)  # behind the segment's back: only the send can notice
+    errors: list[BaseException] = []
+
+    async def serve(stream: SocketStream) -> None:
+        try:
+            await transmit(stream, parts, "test-peer")
+        except anyio.BrokenResourceError as e:
+            errors.append(e)
+
+    got = await _pair(serve)
+    assert errors
+    assert len(got) < 4 + 100_000 + 4  # never the whole announced frame
+
+
+async def test_truncated_range_sends_nothing(data_file: tuple[SegmentFile, bytes]) -> None:
+    f, _ = data_file
+    parts = frame([b"head", FileRange(f, 0, 100_000)])
+    assert isinstance(parts, ResponseParts)
+    f.truncated(50_000)
+    errors: list[BaseException] = []
+
+    async def serve(stream: SocketStream) -> None:
+        try:
+            await transmit(stream, parts, "test-peer")
+        except anyio.BrokenResourceError as e:
+            errors.append(e)
+
+    assert await _pair(serve) == b""
+    assert errors
