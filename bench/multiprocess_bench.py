@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -174,11 +175,13 @@ class Host:
     def __init__(self, workdir: Path, zk: ZooKeeperEnsemble, processes: int, overrides: list[str]) -> None:
         self.processes = processes
         self.port = _port_run(processes)
+        self.metrics_port = _port_run(processes)  # each process's Prometheus endpoint: requests served
         self.dir = workdir / f"p{processes}-{uuid.uuid4().hex[:6]}"
         self.dir.mkdir(parents=True)
         settings = {**CLUSTER_DEFAULTS, "zookeeper.connect": f"{zk.connect}/{self.dir.name}", "broker.id": "1",
                     "listeners": f"PLAINTEXT://127.0.0.1:{self.port}", "log.dirs": str(self.dir / "data"),
-                    "offsets.topic.replication.factor": "1", "transaction.state.log.replication.factor": "1"}
+                    "offsets.topic.replication.factor": "1", "transaction.state.log.replication.factor": "1",
+                    "pykbroker.metrics.listener": f"http://127.0.0.1:{self.metrics_port}"}
         args = [sys.executable, "-m", "pykbroker", "serve", "--processes", str(processes), "--log-level", "WARNING"]
         for k, v in settings.items():
             args += ["--override", f"{k}={v}"]
@@ -204,6 +207,16 @@ class Host:
     def bootstrap(self) -> str:
         return ",".join(f"127.0.0.1:{self.port + i}" for i in range(self.processes))
 
+    def requests(self, api: str) -> int:
+        """Requests of one API (Produce, Fetch) the brokers have answered, summed over the processes."""
+        total = 0.0
+        prefix = f'kafka_network_requestmetrics_requests_total{{request="{api}"'
+        for i in range(self.processes):
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port + i}/metrics", timeout=10) as r:
+                total += sum(float(line.rsplit(" ", 1)[1]) for line in r.read().decode().splitlines()
+                             if line.startswith(prefix))
+        return int(total)
+
     def stop(self) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -216,10 +229,10 @@ class Host:
         return int(self.proc.returncode)
 
 
-def _topic(host: Host, partitions: int, rf: int) -> tuple[str, dict[int, int]]:
+def _topic(host: Host, partitions: int, rf: int, config: dict[str, str]) -> tuple[str, dict[int, int]]:
     name = f"mp-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": host.bootstrap})
-    for f in admin.create_topics([NewTopic(name, partitions, rf)], operation_timeout=30).values():
+    for f in admin.create_topics([NewTopic(name, partitions, rf, config=config)], operation_timeout=30).values():
         f.result(30)
 
     def led() -> dict[int, int] | None:
@@ -246,12 +259,14 @@ def _split(items: list[int], k: int) -> list[list[int]]:
 
 
 def run_case(host: Host, size: int, args: argparse.Namespace) -> dict[str, Any]:
-    topic, leaders = _topic(host, args.partitions, args.rf)
+    topic, leaders = _topic(host, args.partitions, args.rf, args.topic_config)
     _wait_settled(host.proc.pid)
     count = args.count if size < 1024 else args.count_large
     per_client = [count // args.clients + (1 if i < count % args.clients else 0) for i in range(args.clients)]
+    requests0 = host.requests("Produce")
     prod = _run_clients(host.proc.pid, [
         (_produce_worker, (host.bootstrap, topic, size, n, args.acks, args.producer_conf)) for n in per_client])
+    prod["requests"] = host.requests("Produce") - requests0
     # What each partition holds now (its high watermark): consumers must return exactly that.
     probe = Consumer({"bootstrap.servers": host.bootstrap, "group.id": "mp-bench-probe"})
     try:
@@ -259,8 +274,10 @@ def run_case(host: Host, size: int, args: argparse.Namespace) -> dict[str, Any]:
     finally:
         probe.close()
     groups = _split(sorted(hw), args.clients)
+    requests0 = host.requests("Fetch")
     cons = _run_clients(host.proc.pid, [
         (_consume_worker, (host.bootstrap, topic, {p: hw[p] for p in g})) for g in groups])
+    cons["requests"] = host.requests("Fetch") - requests0
     problems = []
     if prod["n"] != count:
         problems.append(f"produced {prod['n']} of {count}: "
@@ -288,12 +305,13 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace, load: str) -
     out = [f"### Produce and consume with 1 vs N broker processes (`serve --processes N`), "
            f"{args.count:,} records (< 1 KiB; {args.count_large:,} of 1 KiB+), {args.partitions} partitions "
            f"RF {args.rf}, acks={args.acks}, producer {args.producer_conf or 'defaults'} + linger.ms 5, "
+           f"topic {args.topic_config or 'defaults'}, "
            f"{args.clients} client process(es)", "",
            f"machine: {facts.get('cpu', '?')}, {facts['nproc']} cores; {facts.get('confluent-kafka', '')}; "
            f"load before: {load}; medians of {args.repeat}", "",
-           "| processes | size | leaders per broker | produce msg/s | broker CPU s | client CPU s | other % | "
-           "consume msg/s | broker CPU s | client CPU s | other % |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| processes | size | leaders per broker | produce msg/s | requests | broker CPU s | client CPU s | "
+           "other % | consume msg/s | fetches | broker CPU s | client CPU s | other % |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     keys = sorted({(r["processes"], r["size"]) for r in results}, key=lambda k: (k[1], k[0]))
     base: dict[int, tuple[float, float]] = {}
     for procs, size in keys:
@@ -303,8 +321,10 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace, load: str) -
         leaders = "/".join(str(v) for v in rows[0]["leaders"].values())
         out.append(
             f"| {procs} | {size} B | {leaders} | {pm:,.0f} ({pm / base[size][0]:.2f}x) | "
-            f"{_med(rows, 'produce', 'broker_cpu'):.2f} | {_med(rows, 'produce', 'client_cpu'):.2f} | "
+            f"{_med(rows, 'produce', 'requests'):,.0f} | {_med(rows, 'produce', 'broker_cpu'):.2f} | "
+            f"{_med(rows, 'produce', 'client_cpu'):.2f} | "
             f"{_med(rows, 'produce', 'other_pct'):.0f} | {cm:,.0f} ({cm / base[size][1]:.2f}x) | "
+            f"{_med(rows, 'consume', 'requests'):,.0f} | "
             f"{_med(rows, 'consume', 'broker_cpu'):.2f} | {_med(rows, 'consume', 'client_cpu'):.2f} | "
             f"{_med(rows, 'consume', 'other_pct'):.0f} |")
     problems = [f"- {r['processes']} process(es), {r['size']} B: {p}" for r in results for p in r["problems"]]
@@ -328,9 +348,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--producer-conf", action="append", default=[], metavar="KEY=VALUE",
                     help="librdkafka producer setting (e.g. sticky.partitioning.linger.ms=0: every record to a "
                          "random partition, so requests carry many small batches)")
+    ap.add_argument("--topic-config", action="append", default=[], metavar="KEY=VALUE",
+                    help="topic setting (e.g. compression.type=zstd: the brokers recompress what they are sent, "
+                         "CPU spent by the brokers and not by the clients)")
     ap.add_argument("--keep-dir", action="store_true", help="keep the data and the brokers' logs")
     args = ap.parse_args(argv)
     args.producer_conf = dict(item.split("=", 1) for item in args.producer_conf)
+    args.topic_config = dict(item.split("=", 1) for item in args.topic_config)
     if not zookeeper_available():
         print("needs ZooKeeper (Debian package zookeeper): run scripts/install.sh --test", file=sys.stderr)
         return 2
