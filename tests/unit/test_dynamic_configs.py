@@ -319,10 +319,10 @@ class _LaggingStore(EmbeddedMetadataStore):
         self.hidden = hidden
         self.written: dict[str, dict[str, str]] = {}
 
-    def read_topic_configs(self, name: str) -> dict[str, str] | None:
+    def read_topic_configs(self, name: str, *, fresh: bool = False) -> dict[str, str] | None:
         if name in self.hidden:
             return dict(self.hidden[name])
-        return super().read_topic_configs(name)
+        return super().read_topic_configs(name, fresh=fresh)
 
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> Any:
         self.written[name] = dict(configs)
