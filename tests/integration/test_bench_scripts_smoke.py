@@ -1,6 +1,7 @@
-"""Smoke runs of the cluster benchmark scripts (bench/cluster_bench.py, bench/replication_bench.py) at tiny
-sizes, so that they keep working as the broker changes. Nothing here is about speed: a run must finish,
-exit 0 and print its tables (replication_bench exits 1 on a delivery error, a lost or duplicated record).
+"""Smoke runs of the cluster benchmark scripts (bench/cluster_bench.py, bench/replication_bench.py,
+bench/multiprocess_bench.py) at tiny sizes, so that they keep working as the broker changes. Nothing here
+is about speed: a run must finish, exit 0 and print its tables (replication_bench and multiprocess_bench
+exit 1 on a delivery error, a lost or duplicated record).
 """
 
 from __future__ import annotations
@@ -57,3 +58,10 @@ def test_fanout_bench_smoke() -> None:
                "--active-producers", "3", "--rate", "300", "--seconds", "1", "--drain", "2")
     assert "| idle producer connections up | 10 |" in out
     assert "| received per group, min of 2 (of " in out
+
+
+def test_multiprocess_bench_smoke() -> None:
+    out = _run("multiprocess_bench.py", "--processes", "1,2", "--sizes", "100", "--count", "3000", "--partitions", "4",
+               "--clients", "1")
+    assert "| 1 | 100 B | 4 | " in out and "| 2 | 100 B | 2/2 | " in out, out
+    assert "FAILURES" not in out
