@@ -31,6 +31,10 @@ def _serve(args: argparse.Namespace) -> int:
         log.error("invalid configuration: %s", e)
         return 2
     logsetup.configure(args.log_level, config["pykbroker.log.format"])
+    if args.log_broker_id is not None:  # a child of `serve --processes`
+        from pykbroker.multiprocess.logtag import tag_log_lines
+
+        tag_log_lines(args.log_broker_id)
     if args.processes is not None:
         return _serve_processes(args, config)
     if config.no_effect_keys():
@@ -151,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--processes", type=int, metavar="N",
                        help="run N brokers of the ZooKeeper cluster as child processes, with ids, ports and log "
                             "dirs derived from the configuration (docs/deploy.md, 'Several processes per host')")
+    serve.add_argument("--log-broker-id", type=int, help=argparse.SUPPRESS)  # set by --processes for its children
     serve.add_argument("--max-restarts", type=int, default=5, metavar="N",
                        help="with --processes: restarts of a child that died, within 5 minutes, before the "
                             "parent stops every broker and exits 1 (0: exit at the first death)")

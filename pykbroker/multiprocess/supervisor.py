@@ -74,7 +74,7 @@ class Supervisor:
         self._signals.append(signum)
 
     def _spawn(self, child: Child) -> None:
-        args = [*self.base_args]
+        args = [*self.base_args, "--log-broker-id", str(child.plan.broker_id)]
         for key, value in child.plan.overrides.items():
             args += ["--override", f"{key}={value}"]
         parent = os.getpid()

@@ -226,6 +226,8 @@ def test_sigterm_to_the_parent_stops_both_children_cleanly(supervised: Supervise
     for broker_id, pid in pids.items():
         assert f"broker {broker_id} (pid {pid}) stopped: exit status 0" in log
     assert log.count("shutdown complete") == 2
+    for broker_id in pids:  # each child's lines say which broker wrote them
+        assert f"pykbroker.broker: received SIGTERM, shutting down broker={broker_id}\n" in log
 
 
 def test_a_killed_child_is_restarted_and_the_cluster_carries_on(supervised: Supervised) -> None:
