@@ -157,3 +157,19 @@ def test_local_endpoints_setting_is_checked() -> None:
         BrokerConfig({LOCAL_ENDPOINTS: "x@127.0.0.1:1"})
     with pytest.raises(ConfigError, match="not of the form"):
         BrokerConfig({LOCAL_ENDPOINTS: "1@127.0.0.1"})
+
+
+def test_child_log_lines_carry_the_broker_id(capfd: pytest.CaptureFixture[str]) -> None:
+    import json
+    import logging
+
+    from pykbroker import logsetup
+    from pykbroker.multiprocess.logtag import tag_log_lines
+
+    logsetup.configure("INFO", "json")
+    tag_log_lines(7)
+    logging.getLogger("pykbroker.test").info("hello", extra={"kv": {"topic": "t"}})
+    logging.getLogger("pykbroker.test").info("plain")
+    lines = [json.loads(x) for x in capfd.readouterr().err.splitlines()]
+    assert lines[0]["msg"] == "hello" and lines[0]["topic"] == "t" and lines[0]["broker"] == 7
+    assert lines[1]["broker"] == 7
