@@ -781,6 +781,23 @@ def phase_e2e(target: Target, sc: Scenario, topic: str, args: argparse.Namespace
     return res
 
 
+def start_burners(n: int, max_seconds: float) -> list[subprocess.Popen[bytes]]:
+    """``--busy``: n processes spinning on the CPU (each ends by itself after ``max_seconds``, should this
+    script die without stopping them)."""
+    code = f"import time\nend = time.monotonic() + {max_seconds:.0f}\nwhile time.monotonic() < end: pass\n"
+    procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(n)]
+    if procs:
+        log(f"started {n} CPU burners: pids {[p.pid for p in procs]}")
+    return procs
+
+
+def stop_burners(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in procs:
+        p.kill()
+    for p in procs:
+        p.wait(10)
+
+
 def wait_quiet(targets: list[Target], threshold_pct: float, max_wait: float) -> float | None:
     """Waits until the rest of the machine uses < threshold_pct of a core (1 s windows).
 
@@ -1177,7 +1194,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--json", help="write all raw results to this file")
     ap.add_argument("--markdown", help="also write the Markdown report to this file")
     ap.add_argument("--keep-dir", action="store_true", help="--compare: keep the temp dir (logs, data)")
+    ap.add_argument(
+        "--busy",
+        type=int,
+        default=0,
+        help="start this many CPU burners (python busy loops) beside the brokers for the whole run, to "
+        "measure under CPU contention; implies --wait-idle 0",
+    )
     args = ap.parse_args(argv)
+    if args.busy < 0:
+        ap.error("--busy must be >= 0")
+    if args.busy:
+        args.wait_idle = 0
     if args.e2e_rate <= 0:
         ap.error("--e2e-rate must be positive")
     for opt in ("consumer_conf", "producer_conf"):
@@ -1206,6 +1234,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = tempfile.mkdtemp(prefix="pykbroker-bench-")
     targets: list[Target] = []
     results: list[dict[str, Any]] = []
+    burners: list[subprocess.Popen[bytes]] = []
     started = _dt.datetime.now(_dt.UTC)
 
     def _sigterm(*_: Any) -> None:
@@ -1232,6 +1261,7 @@ def main(argv: list[str] | None = None) -> int:
             if pid is None:
                 t.notes.append("no broker PID: CPU and RSS not measured (pass --pid)")
             targets = [t]
+        burners = start_burners(args.busy, args.max_seconds + 2 * args.phase_timeout)
         for t in targets:
             u = broker_usage(t.pid) if t.alive() else None
             t.rss_start_kib = u.rss_kib if u else None
@@ -1256,6 +1286,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         log("interrupted; reporting what was measured")
     finally:
+        stop_burners(burners)
         for t in targets:
             if t.sampler:
                 t.sampler.stop()
@@ -1353,6 +1384,8 @@ def build_report(
         ],
         "",
         *([f"Figures are per-figure medians of {args.repeat} rounds.", ""] if args.repeat > 1 else []),
+        *([f"Under CPU contention: {args.busy} busy-loop processes ran beside the brokers (--busy).", ""]
+          if args.busy else []),
         f"Produce: linger.ms={args.linger_ms:g}, as fast as possible; consume: assign() from offset 0, "
         "fetch.queue.backoff.ms=1; "
         f"e2e: {args.e2e_rate:,} msg/s for {args.e2e_seconds:g}s after {args.e2e_warmup:g}s warm-up, "

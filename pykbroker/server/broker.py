@@ -161,6 +161,7 @@ class Broker:
             queued_max_request_bytes=config["queued.max.request.bytes"],
             receive_timeout_ms=config["pykbroker.request.receive.timeout.ms"],
             max_inflight_requests=config["pykbroker.max.inflight.requests.per.connection"],
+            max_inflight_bytes=config["pykbroker.max.inflight.bytes.per.connection"],
             security_protocols=config.security_protocols,
             tls=_listener_tls(config),
         )

@@ -5,7 +5,8 @@ strictly in order and answers them in that order (Kafka's per-connection
 ordering guarantee).  A request that has done its in-order work and waits only
 for an acknowledgement (acks=all, log.flush.on.ack) is parked in a task of its
 own, and the connection goes on with the next requests, up to
-``pykbroker.max.inflight.requests.per.connection`` unanswered; responses still
+``pykbroker.max.inflight.requests.per.connection`` unanswered requests holding at
+most ``pykbroker.max.inflight.bytes.per.connection`` of request bytes; responses still
 leave in request order (``response_order.ResponseOrder``).  Whatever one
 connection does wrong ends that connection only.
 
@@ -90,11 +91,14 @@ class SocketServer:
         security_protocols: dict[str, str] | None = None,
         tls: dict[str, ListenerTls] | None = None,
         max_inflight_requests: int = 1,
+        max_inflight_bytes: int | None = None,
     ) -> None:
         self._handler = handler
         # Requests of one connection read and not yet answered while earlier ones are parked
         # (pykbroker.max.inflight.requests.per.connection); 1: each is answered before the next is read.
         self._max_inflight = max(max_inflight_requests, 1)
+        # ... and no more request bytes than this (pykbroker.max.inflight.bytes.per.connection).
+        self._max_inflight_bytes = max_inflight_bytes
         # Listener name -> its server-side TLS (SSL and SASL_SSL listeners; pykbroker.security.tls).
         self._tls = tls or {}
         # Listener name -> PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL (listener.security.protocol.map).
@@ -293,7 +297,7 @@ class SocketServer:
     async def _serve_admitted(self, stream: SocketStream, conn: Connection) -> None:
         """Serve the connection's requests until it closes; parked requests run in their own tasks."""
         self._tune(stream)
-        order = ResponseOrder(self._max_inflight)
+        order = ResponseOrder(self._max_inflight, self._max_inflight_bytes)
         stream_: ByteStream = stream
         try:
             tls = self._tls.get(conn.listener)

@@ -38,11 +38,16 @@ class ResponseOrder:
     A close entry, once taken, stops everything after it: the responses before it have been written.
     """
 
-    __slots__ = ("_slots", "_writing", "close_reason", "max_unanswered", "parked")
+    __slots__ = ("_slots", "_writing", "close_reason", "max_unanswered", "max_unanswered_bytes", "parked",
+                 "unanswered_bytes")
 
-    def __init__(self, max_unanswered: int) -> None:
-        # Requests read but not answered beyond which the connection stops reading (at least 1).
+    def __init__(self, max_unanswered: int, max_unanswered_bytes: int | None = None) -> None:
+        # Requests read but not answered beyond which the connection stops reading (at least 1) ...
         self.max_unanswered = max(max_unanswered, 1)
+        # ... or their request bytes: many small acknowledgements may wait together (one fsync covers them
+        # all), few large ones (an acks=all producer of 1 MB requests needs only a few to keep replication busy).
+        self.max_unanswered_bytes = max_unanswered_bytes
+        self.unanswered_bytes = 0
         self._slots: deque[Slot] = deque()
         self._writing = False
         self.parked = 0  # entries still waiting for their acknowledgement
@@ -58,16 +63,22 @@ class ResponseOrder:
 
     @property
     def full(self) -> bool:
-        """Read no further request until an answer is written."""
-        return len(self._slots) >= self.max_unanswered
+        """Read no further request until an answer is written (one unanswered request is always allowed)."""
+        n = len(self._slots)
+        return n >= self.max_unanswered or (
+            n > 0 and self.max_unanswered_bytes is not None and self.unanswered_bytes >= self.max_unanswered_bytes)
+
+    def _add(self, slot: Slot) -> Slot:
+        self._slots.append(slot)
+        self.unanswered_bytes += slot.reserved
+        return slot
 
     def ready(self, response: bytes | ResponseParts | None, reserved: int) -> Slot:
         """A request processed in place: its response waits only for those before it."""
         slot = Slot(reserved)
         slot.done = True
         slot.response = response
-        self._slots.append(slot)
-        return slot
+        return self._add(slot)
 
     def closing(self, reason: str, reserved: int) -> Slot:
         """A request whose answer is to close the connection, once the responses before it are written."""
@@ -78,9 +89,8 @@ class ResponseOrder:
     def park(self, reserved: int) -> Slot:
         """A request waiting for its acknowledgement; ``complete`` or ``fail`` it later."""
         slot = Slot(reserved)
-        self._slots.append(slot)
         self.parked += 1
-        return slot
+        return self._add(slot)
 
     def complete(self, slot: Slot, response: bytes | ResponseParts | None) -> None:
         """A parked request's acknowledgement came: its response (None: none to write)."""
@@ -109,6 +119,7 @@ class ResponseOrder:
         if self._writing or self.close_reason is not None or not self._slots or not self._slots[0].done:
             return None
         slot = self._slots.popleft()
+        self.unanswered_bytes -= slot.reserved
         if slot.close_reason is not None:
             self.close_reason = slot.close_reason
         self._writing = True
@@ -126,4 +137,5 @@ class ResponseOrder:
             s.forgotten = True
         self._slots.clear()
         self.parked = 0
+        self.unanswered_bytes = 0
         return reserved

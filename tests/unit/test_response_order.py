@@ -152,4 +152,31 @@ def test_random_completion_orders_keep_request_order_and_account_every_byte() ->
             taken += _drain(order)
         assert [s.response for s in taken] == [bytes([i]) for i, _ in entries]
         assert sum(s.reserved for s in taken) == sum(i + 1 for i, _ in entries)  # each reservation once
-        assert order.idle and order.parked == 0
+        assert order.idle and order.parked == 0 and order.unanswered_bytes == 0
+
+
+def test_the_byte_bound_stops_reading_behind_large_requests_only() -> None:
+    order = ResponseOrder(32, 4 << 20)
+    order.park(1 << 20)
+    order.park(1 << 20)
+    order.park(1 << 20)
+    assert not order.full and order.unanswered_bytes == 3 << 20
+    order.park(1 << 20)
+    assert order.full  # 4 MiB of requests wait: read nothing more
+    small = ResponseOrder(32, 4 << 20)
+    for _ in range(31):
+        small.park(1000)  # many small acknowledgements may wait together (one fsync covers them)
+    assert not small.full
+    small.park(1000)
+    assert small.full  # the count bound still holds
+
+
+def test_one_request_larger_than_the_byte_bound_is_still_read() -> None:
+    order = ResponseOrder(32, 1000)
+    assert not order.full
+    slot = order.park(5000)
+    assert order.full
+    order.complete(slot, b"r")
+    taken = _drain(order)
+    assert [s.response for s in taken] == [b"r"]
+    assert order.unanswered_bytes == 0 and not order.full

@@ -18,6 +18,7 @@ from pykbroker.delay.service import DELAYED_TOPIC, DelayForward
 from pykbroker.protocol.message_format import is_message_set, up_convert
 from pykbroker.protocol.record_validator import validate_records
 from pykbroker.protocol.records import InvalidRecords, parse_batch_header, validate_for_append
+from pykbroker.server import group_commit
 from pykbroker.server.authorizer import AclOperation, ResourceType
 from pykbroker.server.authz import allowed, denied_names
 from pykbroker.server.context import CloseConnection, RequestContext, Services, now_ms
@@ -306,9 +307,9 @@ async def _acknowledge(svc: Services, responses: list[dict[str, Any]], to_flush:
                        drop: bool, acks: int) -> dict[str, Any] | None:
     """The parked part of a produce: the fsync (log.flush.on.ack), then the acks=all wait for the ISR."""
     for p, end in to_flush:  # fsync off the event loop; the acknowledgement waits for it
-        # flush_to shares one fsync among producers whose appends it covers (group commit).
+        # One fsync in flight per log, shared by every request whose appends it covers (group commit).
         try:
-            await anyio.to_thread.run_sync(p.log.flush_to, end)
+            await group_commit.flush_to(p.log, end)
         except KafkaStorageError as e:  # not durable, so not acknowledged
             _fail_unflushed(responses, p, str(e))
     if awaiting:

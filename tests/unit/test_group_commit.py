@@ -1,0 +1,110 @@
+"""group_commit.flush_to: one fsync in flight per log, shared by every request it covers."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import anyio
+import pytest
+
+from pykbroker.server import group_commit
+from pykbroker.storage.log import KafkaStorageError
+
+
+class SlowLog:
+    """A log whose flush takes a while in its worker thread and records what each flush covered."""
+
+    def __init__(self, flush_seconds: float = 0.05, fail: bool = False) -> None:
+        self.log_end_offset = 0
+        self.durable = 0
+        self.flushes: list[int] = []
+        self.threads: set[int] = set()
+        self.flush_seconds = flush_seconds
+        self.fail = fail
+
+    def append(self, n: int = 1) -> int:
+        self.log_end_offset += n
+        return self.log_end_offset
+
+    def flush_to(self, offset: int) -> None:
+        self.threads.add(threading.get_ident())
+        time.sleep(self.flush_seconds)
+        if self.fail:
+            raise KafkaStorageError("the log dir is offline")
+        self.flushes.append(offset)
+        self.durable = max(self.durable, offset)
+
+
+def test_requests_appended_during_an_fsync_share_the_next_one() -> None:
+    log = SlowLog()
+    acknowledged: list[tuple[int, int]] = []  # (offset, durable when acknowledged)
+
+    async def request(offset: int) -> None:
+        await group_commit.flush_to(log, offset)
+        acknowledged.append((offset, log.durable))
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(request, log.append())  # starts an fsync covering offset 1
+            await anyio.sleep(0.01)
+            for _ in range(20):  # appended while it runs: one more fsync covers them all
+                tg.start_soon(request, log.append())
+    anyio.run(main)
+    assert len(acknowledged) == 21
+    assert all(durable >= offset for offset, durable in acknowledged)  # never acknowledged before durable
+    assert log.flushes == [1, 21]
+
+
+def test_a_request_covered_by_the_fsync_in_flight_waits_for_it_only() -> None:
+    log = SlowLog()
+
+    async def main() -> None:
+        first = log.append(5)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(group_commit.flush_to, log, first)
+            await anyio.sleep(0.01)
+            await group_commit.flush_to(log, 3)  # below the target of the fsync in flight
+    anyio.run(main)
+    assert log.flushes == [5]
+
+
+def test_a_failed_fsync_fails_every_request_waiting_for_it() -> None:
+    log = SlowLog(fail=True)
+    errors: list[str] = []
+
+    async def request(offset: int) -> None:
+        try:
+            await group_commit.flush_to(log, offset)
+        except KafkaStorageError as e:
+            errors.append(str(e))
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            for _ in range(5):
+                tg.start_soon(request, log.append())
+    anyio.run(main)
+    assert len(errors) == 5 and log.flushes == []
+
+
+def test_sequential_requests_each_get_their_fsync() -> None:
+    log = SlowLog(flush_seconds=0.0)
+
+    async def main() -> None:
+        for _ in range(3):
+            await group_commit.flush_to(log, log.append())
+    anyio.run(main)
+    assert log.flushes == [1, 2, 3]
+
+
+@pytest.mark.parametrize("cancel_after", [0.0, 0.02])
+def test_a_cancelled_waiter_leaves_nothing_behind(cancel_after: float) -> None:
+    log = SlowLog()
+
+    async def main() -> None:
+        with anyio.move_on_after(cancel_after):
+            await group_commit.flush_to(log, log.append())
+        await group_commit.flush_to(log, log.append())  # the next request is not stuck behind it
+    anyio.run(main)
+    assert log.durable == 2
+    assert log not in group_commit._in_flight
