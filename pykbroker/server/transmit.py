@@ -3,9 +3,10 @@
 A fetch response whose record sets include :class:`~pykbroker.storage.file_range.FileRange`
 parts is a :class:`ResponseParts`: encoded bytes and file ranges in order, with the frame size
 already counted in the first bytes.  On a plain socket (PLAINTEXT and SASL_PLAINTEXT
-listeners) the bytes go through the transport and each range through ``loop.sendfile``, so the
-record bytes go from the page cache to the socket without a copy in Python; TLS listeners, and
-any transport where sendfile is not available, read the ranges just before sending instead.
+listeners), once the transport's buffer is empty, the bytes are written and each range sent with
+``os.sendfile`` straight to the socket, so the record bytes go from the page cache to the socket
+without a copy in Python, at one system call per range; TLS listeners, and any transport where
+sendfile is not available, read the ranges just before sending instead.
 
 A range whose bytes changed since the response was built (a truncation reached into it, or the
 file is shorter than the length already announced in the frame) cannot be sent: the connection
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import socket
@@ -116,47 +118,127 @@ def _sendfile_transport(stream: ByteStream) -> asyncio.Transport | None:
 
 
 async def _send_zero_copy(stream: ByteStream, transport: asyncio.Transport, response: ResponseParts) -> None:
-    """Bytes through the transport, ranges with ``loop.sendfile`` (which first waits for the
-    transport's buffer to drain, so the order on the wire is the parts' order)."""
+    """Bytes and ranges written straight to the socket, in order, once the transport's buffer is empty.
+
+    A response of a consumer with thousands of partitions carries thousands of ranges: each costs one
+    ``os.sendfile`` call here (plus a write for the bytes before it), where ``loop.sendfile`` took a
+    drain wait, an fstat and several loop iterations per range.  The writes go through a duplicate
+    of the socket's descriptor, so that waiting for it to become writable does not touch the
+    transport's own registration; nothing else writes to the connection meanwhile (one writer per
+    connection, and the transport's buffer is empty when we start).
+    """
     response.check()  # before the first byte: a stale range closes the connection with nothing sent
-    loop = asyncio.get_running_loop()
     sock: Any = transport.get_extra_info("socket")
+    if sock is None:
+        await stream.send(response.materialise())
+        return
+    await _drained(stream, transport)
     parts = response.parts
-    cork = _CORK is not None and sock is not None and len(parts) > 1
-    if cork:  # the small parts between ranges leave with the file data, not as packets of their own
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.IPPROTO_TCP, _CORK, 1)
-    native = True
+    cork = _CORK is not None and len(parts) > 1
+    fd = os.dup(sock.fileno())
+    writer = _DirectWriter(fd, sock if cork else None)
     try:
-        last = len(parts) - 1
-        for i, part in enumerate(parts):
+        if cork:  # the small parts between ranges leave with the file data, not as packets of their own
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, _CORK, 1)
+        for part in parts:
             if isinstance(part, FileRange):
-                if native:
-                    try:
-                        file: Any = part.file  # a file object enough for sendfile: it has fileno()
-                        sent = await loop.sendfile(transport, file, part.position, part.length, fallback=False)
-                    except asyncio.SendfileNotAvailableError:  # raised before any byte of the range went out
-                        native = False
-                    except RuntimeError as e:  # the transport is closing
-                        raise anyio.BrokenResourceError(str(e)) from None
-                    else:
-                        if sent != part.length:
-                            part.check()
-                            raise StaleRange(f"{part.file.name} ended after {sent} of the {part.length} bytes at "
-                                             f"{part.position} a fetch response announced")
-                        continue
-                data = part.read()
-                if i == last:
-                    await stream.send(data)
-                else:
-                    transport.write(data)
-            elif i == last:
-                await stream.send(part)  # waits while the transport's buffer is over its high-water mark
+                await writer.send_range(part)
             else:
-                transport.write(part)
+                await writer.send_bytes(part)
     except OSError as e:
         raise anyio.BrokenResourceError(str(e)) from e
     finally:
+        writer.close()
         if cork:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, _CORK, 0)
+
+
+async def _drained(stream: ByteStream, transport: asyncio.Transport) -> None:
+    """Until the transport has handed every byte written through it to the kernel."""
+    if not transport.get_write_buffer_size():
+        return
+    low, high = transport.get_write_buffer_limits()
+    transport.set_write_buffer_limits(high=0, low=0)  # writing pauses until the buffer is empty
+    try:
+        await stream.send(b"")  # anyio waits for the protocol to resume writing
+    finally:
+        transport.set_write_buffer_limits(high=high, low=low)
+
+
+class _DirectWriter:
+    """Non-blocking writes and sendfile calls on one socket descriptor, waiting for it when full."""
+
+    __slots__ = ("_corked", "_fd", "_loop", "_sendfile")
+
+    def __init__(self, fd: int, corked: Any) -> None:
+        self._fd = fd
+        self._corked = corked  # the socket, while TCP_CORK is on
+        self._loop = asyncio.get_running_loop()
+        self._sendfile = True
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+    async def _writable(self) -> None:
+        if self._corked is not None:
+            # Push out what the cork holds: with a send buffer smaller than a segment, corked data
+            # would otherwise wait for the cork's 200 ms timer before making room.
+            with contextlib.suppress(OSError):
+                self._corked.setsockopt(socket.IPPROTO_TCP, _CORK, 0)
+                self._corked.setsockopt(socket.IPPROTO_TCP, _CORK, 1)
+        fut: asyncio.Future[None] = self._loop.create_future()
+        self._loop.add_writer(self._fd, _set_done, fut)
+        try:
+            await fut
+        finally:
+            self._loop.remove_writer(self._fd)
+
+    async def send_bytes(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                n = os.write(self._fd, view)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            if n < len(view):
+                view = view[n:]
+                await self._writable()
+            else:
+                return
+
+    async def send_range(self, part: FileRange) -> None:
+        if not self._sendfile:
+            await self.send_bytes(part.read())
+            return
+        position, left = part.position, part.length
+        while left:
+            try:
+                n = os.sendfile(self._fd, part.file.fd, position, left)
+            except (BlockingIOError, InterruptedError):
+                await self._writable()
+                continue
+            except OSError as e:
+                if left == part.length and e.errno in _NO_SENDFILE:  # nothing of the range went out yet
+                    self._sendfile = False
+                    await self.send_bytes(part.read())
+                    return
+                raise
+            if n == 0:  # end of file before the end of the range
+                part.check()
+                raise StaleRange(f"{part.file.name} ended after {part.length - left} of the {part.length} bytes "
+                                 f"at {part.position} a fetch response announced")
+            position += n
+            left -= n
+            if left:
+                await self._writable()
+
+
+def _set_done(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+# sendfile refusing this file or socket (not a byte of it sent): send the range's bytes instead.
+_NO_SENDFILE = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP})

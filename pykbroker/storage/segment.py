@@ -54,7 +54,7 @@ MAX_RELATIVE_OFFSET = 2**31 - 1  # Kafka keeps relative offsets within a signed 
 _SCAN_CHUNK = 16 * 1024
 # A fetch's range at least this long stays in the file (sent with sendfile); a shorter one is read
 # into memory, where one pread costs less than the separate writes a file range needs.
-FILE_RANGE_MIN_BYTES = 64 * 1024
+FILE_RANGE_MIN_BYTES = 16 * 1024
 
 
 def filename_prefix(offset: int) -> str:
@@ -128,6 +128,11 @@ class Segment:
         self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry()
         self._rolling_based_timestamp: int | None = None
         self._preallocated = False
+        # The batch header the last fetch read started at, by fetch offset: a consumer with many
+        # partitions asks again from the same offset for every partition its last response had no
+        # room for, and this answers those without reading the file.  Batches never move in a
+        # segment except by a cut (truncation, recovery), which forgets it.
+        self._probe: tuple[int, BatchHeader] | None = None
         if active:
             self._maybe_preallocate()
 
@@ -399,11 +404,17 @@ class Segment:
         or the log end offset), so a high watermark past it needs no search.  None: ``offset``
         is past this segment.
         """
-        _, position = self.offset_index.lookup(offset)
         walker = _HeaderWalker(self._fd, self.size)
-        first = walker.find(position, lambda h: h.last_offset >= offset)
-        if first is None:
-            return None
+        probe = self._probe
+        if probe is not None and probe[0] == offset:
+            first = probe[1]
+        else:
+            _, position = self.offset_index.lookup(offset)
+            found = walker.find(position, lambda h: h.last_offset >= offset)
+            if found is None:
+                return None
+            first = found
+            self._probe = (offset, first)
         if max_offset is not None and first.base_offset >= max_offset:
             return SegmentSlice(b"", offset, offset)
         budget = max(max_bytes, first.size) if min_one_message else max_bytes
@@ -471,6 +482,7 @@ class Segment:
         Returns (bytes truncated, next offset).  Batches must have monotonically increasing
         offsets within this segment's relative-offset range.
         """
+        self._probe = None
         was_active = self.active
         if not was_active:
             self.offset_index.make_writable()
@@ -535,6 +547,7 @@ class Segment:
 
     def _cut(self, position: int) -> None:
         """ftruncate, noted on the file so that fetch ranges it reaches are not sent."""
+        self._probe = None
         if self._file is not None:
             self._file.truncated(position)
         os.ftruncate(self._fd, position)

@@ -157,3 +157,45 @@ def test_short_file_is_reported(tmp_path: Path) -> None:
         r.read()
     assert FileRange(f, 10, 20).read() == b"x" * 20
     assert len(r) == 80 and r
+
+
+def test_repeated_read_at_one_offset_reads_no_header_again(tmp_path: Path, logs: list[Log],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A consumer with many partitions asks again from the same offset for each partition its last
+    response had no room for: the batch header found last time answers without a read."""
+    lg = _open(tmp_path / "t-0", LogConfig(), logs)
+    rng = random.Random(11)
+    for _ in range(20):
+        _append(lg, 1, 1000, rng)
+    first = lg.read_slice(5, 500, min_one_message=False)  # no room for the batch at 5
+    assert first.records == b""
+    reads: list[int] = []
+    real = os.pread
+
+    def counting(fd: int, n: int, pos: int) -> bytes:
+        reads.append(n)
+        return real(fd, n, pos)
+
+    monkeypatch.setattr(os, "pread", counting)
+    again = lg.read_slice(5, 500, min_one_message=False)
+    assert again.records == b"" and reads == []
+    whole = lg.read_slice(5, 1 << 20, min_one_message=False)
+    assert _bytes(whole.records) == _bytes(lg.read_slice(5, 1 << 20, min_one_message=True).records)
+    assert whole.first_offset == 5 and whole.next_offset == 20
+
+
+def test_truncation_forgets_the_remembered_header(tmp_path: Path, logs: list[Log]) -> None:
+    """After a follower's truncation new batches take the old positions: a read at a remembered
+    offset must find the new batch, not the header remembered from before."""
+    lg = _open(tmp_path / "t-0", LogConfig(), logs)
+    rng = random.Random(12)
+    for _ in range(6):
+        _append(lg, 1, 300, rng)
+    before = _bytes(lg.read_slice(5, 1 << 20).records)  # remembers the header of the batch at 5
+    lg.truncate_to(4)
+    _append(lg, 3, 700, rng)  # one batch of three records at offset 4, over where 4 and 5 were
+    after = lg.read_slice(5, 1 << 20)
+    data = _bytes(after.records)
+    assert data != before
+    assert [(h.base_offset, h.last_offset) for h in iter_batches(data)] == [(4, 6)]
+    assert after.next_offset == 7

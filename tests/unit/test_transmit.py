@@ -4,8 +4,10 @@ the connection instead of sending a frame of the wrong length."""
 
 from __future__ import annotations
 
+import errno
 import os
 import random
+import socket
 import struct
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -169,3 +171,101 @@ async def test_truncated_range_sends_nothing(data_file: tuple[SegmentFile, bytes
 
     assert await _pair(serve) == b""
     assert errors
+
+
+async def _slow_pair(serve: Callable[[SocketStream], Awaitable[None]], *, pause_s: float = 0.0) -> bytes:
+    """As ``_pair``, with a small server send buffer and a client that waits ``pause_s`` before reading
+    and then reads in small pieces, so the sender meets a full socket many times."""
+    got = bytearray()
+    multi = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    listener = multi.listeners[0]
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as tg:
+        async def server() -> None:
+            stream = await listener.accept()
+            async with stream:
+                stream.extra(anyio.abc.SocketAttribute.raw_socket).setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8192)
+                await serve(stream)
+
+        tg.start_soon(server)
+        with anyio.fail_after(30):
+            async with await anyio.connect_tcp("127.0.0.1", port) as client:
+                await anyio.sleep(pause_s)
+                for i in range(1_000_000):
+                    try:
+                        chunk = await client.receive(4096)
+                    except anyio.EndOfStream:
+                        break
+                    got += chunk
+                    if i % 64 == 0:
+                        await anyio.sleep(0.001)
+    return bytes(got)
+
+
+async def test_many_small_ranges_arrive_in_order(data_file: tuple[SegmentFile, bytes],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A consumer of thousands of partitions gets thousands of short ranges between short headers:
+    each goes out with its own sendfile call, in order, however often the socket is full."""
+    f, data = data_file
+    rnd = random.Random(7)
+    parts: list[Any] = []
+    expected = bytearray()
+    for i in range(3_000):
+        head = struct.pack(">i", i)
+        position, length = rnd.randrange(0, 590_000), rnd.randrange(1, 5_000)
+        parts += [head, FileRange(f, position, length)]
+        expected += head + data[position:position + length]
+    calls: list[int] = []
+    real = os.sendfile
+
+    def counting(*args: Any) -> int:
+        calls.append(args[3])
+        return real(*args)
+
+    monkeypatch.setattr(os, "sendfile", counting)
+    response = frame(parts)
+    assert isinstance(response, ResponseParts)
+
+    async def serve(stream: SocketStream) -> None:
+        await transmit(stream, response)
+        await transmit(stream, b"after")
+
+    assert await _slow_pair(serve) == bytes(expected) + b"after"
+    assert len(calls) >= 3_000
+
+
+async def test_bytes_queued_in_the_transport_leave_before_the_ranges(data_file: tuple[SegmentFile, bytes]) -> None:
+    """A response written through the transport may still sit in its buffer when the next one, with
+    ranges, is sent past it: the ranges wait until that buffer is empty."""
+    f, data = data_file
+    big = random.Random(3).randbytes(3_000_000)
+    response = frame([b"head", FileRange(f, 0, 200_000), b"tail"])
+    assert isinstance(response, ResponseParts)
+    queued: list[int] = []
+
+    async def serve(stream: SocketStream) -> None:
+        transport = stream._transport  # type: ignore[attr-defined]
+        transport.write(big)  # as a response the edge wrote without waiting for it to drain
+        queued.append(transport.get_write_buffer_size())
+        await transmit(stream, response)
+
+    got = await _slow_pair(serve, pause_s=0.2)
+    assert got == big + b"head" + data[:200_000] + b"tail"
+    assert queued and queued[0] > 0  # the case under test happened: bytes were still queued
+
+
+async def test_sendfile_refused_sends_the_bytes(data_file: tuple[SegmentFile, bytes],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    f, data = data_file
+
+    def refused(*args: Any) -> int:
+        raise OSError(errno.EINVAL, "sendfile not supported here")
+
+    monkeypatch.setattr(os, "sendfile", refused)
+    response = frame([b"h", FileRange(f, 5, 100_000), b"m", FileRange(f, 200_000, 30_000), b"t"])
+    assert isinstance(response, ResponseParts)
+
+    async def serve(stream: SocketStream) -> None:
+        await transmit(stream, response)
+
+    assert await _pair(serve) == b"h" + data[5:100_005] + b"m" + data[200_000:230_000] + b"t"

@@ -74,6 +74,8 @@ def _read_all(svc: Services, ctx: RequestContext, req: Any, by_id: bool, replica
     remaining = min(max(int(req.max_bytes), 0), svc.config["fetch.max.bytes"]) if ctx.version >= 3 else 1 << 31
     read_committed = int(getattr(req, "isolation_level", 0)) == READ_COMMITTED
     first_with_data = True
+    hosted = svc.replicas.partitions().get  # one dict lookup per partition: consumers fetch thousands
+    no_error = ErrorCode.none
     for t in req.topics:
         if by_id:
             rec = svc.store.topic_by_id(t.topic_id)
@@ -86,10 +88,10 @@ def _read_all(svc: Services, ctx: RequestContext, req: Any, by_id: bool, replica
         parts: list[dict[str, Any]] = []
         for fp in t.partitions:
             idx = int(fp.partition)
-            p = svc.replicas.partition(name, idx) if name is not None else None
+            p = hosted((name, idx)) if name is not None else None
             entry: dict[str, Any] = {
                 "partition_index": idx,
-                "error_code": ErrorCode.none,
+                "error_code": no_error,
                 "high_watermark": -1,
                 "last_stable_offset": -1,
                 "log_start_offset": -1,
@@ -147,6 +149,13 @@ def _read_all(svc: Services, ctx: RequestContext, req: Any, by_id: bool, replica
             if fetch_offset == max_offset and fetch_offset >= log_start:
                 # Caught up: nothing to read. The common case for most partitions of a consumer
                 # with many of them, so it skips the log's read path entirely.
+                continue
+            if remaining <= 0 and not first_with_data:
+                # The response is full. Kafka still reads, with a limit of 0, which can only give
+                # empty records or OFFSET_OUT_OF_RANGE: decided here without touching the log.
+                if not log_start <= fetch_offset <= lg.log_end_offset:
+                    entry["error_code"] = ErrorCode.offset_out_of_range
+                    plan.errors = True
                 continue
             limit = min(int(fp.partition_max_bytes), remaining)
             try:
