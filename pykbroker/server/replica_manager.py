@@ -165,8 +165,8 @@ class FetchWaiters:
                 if not waiters:
                     del self._by_partition[tp]
 
-    async def wait(self, tps: list[TopicPartition], timeout_s: float) -> None:
-        """Until one of ``tps`` is notified or ``timeout_s`` passes (the caller re-checks either way)."""
+    async def wait(self, tps: list[TopicPartition], timeout_s: float) -> bool:
+        """Until one of ``tps`` is notified or ``timeout_s`` passes; whether it was notified."""
         event = anyio.Event()
         self.register(tps, event)
         self.waiting += 1
@@ -176,6 +176,7 @@ class FetchWaiters:
         finally:
             self.waiting -= 1
             self.unregister(tps, event)
+        return event.is_set()
 
     def notify(self, tp: TopicPartition) -> None:
         waiters = self._by_partition.pop(tp, None)

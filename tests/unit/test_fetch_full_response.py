@@ -1,19 +1,26 @@
-"""Fetch limits across many partitions: once the response is full the remaining partitions answer
+"""Fetch at many partitions. Limits: once the response is full the remaining partitions answer
 without reading their logs, exactly as Kafka's read with a limit of 0 would (empty records, their
-high watermarks, OFFSET_OUT_OF_RANGE where the offset is outside the log)."""
+high watermarks, OFFSET_OUT_OF_RANGE where the offset is outside the log). Long polls: one that times
+out with no partition notified answers with its first pass instead of reading every partition again."""
 
 from __future__ import annotations
 
 import datetime
+import time
 from pathlib import Path
 from typing import Any
 
+import anyio
+import pytest
 from kio.schema.errors import ErrorCode
 
 from pykbroker.config import BrokerConfig
+from pykbroker.protocol import codec
+from pykbroker.protocol.framing import FrameDecoder
 from pykbroker.protocol.records import build_batch, iter_batches
 from pykbroker.server.broker import Broker
-from tests.unit.test_dispatcher import call
+from pykbroker.server.handlers import fetch as fetch_handler
+from tests.unit.test_dispatcher import call, frame_for
 
 PARTITIONS = 6
 
@@ -69,5 +76,61 @@ def test_a_full_response_answers_the_other_partitions_empty(tmp_path: Path) -> N
         # A per-partition limit cuts at whole batches; the response limit goes on to the next partition.
         got = {p.partition_index: p for p in _fetch(b, {0: 0, 1: 0, 4: 0}, 1 << 20, partition_max_bytes=1400)}
         assert [_batches(got[i].records) for i in (0, 1, 4)] == [[(0, 0), (1, 1)]] * 3
+    finally:
+        b.log_manager.shutdown()
+
+
+def _fetch_request(offsets: dict[int, int], max_wait_ms: int) -> dict[str, Any]:
+    return {"max_wait": datetime.timedelta(milliseconds=max_wait_ms), "min_bytes": 1, "max_bytes": 1 << 20,
+            "isolation_level": 0, "session_id": 0, "session_epoch": -1, "topics": [
+                {"topic": "t", "partitions": [
+                    {"partition": p, "fetch_offset": o, "partition_max_bytes": 1 << 20, "current_leader_epoch": -1,
+                     "last_fetched_epoch": -1, "log_start_offset": -1} for p, o in offsets.items()]}],
+            "forgotten_topics_data": [], "rack_id": ""}
+
+
+def test_an_idle_long_poll_reads_its_partitions_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """max_wait passing with no partition notified answers with the first pass; a notification during
+    the wait makes it read again and return the new records."""
+    b = _broker(tmp_path)
+    passes: list[int] = []
+    real = fetch_handler._read_all
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        passes.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fetch_handler, "_read_all", counting)
+    try:
+        caught_up = {p: 3 for p in range(PARTITIONS)}
+        started = time.monotonic()
+        got = call(b, 1, 12, _fetch_request(caught_up, 300))
+        assert time.monotonic() - started >= 0.25
+        assert len(passes) == 1
+        assert [p.high_watermark for p in got.responses[0].partitions] == [3] * PARTITIONS
+
+        async def fetch_while_producing() -> Any:
+            async def produce_later() -> None:
+                await anyio.sleep(0.2)
+                batch = build_batch([(None, b"new", [])], timestamp_ms=1_700_000_000_000)
+                await b.dispatcher.handle(frame_for(0, 9, {"acks": 1, "timeout": 1000, "topic_data": [
+                    {"name": "t", "partition_data": [{"index": 4, "records": batch}]}]}, 7))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(produce_later)
+                out = await b.dispatcher.handle(frame_for(1, 12, _fetch_request(caught_up, 5_000), 8))
+            return out
+
+        passes.clear()
+        started = time.monotonic()
+        out = anyio.run(fetch_while_producing)
+        assert time.monotonic() - started < 4
+        assert out is not None and len(passes) == 2
+        dec = FrameDecoder(1 << 30)
+        dec.feed(out)
+        payload = dec.next_frame()
+        assert payload is not None
+        parts = codec.decode_response(1, 12, payload, 5).responses[0].partitions
+        assert _batches(parts[4].records) == [(3, 3)] and parts[4].high_watermark == 4
     finally:
         b.log_manager.shutdown()

@@ -349,7 +349,13 @@ async def handle_fetch(svc: Services, ctx: RequestContext, req: Any) -> dict[str
             remaining = deadline - anyio.current_time()
             if remaining <= 0:
                 break
-            await waiters.wait(tps, remaining)
+            if not await waiters.wait(tps, remaining):
+                # max_wait passed and none of the partitions was notified: no high watermark moved
+                # (nor an append, for a follower), no leader changed, no log dir failed, so the
+                # first pass still answers.  Only a log start offset moved by retention meanwhile
+                # is left for the next fetch.  A consumer of thousands of idle partitions long-polls
+                # all the time; this halves what each poll costs.
+                break
             plan = _read_all(svc, ctx, source, by_id, replica_id, first_pass=False, denied=denied)
     if v <= 3:  # clients from before Kafka 0.11 read message format v0/v1; never on the modern path
         _down_convert(svc, req, plan.topics, 0 if v <= 1 else 1)
