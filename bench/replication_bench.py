@@ -21,12 +21,18 @@ harness of tests/cluster) and measures, with confluent-kafka (librdkafka):
 
     .venv/bin/python bench/replication_bench.py [--only failover,throughput,e2e] [--count-small N] ...
 
+``--steady-page-cache[=FREE_GIB]`` first fills the machine's free memory with a clean ballast file (down to
+about FREE_GIB of MemFree), so that the brokers' writes reuse reclaimed page cache as on a long-running host
+instead of touching fresh guest memory (see bench/page_cache.py); ``--probe-mib`` reports what a MiB written
+costs in the state the phases run in. Each throughput phase reports MemFree at its start and end.
+
 Every wait is bounded; prints a Markdown table (medians over ``--repeat`` rounds where it applies).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
 import platform
@@ -46,6 +52,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
+import page_cache  # noqa: E402
 from confluent_kafka import KafkaError, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
@@ -211,6 +218,7 @@ def bench_throughput(cluster: Cluster, args: argparse.Namespace, bargs: argparse
                 # Write back what earlier phases left dirty, so this phase's appends do not compete with it.
                 os.sync()
                 sampler = LagSampler(cluster, topic, assignment, args.lag_interval_ms / 1000) if rf > 1 else None
+                free0 = page_cache.mem_free_gib()
                 u0 = cluster_usage(cluster)
                 if sampler:
                     sampler.start()
@@ -221,13 +229,16 @@ def bench_throughput(cluster: Cluster, args: argparse.Namespace, bargs: argparse
                     if sampler:
                         sampler.stop()
                 cpu = cpu_between(u0, cluster_usage(cluster))
+                free1 = page_cache.mem_free_gib()
                 row = {"size": size, "rf": rf, "acks": acks, **r, "brokers_cpu_s_per_m":
-                       cpu / r["delivered"] * 1e6 if r.get("delivered") else None}
+                       cpu / r["delivered"] * 1e6 if r.get("delivered") else None,
+                       "mem_free_gib": (free0, free1)}
                 if sampler:
                     row.update(sampler.summary())
                 out.append(row)
                 delete_topic(cluster, topic)
-                bench.log(f"throughput size={size} rf={rf} acks={acks}: {r.get('msgs_per_s') or 0:,.0f} msg/s"
+                bench.log(f"throughput size={size} rf={rf} acks={acks}: {r.get('msgs_per_s') or 0:,.0f} msg/s, "
+                          f"MemFree {free0:.2f} -> {free1:.2f} GiB"
                           f"{' ERROR ' + r['error'] if r.get('error') else ''}")
     return out
 
@@ -384,10 +395,12 @@ def _median(rows: list[dict[str, Any]], key: str) -> float | None:
 
 
 def report(fo: list[dict[str, Any]], tp: list[dict[str, Any]], e2e: list[dict[str, Any]],
-           args: argparse.Namespace) -> str:
+           args: argparse.Namespace, memory: list[str] | None = None) -> str:
     lines = [f"machine: {platform.node()} {platform.machine()} {os.cpu_count()} cpus, Python "
              f"{platform.python_version()}; zookeeper.session.timeout.ms={args.session_timeout_ms}, "
              f"replica.lag.time.max.ms={args.replica_lag_ms}", ""]
+    if memory:
+        lines += [f"- {m}" for m in memory] + [""]
     if fo:
         lines += ["### Leader failover (RF 3, min.insync.replicas=2, idempotent acks=all producer at "
                   f"{args.failover_rate} msg/s; the leader is not the controller)", "",
@@ -406,17 +419,18 @@ def report(fo: list[dict[str, Any]], tp: list[dict[str, Any]], e2e: list[dict[st
         lines += [f"### Produce throughput ({args.partitions} partition(s), leader broker 1, linger.ms=5, "
                   "no idempotence; lag = follower LEO behind the leader's, from the segment files)", "",
                   "| size | RF | acks | msg/s | MB/s | vs RF 1 same acks | ack p50 ms | ack p99 ms | "
-                  "brokers CPU-s / M msgs | lag p50 / p99 / max (msgs) | error |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "brokers CPU-s / M msgs | lag p50 / p99 / max (msgs) | MemFree GiB start -> end | error |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in tp:
             base = next((b for b in tp if b["size"] == r["size"] and b["rf"] == 1 and b["acks"] == r["acks"]), None)
             ratio = (r["msgs_per_s"] / base["msgs_per_s"]) if base and base.get("msgs_per_s") and r.get(
                 "msgs_per_s") else None
             lag = _lag(r)
+            free0, free1 = r["mem_free_gib"]
             lines.append(f"| {r['size']} B | {r['rf']} | {r['acks']} | {_f(r.get('msgs_per_s'), 0)} | "
                          f"{_f(r.get('mb_per_s'))} | {_f(ratio, 2)} | {_f(r.get('lat_p50_ms'))} | "
                          f"{_f(r.get('lat_p99_ms'))} | {_f(r.get('brokers_cpu_s_per_m'))} | {lag} | "
-                         f"{r.get('error') or ''} |")
+                         f"{free0:.2f} -> {free1:.2f} | {r.get('error') or ''} |")
         lines.append("")
     if e2e:
         lines += [f"### End-to-end at {args.e2e_rate} msg/s, {args.e2e_size} B, acks=all "
@@ -452,6 +466,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                     help="extra broker setting for all three brokers (repeatable)")
     ap.add_argument("--markdown", help="also write the report to this file")
+    ap.add_argument("--steady-page-cache", type=float, nargs="?", const=1.0, default=None, metavar="FREE_GIB",
+                    help="before the phases, fill free memory with a clean ballast file in the bench's temp dir "
+                         "until about FREE_GIB (default 1) of MemFree is left; removed at the end")
+    ap.add_argument("--ballast-max-gib", type=float, default=24.0, help="cap on the ballast file's size")
+    ap.add_argument("--ballast-max-seconds", type=float, default=150.0, help="stop writing the ballast after this")
+    ap.add_argument("--probe-mib", type=int, default=256,
+                    help="before the phases, CPU ms per MiB of pwrite into new and into cached pages (0: skip)")
     args = ap.parse_args(argv)
     args.sizes = [int(s) for s in args.sizes.split(",")]
     args.acks = args.acks.split(",")
@@ -473,8 +494,20 @@ def main(argv: list[str] | None = None) -> int:
     fo: list[dict[str, Any]] = []
     tp: list[dict[str, Any]] = []
     e2e: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="pykb-repl-bench-") as tmp, \
-            Cluster(Path(tmp) / "c", 3, overrides=overrides) as cluster:
+    memory: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="pykb-repl-bench-") as tmp, contextlib.ExitStack() as stack:
+        if args.steady_page_cache is not None:
+            ballast = stack.enter_context(page_cache.steady_page_cache(
+                Path(tmp), args.steady_page_cache, args.ballast_max_gib, args.ballast_max_seconds, bench.log))
+            memory.append(ballast.describe())
+        else:
+            memory.append(f"no ballast (MemFree {page_cache.mem_free_gib():.2f} GiB)")
+        if args.probe_mib > 0:
+            fresh, cached = page_cache.pwrite_probe(Path(tmp), args.probe_mib)
+            memory.append(f"pwrite probe, {args.probe_mib} MiB: {fresh:.3f} CPU-ms per MiB into a new file, "
+                          f"{cached:.3f} overwriting its cached pages")
+            bench.log(memory[-1])
+        cluster = stack.enter_context(Cluster(Path(tmp) / "c", 3, overrides=overrides))
         try:
             if "throughput" in only:
                 tp = bench_throughput(cluster, args, bargs)
@@ -485,7 +518,7 @@ def main(argv: list[str] | None = None) -> int:
         except BaseException:
             sys.stderr.write(cluster.logs()[-4000:])
             raise
-    text = report(fo, tp, e2e, args)
+    text = report(fo, tp, e2e, args, memory)
     print("\n" + text)
     if args.markdown:
         Path(args.markdown).write_text(text + "\n")

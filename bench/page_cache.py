@@ -1,0 +1,158 @@
+"""Bring this machine's page cache to a steady state before a benchmark, and show what page writes cost.
+
+Why: on a VM whose guest returns free pages to the host (virtio_balloon free page reporting), writing into
+memory that has not been touched recently costs several times more CPU per MiB than writing into page-cache
+pages the kernel reclaims and reuses. A freshly booted or idle machine with gigabytes free is in the first
+state; a long-running broker host, whose memory is full of page cache, is in the second. A *ballast* file
+fills the free memory with clean (written and fsync'd, hence reclaimable) page cache, so the benchmark's own
+writes reuse reclaimed pages as they would on such a host. ``pwrite_probe`` measures the cost directly.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+MIB = 1 << 20
+GIB = 1 << 30
+CHUNK = 8 * MIB
+SYNC_EVERY = GIB  # fsync this often, so the dirty pages never pile up and the deadline stays honoured
+DISK_MARGIN = 8 * GIB  # left free on the ballast's file system for the benchmark's own logs
+
+
+def meminfo(path: str = "/proc/meminfo") -> dict[str, int]:
+    """/proc/meminfo in bytes (the ``kB`` fields; counts without a unit are left as they are)."""
+    out: dict[str, int] = {}
+    with open(path) as f:
+        for line in f:
+            name, _, rest = line.partition(":")
+            parts = rest.split()
+            if parts:
+                out[name] = int(parts[0]) * (1024 if len(parts) > 1 and parts[1] == "kB" else 1)
+    return out
+
+
+def mem_free_gib() -> float:
+    return meminfo()["MemFree"] / GIB
+
+
+@dataclass(frozen=True)
+class BallastPlan:
+    size: int  # bytes to write (0: nothing to do)
+    reason: str  # why that size, for the bench's output
+
+
+def plan_ballast(mem_free: int, free_target: int, disk_free: int, cap: int) -> BallastPlan:
+    """The ballast size that leaves about ``free_target`` bytes of MemFree, bounded by ``cap`` and the disk.
+
+    Raises ValueError when the file system lacks room for it plus a margin for the benchmark's logs: a
+    ballast that fills the disk would fail the benchmark, not describe it.
+    """
+    want = max(0, mem_free - free_target)
+    want -= want % CHUNK
+    if want == 0:
+        return BallastPlan(0, f"MemFree {mem_free / GIB:.2f} GiB is already at or below {free_target / GIB:.2f} GiB")
+    size, reason = want, f"MemFree {mem_free / GIB:.2f} GiB - target {free_target / GIB:.2f} GiB"
+    if size > cap:
+        size, reason = cap, f"{reason}, capped at {cap / GIB:.2f} GiB"
+    if size + DISK_MARGIN > disk_free:
+        raise ValueError(f"ballast of {size / GIB:.2f} GiB needs {(size + DISK_MARGIN) / GIB:.2f} GiB of disk "
+                         f"(with {DISK_MARGIN / GIB:.0f} GiB for the benchmark), {disk_free / GIB:.2f} GiB free")
+    return BallastPlan(size, reason)
+
+
+@dataclass
+class BallastResult:
+    path: Path
+    planned: int
+    written: int
+    seconds: float
+    mem_free_before: int
+    mem_free_after: int
+    stopped_early: bool
+
+    def describe(self) -> str:
+        return (f"ballast {self.path}: {self.written / GIB:.2f} of {self.planned / GIB:.2f} GiB written and "
+                f"fsync'd in {self.seconds:.1f} s{' (deadline reached)' if self.stopped_early else ''}; MemFree "
+                f"{self.mem_free_before / GIB:.2f} -> {self.mem_free_after / GIB:.2f} GiB")
+
+
+def write_ballast(path: Path, size: int, deadline_s: float) -> tuple[int, float, bool]:
+    """Write ``size`` bytes to a new file and fsync it; stops at the deadline. Returns (written, seconds, early)."""
+    buf = bytes(range(256)) * (CHUNK // 256)
+    t0 = time.monotonic()
+    written = since_sync = 0
+    early = False
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+    try:
+        for _ in range(size // CHUNK):
+            if time.monotonic() - t0 > deadline_s:
+                early = True
+                break
+            written += os.write(fd, buf)
+            since_sync += CHUNK
+            if since_sync >= SYNC_EVERY:
+                os.fsync(fd)
+                since_sync = 0
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return written, time.monotonic() - t0, early
+
+
+@contextmanager
+def steady_page_cache(directory: Path, free_gib: float, cap_gib: float, deadline_s: float,
+                      log: Callable[[str], None] = print) -> Iterator[BallastResult]:
+    """Fill free memory with a clean ballast file in ``directory`` for the duration of the block.
+
+    The file is removed when the block ends, whatever ends it (an error, Ctrl-C, or SIGTERM, which is turned
+    into KeyboardInterrupt for the duration so that the ``finally`` runs).
+    """
+    path = directory / "page-cache-ballast"
+    before = meminfo()["MemFree"]
+    plan = plan_ballast(before, int(free_gib * GIB), shutil.disk_usage(directory).free, int(cap_gib * GIB))
+    log(f"steady page cache: {plan.reason}; writing {plan.size / GIB:.2f} GiB (at most {deadline_s:.0f} s)")
+
+    def _term(_signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt("SIGTERM")
+
+    old = signal.signal(signal.SIGTERM, _term)
+    try:
+        written, seconds, early = write_ballast(path, plan.size, deadline_s) if plan.size else (0, 0.0, False)
+        result = BallastResult(path, plan.size, written, seconds, before, meminfo()["MemFree"], early)
+        log(result.describe())
+        yield result
+    finally:
+        try:
+            path.unlink(missing_ok=True)
+        finally:
+            signal.signal(signal.SIGTERM, old)
+
+
+def pwrite_probe(directory: Path, mib: int) -> tuple[float, float]:
+    """CPU ms per MiB written by ``pwrite``: into a new file's pages, then over the same (now cached) pages.
+
+    The first figure is what a broker pays per MiB appended in the machine's current state (fresh memory or
+    reclaimed page cache); the second, overwriting pages already cached, is the floor (the copy alone).
+    """
+    buf = b"\x5a" * MIB
+    path = directory / "page-cache-probe"
+    figures = []
+    fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_TRUNC, 0o600)
+    try:
+        for _pass in range(2):
+            t = time.process_time()
+            for i in range(mib):
+                os.pwrite(fd, buf, i * MIB)
+            figures.append((time.process_time() - t) * 1000 / max(1, mib))
+    finally:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+    return figures[0], figures[1]
