@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
 from pykbroker.protocol import codec
-from pykbroker.protocol.fast_codec import encode_fetch_response, encode_produce_response
+from pykbroker.protocol.fast_codec import encode_fetch_response, encode_metadata_response, encode_produce_response
 
 i16 = st.integers(-(1 << 15), (1 << 15) - 1)
 i32 = st.integers(-(1 << 31), (1 << 31) - 1)
@@ -60,6 +60,48 @@ fetch_body = st.fixed_dictionaries({
         "partitions": st.lists(fetch_partition, max_size=4),
     }), max_size=3),
 })
+
+
+nodes = st.lists(i32, max_size=4).map(tuple)
+metadata_partition = st.fixed_dictionaries({
+    "error_code": error_code,
+    "partition_index": i32,
+    "leader_id": i32,
+    "leader_epoch": i32,
+    "replica_nodes": nodes,
+    "isr_nodes": nodes,
+    "offline_replicas": nodes,
+})
+metadata_body = st.fixed_dictionaries({
+    "throttle_time": st.one_of(st.just(0), st.integers(0, (1 << 31) - 1)),
+    "brokers": st.lists(st.fixed_dictionaries({
+        "node_id": i32, "host": name, "port": i32, "rack": st.one_of(st.none(), name)}), max_size=3),
+    "cluster_id": st.one_of(st.none(), name),
+    "controller_id": i32,
+    "topics": st.lists(st.fixed_dictionaries({
+        "error_code": error_code,
+        "name": name,
+        "topic_id": st.one_of(st.just(uuid.UUID(int=0)), st.uuids()),
+        "is_internal": st.booleans(),
+        "partitions": st.lists(metadata_partition, max_size=4),
+    }, optional={"topic_authorized_operations": i32}), max_size=3),
+}, optional={"cluster_authorized_operations": i32})
+
+
+@pytest.mark.parametrize("version", range(9, 13))
+@settings(max_examples=150, deadline=None)
+@given(body=metadata_body)
+def test_metadata_response_matches_kio(version: int, body: dict[str, Any]) -> None:
+    assert encode_metadata_response(version, body) == codec.encode_response(3, version, body)
+
+
+def test_metadata_topic_without_a_name_is_kios_before_v12() -> None:
+    body = {"brokers": [], "cluster_id": None, "controller_id": -1, "topics": [
+        {"error_code": ErrorCode.invalid_topic_exception, "name": None, "topic_id": uuid.UUID(int=0),
+         "is_internal": False, "partitions": []}]}
+    assert encode_metadata_response(11, body) is None
+    assert encode_metadata_response(12, body) == codec.encode_response(3, 12, body)
+    assert encode_metadata_response(8, body) is None  # not a flexible version: kio's
 
 
 @pytest.mark.parametrize("version", range(3, 12))
