@@ -217,6 +217,8 @@ def bench_throughput(cluster: Cluster, args: argparse.Namespace, bargs: argparse
                 warm_up(cluster, topic, args.partitions)
                 # Write back what earlier phases left dirty, so this phase's appends do not compete with it.
                 os.sync()
+                if args.ballast is not None:  # the previous phase's deleted topic freed memory
+                    bench.log(args.ballast.top_up(args.ballast_max_seconds / 4))
                 sampler = LagSampler(cluster, topic, assignment, args.lag_interval_ms / 1000) if rf > 1 else None
                 free0 = page_cache.mem_free_gib()
                 u0 = cluster_usage(cluster)
@@ -495,11 +497,13 @@ def main(argv: list[str] | None = None) -> int:
     tp: list[dict[str, Any]] = []
     e2e: list[dict[str, Any]] = []
     memory: list[str] = []
+    args.ballast = None
     with tempfile.TemporaryDirectory(prefix="pykb-repl-bench-") as tmp, contextlib.ExitStack() as stack:
         if args.steady_page_cache is not None:
-            ballast = stack.enter_context(page_cache.steady_page_cache(
+            args.ballast, first = stack.enter_context(page_cache.steady_page_cache(
                 Path(tmp), args.steady_page_cache, args.ballast_max_gib, args.ballast_max_seconds, bench.log))
-            memory.append(ballast.describe())
+            memory.append(f"ballast {args.ballast.size / 2**30:.2f} GiB (MemFree target {args.steady_page_cache} "
+                          f"GiB, topped up before each throughput phase): {first.describe()}")
         else:
             memory.append(f"no ballast (MemFree {page_cache.mem_free_gib():.2f} GiB)")
         if args.probe_mib > 0:

@@ -49,30 +49,44 @@ def test_plan_refuses_without_disk_room() -> None:
         pc.plan_ballast(mem_free=20 * GIB, free_target=GIB, disk_free=20 * GIB, cap=32 * GIB)
 
 
-def test_write_ballast_stops_at_the_deadline(tmp_path: Path) -> None:
+def test_write_ballast_appends_and_stops_at_the_deadline(tmp_path: Path) -> None:
     written, _seconds, early = pc.write_ballast(tmp_path / "b", 64 * MIB, deadline_s=-1.0)
     assert (written, early) == (0, True)
-    written, _seconds, early = pc.write_ballast(tmp_path / "b", 16 * MIB, deadline_s=60.0)
-    assert (written, early) == (16 * MIB, False)
-    assert os.path.getsize(tmp_path / "b") == 16 * MIB
+    for _ in range(2):
+        written, _seconds, early = pc.write_ballast(tmp_path / "b", 16 * MIB, deadline_s=60.0)
+        assert (written, early) == (16 * MIB, False)
+    assert os.path.getsize(tmp_path / "b") == 32 * MIB
 
 
 def test_ballast_removed_on_error_and_sigterm_handler_restored(tmp_path: Path) -> None:
     before = signal.getsignal(signal.SIGTERM)
     logs: list[str] = []
     with pytest.raises(RuntimeError), \
-            pc.steady_page_cache(tmp_path, free_gib=0.0, cap_gib=16 / 1024, deadline_s=60, log=logs.append) as r:
-        assert r.written == 16 * MIB and r.path.stat().st_size == 16 * MIB
+            pc.steady_page_cache(tmp_path, free_gib=0.0, cap_gib=0.25, deadline_s=60, log=logs.append) as (b, r):
+        assert r.written == b.size == 256 * MIB and b.path.stat().st_size == 256 * MIB
         assert signal.getsignal(signal.SIGTERM) is not before
+        b.top_up(30)
+        assert b.size == 256 * MIB  # at the cap: nothing more written
         raise RuntimeError("phase failed")
     assert not (tmp_path / "page-cache-ballast").exists()
     assert signal.getsignal(signal.SIGTERM) is before
-    assert any("16 MiB" in m or "0.02 of 0.02 GiB" in m for m in logs), logs
+    assert any("0.25 of 0.25 GiB written" in m for m in logs), logs
+
+
+def test_top_up_writes_only_the_shortfall(tmp_path: Path) -> None:
+    free = pc.meminfo()["MemFree"]
+    b = pc.Ballast(tmp_path / "b", free_target=free - 300 * MIB, cap=1024 * MIB, log=lambda _m: None)
+    r = b.fill(60)
+    # MemFree moves with the rest of the machine: the pass wrote what was missing then, a few hundred MiB
+    assert 0 <= r.written <= 1024 * MIB and b.size == r.written == os.path.getsize(b.path)
+    b.free_target = 0
+    b.cap = b.size  # nothing left under the cap
+    assert b.fill(60).written == 0
 
 
 def test_sigterm_inside_the_block_removes_the_ballast(tmp_path: Path) -> None:
     with pytest.raises(KeyboardInterrupt), \
-            pc.steady_page_cache(tmp_path, free_gib=0.0, cap_gib=8 / 1024, deadline_s=60, log=lambda _m: None):
+            pc.steady_page_cache(tmp_path, free_gib=0.0, cap_gib=0.25, deadline_s=60, log=lambda _m: None):
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(10)  # the handler's KeyboardInterrupt ends this at once
     assert not (tmp_path / "page-cache-ballast").exists()
