@@ -205,7 +205,7 @@ def cpu_between(before: dict[int, bench.Usage | None], after: dict[int, bench.Us
 def bench_throughput(cluster: Cluster, args: argparse.Namespace, bargs: argparse.Namespace) -> list[dict[str, Any]]:
     out = []
     target = bench.Target("pykbroker-cluster", cluster.bootstrap, None)
-    for size in args.sizes:
+    for rnd, size in itertools.product(range(args.throughput_rounds), args.sizes):
         count = args.count_small if size < 1024 else args.count_large
         for rf in (1, 3):
             for acks in args.acks:
@@ -232,7 +232,7 @@ def bench_throughput(cluster: Cluster, args: argparse.Namespace, bargs: argparse
                         sampler.stop()
                 cpu = cpu_between(u0, cluster_usage(cluster))
                 free1 = page_cache.mem_free_gib()
-                row = {"size": size, "rf": rf, "acks": acks, **r, "brokers_cpu_s_per_m":
+                row = {"round": rnd, "size": size, "rf": rf, "acks": acks, **r, "brokers_cpu_s_per_m":
                        cpu / r["delivered"] * 1e6 if r.get("delivered") else None,
                        "mem_free_gib": (free0, free1)}
                 if sampler:
@@ -396,6 +396,28 @@ def _median(rows: list[dict[str, Any]], key: str) -> float | None:
     return statistics.median(vals) if vals else None
 
 
+def _rf1_of(tp: list[dict[str, Any]], r: dict[str, Any]) -> dict[str, Any] | None:
+    """The RF 1 row of the same round, size and acks (its baseline: the machine's load drifts between rounds)."""
+    return next((b for b in tp if b["size"] == r["size"] and b["rf"] == 1 and b["acks"] == r["acks"]
+                 and b["round"] == r["round"]), None)
+
+
+def _round_medians(tp: list[dict[str, Any]]) -> list[str]:
+    """Per size and acks: median RF 3 / RF 1 ratio and broker CPU over the rounds, with each round's ratio."""
+    lines = []
+    for size, acks in dict.fromkeys((r["size"], r["acks"]) for r in tp):
+        rf3 = [r for r in tp if r["size"] == size and r["acks"] == acks and r["rf"] == 3]
+        ratios = [r["msgs_per_s"] / b["msgs_per_s"] for r in rf3
+                  if (b := _rf1_of(tp, r)) and r.get("msgs_per_s") and b.get("msgs_per_s")]
+        cpu = {rf: _median([r for r in tp if r["size"] == size and r["acks"] == acks and r["rf"] == rf],
+                           "brokers_cpu_s_per_m") for rf in (1, 3)}
+        med = statistics.median(ratios) if ratios else None
+        lines.append(f"- {size} B acks={acks}: RF 3 / RF 1 median {_f(med, 2)}"
+                     f" (rounds: {', '.join(f'{x:.2f}' for x in ratios)}); brokers CPU-s / M msgs median RF 1 "
+                     f"{_f(cpu[1])}, RF 3 {_f(cpu[3])}")
+    return [*lines, ""]
+
+
 def report(fo: list[dict[str, Any]], tp: list[dict[str, Any]], e2e: list[dict[str, Any]],
            args: argparse.Namespace, memory: list[str] | None = None) -> str:
     lines = [f"machine: {platform.node()} {platform.machine()} {os.cpu_count()} cpus, Python "
@@ -421,10 +443,10 @@ def report(fo: list[dict[str, Any]], tp: list[dict[str, Any]], e2e: list[dict[st
         lines += [f"### Produce throughput ({args.partitions} partition(s), leader broker 1, linger.ms=5, "
                   "no idempotence; lag = follower LEO behind the leader's, from the segment files)", "",
                   "| size | RF | acks | msg/s | MB/s | vs RF 1 same acks | ack p50 ms | ack p99 ms | "
-                  "brokers CPU-s / M msgs | lag p50 / p99 / max (msgs) | MemFree GiB start -> end | error |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "brokers CPU-s / M msgs | lag p50 / p99 / max (msgs) | MemFree GiB start -> end | round | error |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in tp:
-            base = next((b for b in tp if b["size"] == r["size"] and b["rf"] == 1 and b["acks"] == r["acks"]), None)
+            base = _rf1_of(tp, r)
             ratio = (r["msgs_per_s"] / base["msgs_per_s"]) if base and base.get("msgs_per_s") and r.get(
                 "msgs_per_s") else None
             lag = _lag(r)
@@ -432,8 +454,10 @@ def report(fo: list[dict[str, Any]], tp: list[dict[str, Any]], e2e: list[dict[st
             lines.append(f"| {r['size']} B | {r['rf']} | {r['acks']} | {_f(r.get('msgs_per_s'), 0)} | "
                          f"{_f(r.get('mb_per_s'))} | {_f(ratio, 2)} | {_f(r.get('lat_p50_ms'))} | "
                          f"{_f(r.get('lat_p99_ms'))} | {_f(r.get('brokers_cpu_s_per_m'))} | {lag} | "
-                         f"{free0:.2f} -> {free1:.2f} | {r.get('error') or ''} |")
+                         f"{free0:.2f} -> {free1:.2f} | {r['round'] + 1} | {r.get('error') or ''} |")
         lines.append("")
+        if args.throughput_rounds > 1:
+            lines += _round_medians(tp)
     if e2e:
         lines += [f"### End-to-end at {args.e2e_rate} msg/s, {args.e2e_size} B, acks=all "
                   f"({args.e2e_seconds} s measured)", "",
@@ -458,6 +482,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--sizes", default="100,1024")
     ap.add_argument("--acks", default="1,all")
     ap.add_argument("--partitions", type=int, default=1)
+    ap.add_argument("--throughput-rounds", type=int, default=1,
+                    help="repeat the throughput phases (every size, RF 1 then RF 3) this many times")
     ap.add_argument("--count-small", type=int, default=300_000, help="messages per produce phase, < 1 KiB")
     ap.add_argument("--count-large", type=int, default=100_000, help="messages per produce phase, >= 1 KiB")
     ap.add_argument("--lag-interval-ms", type=float, default=50)
