@@ -86,19 +86,25 @@ class BallastResult:
                 f"{self.mem_free_before / GIB:.2f} -> {self.mem_free_after / GIB:.2f} GiB")
 
 
-def write_ballast(path: Path, size: int, deadline_s: float) -> tuple[int, float, bool]:
-    """Append ``size`` bytes to ``path`` and fsync it; stops at the deadline. Returns (written, seconds, early)."""
+def write_ballast(path: Path, size: int, deadline_s: float, position: int = 0,
+                  wrap: int | None = None) -> tuple[int, float, bool]:
+    """Write ``size`` bytes to ``path`` from ``position`` and fsync it; stops at the deadline.
+
+    With ``wrap`` the file is a ring of that many bytes: writing past its end continues at its start, over
+    the oldest part (the part the kernel reclaims first). Returns (written, seconds, stopped early).
+    """
     buf = bytes(range(256)) * (CHUNK // 256)
     t0 = time.monotonic()
     written = since_sync = 0
     early = False
-    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o600)
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
     try:
         for _ in range(size // CHUNK):
             if time.monotonic() - t0 > deadline_s:
                 early = True
                 break
-            written += os.write(fd, buf)
+            at = position + written
+            written += os.pwrite(fd, buf, at % wrap if wrap else at)
             since_sync += CHUNK
             if since_sync >= SYNC_EVERY:
                 os.fsync(fd)
@@ -110,20 +116,25 @@ def write_ballast(path: Path, size: int, deadline_s: float) -> tuple[int, float,
 
 
 class Ballast:
-    """A clean file that holds MemFree near a target; ``fill`` grows it when memory was freed meanwhile.
+    """A clean file that holds MemFree near a target; ``fill`` writes more when memory was freed meanwhile.
 
     Memory comes back when other processes exit or files are deleted (the benchmark deletes each phase's
     topic), and the guest hands free pages back to the host after a few seconds, so a phase started after
     such a release would write into fresh memory again: topping up before each phase keeps every phase in
-    the same state.
+    the same state. The file is a ring of at most ``cap`` bytes (the kernel drops its oldest pages from the
+    cache as others need memory; rewriting them brings them back), so the disk it takes stays bounded.
     """
 
     def __init__(self, path: Path, free_target: int, cap: int, log: Callable[[str], None]) -> None:
         self.path = path
         self.free_target = free_target
-        self.cap = cap
+        self.cap = cap - cap % CHUNK
         self.log = log
-        self.size = 0
+        self.position = 0  # bytes written so far; the file holds min(position, cap)
+
+    @property
+    def size(self) -> int:
+        return min(self.position, self.cap)
 
     def fill(self, deadline_s: float, rounds: int = 1) -> BallastResult:
         """Up to ``rounds`` passes (MemFree can rise while a pass runs), within ``deadline_s`` in all."""
@@ -133,12 +144,14 @@ class Ballast:
         early = False
         for _ in range(rounds):
             left = deadline_s - (time.monotonic() - t0)
+            # at most one ring's worth per fill; the ring grows the file by at most cap - size, so what it
+            # already holds counts as available disk
             plan = plan_ballast(meminfo()["MemFree"], self.free_target,
-                                shutil.disk_usage(self.path.parent).free, self.cap - self.size)
+                                shutil.disk_usage(self.path.parent).free + self.size, self.cap - written)
             if plan.size < TOP_UP_MIN or left <= 0:
                 break
-            n, _seconds, early = write_ballast(self.path, plan.size, left)
-            planned, written, self.size = planned + plan.size, written + n, self.size + n
+            n, _seconds, early = write_ballast(self.path, plan.size, left, self.position, self.cap)
+            planned, written, self.position = planned + plan.size, written + n, self.position + n
             if early:
                 break
         return BallastResult(planned, written, time.monotonic() - t0, before, meminfo()["MemFree"], early)
@@ -149,7 +162,8 @@ class Ballast:
             r = self.fill(deadline_s)
         except ValueError as e:
             return f"ballast not topped up: {e}"
-        return f"ballast topped up to {self.size / GIB:.2f} GiB: {r.describe()}"
+        return f"ballast topped up ({self.position / GIB:.2f} GiB written in all, file {self.size / GIB:.2f} GiB): " \
+            + r.describe()
 
 
 @contextmanager

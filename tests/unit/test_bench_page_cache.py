@@ -49,13 +49,14 @@ def test_plan_refuses_without_disk_room() -> None:
         pc.plan_ballast(mem_free=20 * GIB, free_target=GIB, disk_free=20 * GIB, cap=32 * GIB)
 
 
-def test_write_ballast_appends_and_stops_at_the_deadline(tmp_path: Path) -> None:
+def test_write_ballast_continues_and_wraps_and_stops_at_the_deadline(tmp_path: Path) -> None:
     written, _seconds, early = pc.write_ballast(tmp_path / "b", 64 * MIB, deadline_s=-1.0)
     assert (written, early) == (0, True)
-    for _ in range(2):
-        written, _seconds, early = pc.write_ballast(tmp_path / "b", 16 * MIB, deadline_s=60.0)
-        assert (written, early) == (16 * MIB, False)
-    assert os.path.getsize(tmp_path / "b") == 32 * MIB
+    written, _seconds, early = pc.write_ballast(tmp_path / "b", 16 * MIB, deadline_s=60.0)
+    assert (written, early) == (16 * MIB, False)
+    written, _seconds, early = pc.write_ballast(tmp_path / "b", 32 * MIB, 60.0, position=16 * MIB, wrap=40 * MIB)
+    assert (written, early) == (32 * MIB, False)
+    assert os.path.getsize(tmp_path / "b") == 40 * MIB  # 16 + 32 = 48 MiB written into a 40 MiB ring
 
 
 def test_ballast_removed_on_error_and_sigterm_handler_restored(tmp_path: Path) -> None:
@@ -73,15 +74,15 @@ def test_ballast_removed_on_error_and_sigterm_handler_restored(tmp_path: Path) -
     assert any("0.25 of 0.25 GiB written" in m for m in logs), logs
 
 
-def test_top_up_writes_only_the_shortfall(tmp_path: Path) -> None:
+def test_top_up_writes_the_shortfall_into_a_bounded_ring(tmp_path: Path) -> None:
     free = pc.meminfo()["MemFree"]
-    b = pc.Ballast(tmp_path / "b", free_target=free - 300 * MIB, cap=1024 * MIB, log=lambda _m: None)
+    b = pc.Ballast(tmp_path / "b", free_target=free - 300 * MIB, cap=384 * MIB, log=lambda _m: None)
     r = b.fill(60)
     # MemFree moves with the rest of the machine: the pass wrote what was missing then, a few hundred MiB
-    assert 0 <= r.written <= 1024 * MIB and b.size == r.written == os.path.getsize(b.path)
-    b.free_target = 0
-    b.cap = b.size  # nothing left under the cap
-    assert b.fill(60).written == 0
+    assert b.position == r.written <= 384 * MIB
+    b.free_target = 0  # wants all of MemFree: capped at the ring's size per pass
+    r = b.fill(60)
+    assert r.written == 384 * MIB and os.path.getsize(b.path) == b.size == 384 * MIB
 
 
 def test_sigterm_inside_the_block_removes_the_ballast(tmp_path: Path) -> None:
