@@ -76,6 +76,8 @@ def _read_all(svc: Services, ctx: RequestContext, req: Any, by_id: bool, replica
     first_with_data = True
     hosted = svc.replicas.partitions().get  # one dict lookup per partition: consumers fetch thousands
     no_error = ErrorCode.none
+    broker_id = svc.broker_id
+    no_aborted: tuple[()] | None = () if read_committed else None
     for t in req.topics:
         if by_id:
             rec = svc.store.topic_by_id(t.topic_id)
@@ -89,61 +91,65 @@ def _read_all(svc: Services, ctx: RequestContext, req: Any, by_id: bool, replica
         for fp in t.partitions:
             idx = int(fp.partition)
             p = hosted((name, idx)) if name is not None else None
-            entry: dict[str, Any] = {
-                "partition_index": idx,
-                "error_code": no_error,
-                "high_watermark": -1,
-                "last_stable_offset": -1,
-                "log_start_offset": -1,
-                "aborted_transactions": () if read_committed else None,
-                "preferred_read_replica": -1,
-                # Empty, never null, even with an error: Kafka sends MemoryRecords.EMPTY and
-                # librdkafka rejects a null record set (MessageSetSize -1) as a parse failure.
-                "records": b"",
-            }
-            parts.append(entry)
+            error = no_error
             if denied and (denied is True or (name is not None and name in denied)):
                 # Kafka refuses before checking existence (an unknown topic id has no name to refuse).
-                entry["error_code"] = ErrorCode.topic_authorization_failed
-                plan.errors = True
-                continue
-            if rec is None or p is None:
+                error = ErrorCode.topic_authorization_failed
+            elif rec is None or p is None:
                 if rec is not None and name is not None and svc.replicas.is_offline(name, idx):
-                    entry["error_code"] = ErrorCode.kafka_storage_error
+                    error = ErrorCode.kafka_storage_error
                 else:
-                    entry["error_code"] = unknown if rec is None else ErrorCode.unknown_topic_or_partition
-                plan.errors = True
-                continue
-            if p.log.offline:  # its log dir failed (KIP-112)
-                entry["error_code"] = ErrorCode.kafka_storage_error
-                plan.errors = True
-                continue
-            # Kafka checks the fetcher's leader epoch before leadership: a stale epoch is fenced
-            # on any replica, a newer one is unknown here until the metadata catches up.
-            leader_epoch = int(getattr(fp, "current_leader_epoch", -1))
-            if leader_epoch != -1 and leader_epoch != p.leader_epoch:
-                entry["error_code"] = (
-                    ErrorCode.fenced_leader_epoch if leader_epoch < p.leader_epoch else ErrorCode.unknown_leader_epoch
-                )
-                plan.errors = True
-                continue
-            if p.leader_id != svc.broker_id:
-                entry["error_code"] = ErrorCode.not_leader_or_follower
-                plan.errors = True
-                continue
-            lg = p.log
-            if replica_id >= 0:
+                    error = unknown if rec is None else ErrorCode.unknown_topic_or_partition
+            elif p.log.offline:  # its log dir failed (KIP-112)
+                error = ErrorCode.kafka_storage_error
+            else:
+                # Kafka checks the fetcher's leader epoch before leadership: a stale epoch is fenced
+                # on any replica, a newer one is unknown here until the metadata catches up.
+                leader_epoch = int(getattr(fp, "current_leader_epoch", -1))
+                if leader_epoch != -1 and leader_epoch != p.leader_epoch:
+                    error = (ErrorCode.fenced_leader_epoch if leader_epoch < p.leader_epoch
+                             else ErrorCode.unknown_leader_epoch)
+                elif p.leader_id != broker_id:
+                    error = ErrorCode.not_leader_or_follower
+            if error is not no_error or p is None or replica_id >= 0:
+                entry: dict[str, Any] = {
+                    "partition_index": idx,
+                    "error_code": error,
+                    "high_watermark": -1,
+                    "last_stable_offset": -1,
+                    "log_start_offset": -1,
+                    "aborted_transactions": no_aborted,
+                    "preferred_read_replica": -1,
+                    # Empty, never null, even with an error: Kafka sends MemoryRecords.EMPTY and
+                    # librdkafka rejects a null record set (MessageSetSize -1) as a parse failure.
+                    "records": b"",
+                }
+                parts.append(entry)
+                if error is not no_error or p is None:
+                    plan.errors = True
+                    continue
                 _read_for_follower(svc, p, fp, entry, plan, replica_id, first_pass, remaining, first_with_data)
                 if entry["records"]:
                     remaining -= len(entry["records"])
                     first_with_data = False
                 continue
+            # A consumer's partition, led here: the entry is built once with its offsets (most of a
+            # consumer's thousands of partitions end at the caught-up check below).
+            lg = p.log
             high_watermark = p.high_watermark
             last_stable = p.last_stable_offset
             log_start = lg.log_start_offset
-            entry["high_watermark"] = high_watermark
-            entry["last_stable_offset"] = last_stable
-            entry["log_start_offset"] = log_start
+            entry = {
+                "partition_index": idx,
+                "error_code": no_error,
+                "high_watermark": high_watermark,
+                "last_stable_offset": last_stable,
+                "log_start_offset": log_start,
+                "aborted_transactions": no_aborted,
+                "preferred_read_replica": -1,
+                "records": b"",
+            }
+            parts.append(entry)
             max_offset = last_stable if read_committed else high_watermark
             fetch_offset = int(fp.fetch_offset)
             if fetch_offset == max_offset and fetch_offset >= log_start:
