@@ -20,6 +20,7 @@ of its first byte.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import math
@@ -42,6 +43,7 @@ from pykbroker.server.context import CloseConnection
 from pykbroker.server.memory_pool import MemoryPool
 from pykbroker.server.parked import Parked
 from pykbroker.server.response_order import ResponseOrder, Slot
+from pykbroker.server.socket_reader import PlainReader
 from pykbroker.server.transmit import ResponseParts, transmit
 
 log = logging.getLogger("pykbroker.network")
@@ -342,9 +344,13 @@ class SocketServer:
         frame_deadline = math.inf
         first_bytes = b""
         is_tls = stream_ is not stream
+        # Plain sockets stay readable between receives, up to RECEIVE_SIZE unread bytes (socket_reader.py).
+        reader = None if is_tls else PlainReader.attach(stream, RECEIVE_SIZE)
+        clock = _clock()
         try:
             while not self._closing and not conn.evicted and conn.stop_reason is None:
                 if conn.session.muted_until:  # a throttled client: read nothing more until then (KIP-219)
+                    _pause_reading(stream)
                     await self._stay_muted(conn)
                     continue
                 if order.full:  # as many unanswered requests as allowed: wait for an answer to go out
@@ -352,7 +358,7 @@ class SocketServer:
                     continue
                 size = decoder.peek_size()
                 if size is not None and not reserved and size:
-                    waited = await self._reserve(conn, size)
+                    waited = await self._reserve(conn, size, stream)
                     if waited is None:  # shutdown or eviction while waiting
                         break
                     reserved = size
@@ -379,9 +385,9 @@ class SocketServer:
                         reserved = 0
                         await self._write_ready(stream_, conn, order)
                     conn.busy = not order.idle
-                    conn.last_active = anyio.current_time()
+                    conn.last_active = clock()
                     continue
-                now = anyio.current_time()
+                now = clock()
                 if decoder.buffered and frame_started is None:
                     frame_started = now
                     frame_deadline = now + self._receive_timeout_s
@@ -393,11 +399,15 @@ class SocketServer:
                 idle_deadline = now + self._idle_timeout_s if order.idle else math.inf
                 with anyio.CancelScope(deadline=min(idle_deadline, frame_deadline)) as scope:
                     conn.receive_scope = scope
-                    data = await stream_.receive(RECEIVE_SIZE)
-                    if is_tls and data:
-                        data = await _drain_tls(stream_, data)
+                    if reader is not None:
+                        data = await reader.receive(RECEIVE_SIZE)
+                    else:
+                        data = await stream_.receive(RECEIVE_SIZE)
+                        if is_tls and data:
+                            data = await _drain_tls(stream_, data)
                 conn.receive_scope = None
-                _pause_reading(stream)
+                if reader is None:
+                    _pause_reading(stream)
                 if (self._closing or conn.evicted or conn.stop_reason is not None) and \
                         (scope.cancelled_caught or not data):
                     break
@@ -415,7 +425,7 @@ class SocketServer:
                         log.info("closing idle connection peer=%s idle_ms=%d", peer,
                                  int(self._idle_timeout_s * 1000))
                     break
-                conn.last_active = anyio.current_time()
+                conn.last_active = clock()
                 if not first_bytes:
                     first_bytes = data[:3]
                 decoder.feed(data)
@@ -534,10 +544,11 @@ class SocketServer:
                     reason)
         return None
 
-    async def _reserve(self, conn: Connection, size: int) -> float | None:
+    async def _reserve(self, conn: Connection, size: int, stream: SocketStream) -> float | None:
         """Reserve a frame's bytes from the pool; the seconds spent waiting, or None if interrupted."""
         if self.pool.try_reserve(size):
             return 0.0
+        _pause_reading(stream)  # the rest of the frame stays in the kernel until memory frees up
         started = anyio.current_time()
         self._log_pool.log(
             started, logging.WARNING,
@@ -573,6 +584,14 @@ async def _drain_tls(stream: Any, data: bytes) -> bytes:
         parts.append(more)
         size += len(more)
     return b"".join(parts) if len(parts) > 1 else data
+
+
+def _clock() -> Callable[[], float]:
+    """``anyio.current_time`` without its per-call backend lookup: on asyncio it is the loop's clock."""
+    try:
+        return asyncio.get_running_loop().time
+    except RuntimeError:  # another anyio backend
+        return anyio.current_time
 
 
 def _pause_reading(stream: Any) -> None:

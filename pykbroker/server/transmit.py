@@ -94,7 +94,11 @@ async def transmit(stream: ByteStream, response: bytes | ResponseParts, peer: st
     as its frame announced; the connection must then be closed.
     """
     if not isinstance(response, ResponseParts):
-        await stream.send(response)
+        written = _write_now(stream, response)
+        if written is None:
+            await stream.send(response)
+        elif not written:
+            await stream.send(b"")  # what the kernel did not take yet: wait for it to drain
         return
     try:
         transport = _sendfile_transport(stream)
@@ -105,6 +109,28 @@ async def transmit(stream: ByteStream, response: bytes | ResponseParts, peer: st
     except StaleRange as e:
         log.warning("closing connection peer=%s: a fetch response cannot be sent as built: %s", peer, e)
         raise anyio.BrokenResourceError(str(e)) from None
+
+
+def _write_now(stream: ByteStream, data: bytes) -> bool | None:
+    """Hand ``data`` to a plain asyncio socket transport at once: True if the kernel took all of it,
+    False if some waits in the transport's buffer, None if not written (use ``stream.send``).
+
+    anyio's ``send`` ends with a checkpoint (a whole event-loop pass) even when the write went straight
+    to the kernel; with one small response per request that pass was a sizeable part of the broker's
+    CPU per request.  Taken only when the transport is writable and anyio's own send would not wait
+    either; a write the kernel did not take in full leaves the rest in the transport's buffer, and
+    the caller waits for it to drain with ``send(b"")``, as anyio's send would have.  The connection's own loop
+    still yields at every receive, so one busy client does not hold the event loop.
+    """
+    transport = getattr(stream, "_transport", None)
+    protocol = getattr(stream, "_protocol", None)
+    write_event = getattr(protocol, "write_event", None)
+    if (not isinstance(transport, asyncio.Transport) or write_event is None or not write_event.is_set()
+            or transport.is_closing() or getattr(protocol, "exception", None) is not None
+            or getattr(stream, "_closed", True)):
+        return None
+    transport.write(data)
+    return not transport.get_write_buffer_size()
 
 
 def _sendfile_transport(stream: ByteStream) -> asyncio.Transport | None:

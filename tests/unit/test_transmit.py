@@ -269,3 +269,29 @@ async def test_sendfile_refused_sends_the_bytes(data_file: tuple[SegmentFile, by
         await transmit(stream, response)
 
     assert await _pair(serve) == b"h" + data[5:100_005] + b"m" + data[200_000:230_000] + b"t"
+
+
+async def test_plain_bytes_leave_without_anyio_send_and_large_ones_drain(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bytes responses go straight to the transport; one larger than the socket buffers still arrives
+    whole and in order after later ones, because transmit waits for the transport to drain."""
+    sends: list[int] = []
+    big = random.Random(7).randbytes(8 << 20)  # far more than loopback socket buffers take at once
+
+    async def serve(stream: SocketStream) -> None:
+        original = stream.send
+
+        async def counting_send(item: bytes) -> None:
+            sends.append(len(item))
+            await original(item)
+
+        monkeypatch.setattr(stream, "send", counting_send)
+        await transmit(stream, b"small-1")
+        assert sends == []  # written straight to the transport
+        await transmit(stream, big)
+        transport: Any = getattr(stream, "_transport")  # noqa: B009
+        assert transport.get_write_buffer_size() == 0  # drained before transmit returned
+        await transmit(stream, b"small-2")
+
+    got = await _pair(serve)
+    assert got == b"small-1" + big + b"small-2"
+    assert sends and all(n == 0 for n in sends)  # only the drain wait (send(b"")) went through anyio
