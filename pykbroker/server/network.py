@@ -72,7 +72,8 @@ class Connection:
         self.evicted = False
         self.last_active = anyio.current_time()
         self.receive_scope: anyio.CancelScope | None = None
-        # Set when a parked request completes (pykbroker/server/parked.py), then replaced by a fresh one.
+        # Set when a parked request completes while the reader waits on it (pykbroker/server/parked.py), then
+        # replaced by a fresh one; waits start and check their condition in one step, so none is missed.
         self.progress = anyio.Event()
         # Why a task other than the reader ended the connection (a close after parked requests, a broken socket).
         self.stop_reason: str | None = None
@@ -464,8 +465,10 @@ class SocketServer:
             log.exception("closing connection peer=%s after an unexpected error", conn.peer)
             self._stop_reading(conn, "unexpected error")
         finally:
-            conn.progress.set()
-            conn.progress = anyio.Event()
+            progress = conn.progress
+            if progress.statistics().tasks_waiting:  # else nobody to wake: keep the event, unset
+                progress.set()
+                conn.progress = anyio.Event()
 
     async def _write_ready(self, stream_: ByteStream, conn: Connection, order: ResponseOrder) -> None:
         """Write the responses at the head of ``order`` that are ready, unless another task is writing
