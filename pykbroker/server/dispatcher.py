@@ -25,6 +25,7 @@ from pykbroker.coordinator.transaction import handlers as txn
 from pykbroker.protocol import codec
 from pykbroker.protocol.bounds import BoundsError, check_request
 from pykbroker.protocol.fast_codec import FAST_ENCODERS
+from pykbroker.protocol.fast_fetch_request import check_fetch_request
 from pykbroker.protocol.framing import encode_frame
 from pykbroker.protocol.header import (
     HeaderError,
@@ -266,8 +267,10 @@ class Dispatcher:
         except HeaderError as e:
             raise CloseConnection(f"malformed request header: {e}") from None
         try:
-            # Every length is checked against the frame before kio allocates anything for it.
-            frame = check_request(header.api_key, header.api_version, frame, header.body_offset)
+            # Every length is checked against the frame before kio allocates anything for it (Fetch,
+            # listing thousands of partitions, has a pass of its own: pykbroker.protocol.fast_fetch_request).
+            if not (header.api_key == 1 and check_fetch_request(header.api_version, frame, header.body_offset)):
+                frame = check_request(header.api_key, header.api_version, frame, header.body_offset)
         except BoundsError as e:
             raise CloseConnection(
                 f"rejected {codec.API_NAMES[header.api_key]} v{header.api_version} request before decoding: {e}"
