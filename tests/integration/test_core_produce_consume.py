@@ -151,7 +151,12 @@ def test_every_compression_codec(pc_broker: BrokerProcess, codec: str) -> None:
     # The broker stores the producer's batches as they came: compressed with that codec.
     batches = _partition_batches(pc_broker, topic, 0)
     assert batches
-    assert {b[22] & 0x07 for b in batches} == {CODECS[codec]}
+    # librdkafka sometimes sends the first message on its own despite the linger (seen about 1 run in 15:
+    # a 1-record batch, then the other 399), and uncompressed, since compressing one short record would
+    # not shrink it. Every batch of several records must carry the codec it was sent with.
+    multi = [b for b in batches if int.from_bytes(b[57:61], "big") > 1]
+    assert multi and {b[22] & 0x07 for b in multi} == {CODECS[codec]}
+    assert {b[22] & 0x07 for b in batches} <= {CODECS[codec], 0}
     decoded = [r for b in batches for r in decode_records(b)]
     assert [(r.offset, r.value) for r in decoded] == [(i, m["value"]) for i, m in enumerate(messages)]
     if codec != "none":
