@@ -51,14 +51,14 @@ class BoundsError(ValueError):
     """The body claims more than the frame holds, or is malformed in a way kio might misread."""
 
 
-def _truncated(what: str, pos: int, end: int) -> BoundsError:
+def truncated(what: str, pos: int, end: int) -> BoundsError:
     return BoundsError(f"{what}: truncated at byte {pos} of {end}")
 
 
-def _uvarint(buf: bytes, pos: int, end: int, what: str) -> tuple[int, int]:
+def read_uvarint(buf: bytes, pos: int, end: int, what: str) -> tuple[int, int]:
     """An unsigned varint of at most five bytes (Kafka's int-sized varint)."""
     if pos >= end:
-        raise _truncated(what, pos, end)
+        raise truncated(what, pos, end)
     b = buf[pos]
     if b < 0x80:
         return b, pos + 1
@@ -71,7 +71,7 @@ def _uvarint(buf: bytes, pos: int, end: int, what: str) -> tuple[int, int]:
             return value, i + 1
         shift += 7
     if pos + 5 > end:
-        raise _truncated(what, end, end)
+        raise truncated(what, end, end)
     raise BoundsError(f"{what}: varint longer than five bytes at byte {pos}")
 
 
@@ -93,7 +93,7 @@ def _legacy_length_prefixed(what: str, width: int, nullable: bool) -> Walker:
 
     def walk(buf: bytes, pos: int, end: int) -> int:
         if pos + width > end:
-            raise _truncated(what, pos, end)
+            raise truncated(what, pos, end)
         (n,) = unpack(buf, pos)
         pos += width
         if n < 0:
@@ -114,7 +114,7 @@ def _compact_length_prefixed(what: str, nullable: bool) -> Walker:
             n = buf[pos]
             pos += 1
         else:
-            n, pos = _uvarint(buf, pos, end, what)
+            n, pos = read_uvarint(buf, pos, end, what)
         if n == 0:
             if nullable:
                 return pos
@@ -150,11 +150,11 @@ def _array(elem: _Node, flexible: bool, nullable: bool, what: str) -> _Node:
                 n = buf[pos] - 1
                 pos += 1
             else:
-                n, pos = _uvarint(buf, pos, end, what)
+                n, pos = read_uvarint(buf, pos, end, what)
                 n -= 1
         else:
             if pos + 4 > end:
-                raise _truncated(what, pos, end)
+                raise truncated(what, pos, end)
             (n,) = _I32(buf, pos)
             pos += 4
         if n < 0:
@@ -232,7 +232,7 @@ def _nullable_struct(inner: _Node, what: str) -> _Node:
 
     def walk(buf: bytes, pos: int, end: int) -> int:
         if pos >= end:
-            raise _truncated(what, pos, end)
+            raise truncated(what, pos, end)
         if buf[pos] >= 0x80:  # a negative marker: null
             return pos + 1
         return inner_walk(buf, pos + 1, end)
@@ -253,7 +253,7 @@ def _fixed_walker(width: int, what: str) -> Walker:
     def walk(buf: bytes, pos: int, end: int) -> int:
         pos += width
         if pos > end:
-            raise _truncated(what, pos - width, end)
+            raise truncated(what, pos - width, end)
         return pos
 
     return walk
@@ -281,7 +281,7 @@ def _tagged_fields(known: dict[int, Walker], what: str) -> Walker:
     def walk(buf: bytes, pos: int, end: int) -> int:
         global _known_depth
         start = pos
-        n, pos = _uvarint(buf, pos, end, what)
+        n, pos = read_uvarint(buf, pos, end, what)
         if n == 0:
             return pos
         if n * 2 > end - pos:
@@ -289,8 +289,8 @@ def _tagged_fields(known: dict[int, Walker], what: str) -> Walker:
         kept: list[tuple[int, int]] = []
         for _ in range(n):
             entry = pos
-            tag, pos = _uvarint(buf, pos, end, what)
-            size, pos = _uvarint(buf, pos, end, what)
+            tag, pos = read_uvarint(buf, pos, end, what)
+            size, pos = read_uvarint(buf, pos, end, what)
             stop = pos + size
             if stop > end:
                 raise BoundsError(f"{what}: tagged field {tag} of {size} bytes exceeds the {end - pos} remaining")
@@ -353,7 +353,7 @@ def _entity_node(cls: type, what: str = "") -> _Node:
                 return pos + 1
             return tagged(buf, pos, end)
         if pos > end:
-            raise _truncated(name, pos, end)
+            raise truncated(name, pos, end)
         return pos
 
     return _Node(walk, min_size)
@@ -365,7 +365,7 @@ def _fixed_then(before: int, tagged: Walker, what: str) -> Walker:
     def walk(buf: bytes, pos: int, end: int) -> int:
         pos += before
         if pos > end:
-            raise _truncated(what, pos, end)
+            raise truncated(what, pos, end)
         return tagged(buf, pos, end)
 
     return walk

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import struct
 
-from pykbroker.protocol.bounds import BoundsError
+from pykbroker.protocol.bounds import BoundsError, read_uvarint, truncated
 
 __all__ = ["FIRST_VERSION", "LAST_VERSION", "check_fetch_request"]
 
@@ -49,33 +49,15 @@ _HEAD = {v: _head_size(v) for v in range(FIRST_VERSION, LAST_VERSION + 1)}
 _PARTITION = {v: _partition_size(v) for v in range(FIRST_VERSION, LAST_VERSION + 1)}
 
 
-def _truncated(what: str, pos: int, end: int) -> BoundsError:
-    return BoundsError(f"{what}: truncated at byte {pos} of {end}")
-
-
-def _uvarint(buf: bytes, pos: int, end: int, what: str) -> tuple[int, int]:
-    """Kafka's unsigned varint of an int: at most five bytes, as the generic pass reads it."""
-    value = shift = 0
-    for i in range(pos, min(pos + 5, end)):
-        b = buf[i]
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, i + 1
-        shift += 7
-    if pos + 5 > end:
-        raise _truncated(what, end, end)
-    raise BoundsError(f"{what}: varint longer than five bytes at byte {pos}")
-
-
 def _length(buf: bytes, pos: int, end: int, flexible: bool, width: int, what: str) -> tuple[int, int]:
     """An array (width 4) or string (width 2) length; -1 means null."""
     if flexible:
         if pos < end and buf[pos] < 0x80:  # the usual one-byte length, read inline
             return buf[pos] - 1, pos + 1
-        n, pos = _uvarint(buf, pos, end, what)
+        n, pos = read_uvarint(buf, pos, end, what)
         return n - 1, pos
     if pos + width > end:
-        raise _truncated(what, pos, end)
+        raise truncated(what, pos, end)
     return (_I32 if width == 4 else _I16)(buf, pos)[0], pos + width
 
 
@@ -110,7 +92,7 @@ class _OffShape(Exception):
 
 def _no_tags(buf: bytes, pos: int, end: int, what: str) -> int:
     if pos >= end:
-        raise _truncated(what, pos, end)
+        raise truncated(what, pos, end)
     if buf[pos]:
         raise _OffShape(what)
     return pos + 1
@@ -129,21 +111,26 @@ def check_fetch_request(version: int, buf: bytes, offset: int) -> bool:
     return True
 
 
+def _skip_topic(buf: bytes, pos: int, end: int, by_id: bool, flexible: bool) -> int:
+    """A topic named by its 16-byte id (v13+) or by its name."""
+    if by_id:
+        pos += 16
+        if pos > end:
+            raise truncated("topic_id", end, end)
+        return pos
+    return _skip_string(buf, pos, end, flexible, "topic")
+
+
 def _walk(version: int, buf: bytes, pos: int, end: int) -> None:
     flexible = version >= 12
     by_id = version >= 13
     pos += _HEAD[version]
     if pos > end:
-        raise _truncated("FetchRequest", end, end)
+        raise truncated("FetchRequest", end, end)
     size = _PARTITION[version]
     n_topics, pos = _count(buf, pos, end, flexible, "topics")
     for _ in range(n_topics):
-        if by_id:
-            pos += 16
-            if pos > end:
-                raise _truncated("topic_id", end, end)
-        else:
-            pos = _skip_string(buf, pos, end, flexible, "topic")
+        pos = _skip_topic(buf, pos, end, by_id, flexible)
         n, pos = _count(buf, pos, end, flexible, "partitions")
         stop = _fixed_run(buf, pos, end, n, size, "partitions")
         if flexible and buf[pos + size - 1:stop:size].count(0) != n:
@@ -154,12 +141,7 @@ def _walk(version: int, buf: bytes, pos: int, end: int) -> None:
     if version >= 7:
         n_forgotten, pos = _count(buf, pos, end, flexible, "forgotten_topics_data")
         for _ in range(n_forgotten):
-            if by_id:
-                pos += 16
-                if pos > end:
-                    raise _truncated("topic_id", end, end)
-            else:
-                pos = _skip_string(buf, pos, end, flexible, "topic")
+            pos = _skip_topic(buf, pos, end, by_id, flexible)
             n, pos = _count(buf, pos, end, flexible, "forgotten partitions")
             pos = _fixed_run(buf, pos, end, n, 4, "forgotten partitions")
             if flexible:
@@ -174,11 +156,11 @@ def _top_tags(version: int, buf: bytes, pos: int, end: int) -> None:
     """cluster_id (tag 0) and, from v15, replica_state (tag 1), each filling exactly its size."""
     if pos < end and buf[pos] == 0:
         return
-    n, pos = _uvarint(buf, pos, end, "tagged fields")
+    n, pos = read_uvarint(buf, pos, end, "tagged fields")
     last = -1
     for _ in range(n):
-        tag, pos = _uvarint(buf, pos, end, "tag")
-        size, pos = _uvarint(buf, pos, end, "tag size")
+        tag, pos = read_uvarint(buf, pos, end, "tag")
+        size, pos = read_uvarint(buf, pos, end, "tag size")
         if tag <= last or tag > 1 or (tag == 1 and version < 15):
             raise _OffShape(f"tag {tag}")
         last = tag

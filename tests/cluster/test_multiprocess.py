@@ -22,24 +22,12 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.support.broker import free_port
+from tests.support.broker import free_port_pair
 from tests.support.cluster import CLUSTER_DEFAULTS, metadata, wait_for
 from tests.support.zookeeper import ZooKeeperEnsemble
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("multiprocess")]
 
-
-def _port_pair() -> int:
-    """A free loopback port whose successor is free too (process 1 listens on port + 1)."""
-    for _ in range(50):
-        port = free_port()
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no two consecutive free loopback ports in 50 tries")
 
 
 def _alive(pid: int) -> bool:
@@ -77,7 +65,7 @@ class Supervised:
     """The parent process of `pykbroker serve --processes N`, its log and its brokers' bootstrap."""
 
     def __init__(self, base: Path, zk: ZooKeeperEnsemble, processes: int = 2, **overrides: str) -> None:
-        self.port = _port_pair()
+        self.port = free_port_pair()
         self.processes = processes
         self.log_path = base / "supervisor.log"
         settings = {**CLUSTER_DEFAULTS, "zookeeper.connect": f"{zk.connect}/{uuid.uuid4().hex[:8]}",
@@ -252,7 +240,7 @@ def test_replication_between_processes_stays_on_loopback(tmp_path: Path, zk: Zoo
     """Brokers advertise a recording proxy's port (as a published or NAT'd address would be); clients go
     through it, but a follower fetches from its sibling on the loopback listener, never through it."""
     repo = Path(__file__).resolve().parents[2]
-    proxy_port = _port_pair()
+    proxy_port = free_port_pair()
     s = Supervised(tmp_path, zk, **{"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy_port}"})
     records = [tmp_path / f"proxy{i}.jsonl" for i in range(2)]
     proxies = [subprocess.Popen([sys.executable, "-m", "compat.proxy", "--listen", f"127.0.0.1:{proxy_port + i}",

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.broker import free_port
+from tests.support.broker import free_port_pair
 from tests.support.cluster import wait_for
 
 pytestmark = [pytest.mark.timeout(120)]
@@ -56,23 +55,11 @@ PARENT = textwrap.dedent("""
 """)
 
 
-def _port_pair() -> int:
-    """A free loopback port whose successor is free too (child 2 listens on port + 1)."""
-    for _ in range(50):
-        port = free_port()
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no two consecutive free loopback ports in 50 tries")
-
 
 def _supervise(tmp_path: Path, mode: str, max_restarts: int = 5) -> tuple[subprocess.Popen[str], int]:
     child = tmp_path / "child.py"
     child.write_text(CHILD)
-    port = _port_pair()
+    port = free_port_pair()
     repo = Path(__file__).resolve().parents[2]
     proc = subprocess.Popen([sys.executable, "-c", PARENT, str(child), mode, str(port), str(max_restarts)],
                             cwd=repo, stderr=subprocess.PIPE, text=True)

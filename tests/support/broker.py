@@ -46,6 +46,19 @@ def free_port() -> int:
     raise RuntimeError("no unused loopback port found in 1000 tries")
 
 
+def free_port_pair() -> int:
+    """A free loopback port whose successor is free too (``serve --processes`` gives process i port + i)."""
+    for _ in range(50):
+        port = free_port()
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no two consecutive free loopback ports in 50 tries")
+
+
 class BrokerProcess:
     """A broker subprocess with its own data directory and log file."""
 
