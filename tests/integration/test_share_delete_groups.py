@@ -67,13 +67,21 @@ def consume_and_accept(b: BrokerProcess, group: str, topic: str, want: int, clos
 
 
 def confluent_delete(b: BrokerProcess, group: str) -> KafkaError | None:
+    """DeleteGroups through confluent-kafka's admin; a coordinator still loading its partitions right after the
+    broker started answers COORDINATOR_LOAD_IN_PROGRESS (retriable, as in Kafka): asked again, bounded."""
     admin = admin_for(b)
-    try:
-        admin.delete_consumer_groups([group], request_timeout=CLIENT_TIMEOUT)[group].result(timeout=CLIENT_TIMEOUT)
-    except KafkaException as e:
-        err: KafkaError = e.args[0]
-        return err
-    return None
+    err: KafkaError | None = None
+    for _ in range(50):  # bounded: 10 s at most
+        try:
+            admin.delete_consumer_groups([group], request_timeout=CLIENT_TIMEOUT)[group].result(timeout=CLIENT_TIMEOUT)
+        except KafkaException as e:
+            err = e.args[0]
+            if err is not None and err.code() == KafkaError.COORDINATOR_LOAD_IN_PROGRESS:
+                time.sleep(0.2)
+                continue
+            return err
+        return None
+    return err
 
 
 def kafka_python_delete(b: BrokerProcess, group: str) -> str:
