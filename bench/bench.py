@@ -781,13 +781,23 @@ def phase_e2e(target: Target, sc: Scenario, topic: str, args: argparse.Namespace
     return res
 
 
-def start_burners(n: int, max_seconds: float) -> list[subprocess.Popen[bytes]]:
+def start_burners(n: int, max_seconds: float, session: str = "own") -> list[subprocess.Popen[bytes]]:
     """``--busy``: n processes spinning on the CPU (each ends by itself after ``max_seconds``, should this
-    script die without stopping them)."""
+    script die without stopping them).
+
+    ``session="own"`` (the default) starts each burner in a session of its own, as other programs on the
+    machine would be, and as the broker is (``start_broker``).  ``"client"`` keeps them in this script's
+    session, beside the benchmark clients: with the kernel's session autogroups (Linux 6.18 here) the
+    broker's one-thread session then competes against one group holding both burners and the clients, and
+    the scheduler left the broker's event-loop thread runnable but not running for up to 1.4 s at a time
+    (``perf sched timehist``), whatever the broker did; docs/performance.md, "What starved".
+    """
     code = f"import time\nend = time.monotonic() + {max_seconds:.0f}\nwhile time.monotonic() < end: pass\n"
-    procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(n)]
+    own = session == "own"
+    procs = [subprocess.Popen([sys.executable, "-c", code], start_new_session=own) for _ in range(n)]
     if procs:
-        log(f"started {n} CPU burners: pids {[p.pid for p in procs]}")
+        log(f"started {n} CPU burners ({'each in its own session' if own else 'in the clients session'}): "
+            f"pids {[p.pid for p in procs]}")
     return procs
 
 
@@ -1201,6 +1211,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="start this many CPU burners (python busy loops) beside the brokers for the whole run, to "
         "measure under CPU contention; implies --wait-idle 0",
     )
+    ap.add_argument(
+        "--busy-session",
+        choices=("own", "client"),
+        default="own",
+        help="--busy: start each burner in a session of its own (default, like other programs beside the "
+        "broker) or in this script's session with the clients (see start_burners)",
+    )
     args = ap.parse_args(argv)
     if args.busy < 0:
         ap.error("--busy must be >= 0")
@@ -1261,7 +1278,7 @@ def main(argv: list[str] | None = None) -> int:
             if pid is None:
                 t.notes.append("no broker PID: CPU and RSS not measured (pass --pid)")
             targets = [t]
-        burners = start_burners(args.busy, args.max_seconds + 2 * args.phase_timeout)
+        burners = start_burners(args.busy, args.max_seconds + 2 * args.phase_timeout, args.busy_session)
         for t in targets:
             u = broker_usage(t.pid) if t.alive() else None
             t.rss_start_kib = u.rss_kib if u else None
@@ -1384,7 +1401,8 @@ def build_report(
         ],
         "",
         *([f"Figures are per-figure medians of {args.repeat} rounds.", ""] if args.repeat > 1 else []),
-        *([f"Under CPU contention: {args.busy} busy-loop processes ran beside the brokers (--busy).", ""]
+        *([f"Under CPU contention: {args.busy} busy-loop processes ran beside the brokers (--busy, "
+            f"--busy-session {args.busy_session}).", ""]
           if args.busy else []),
         f"Produce: linger.ms={args.linger_ms:g}, as fast as possible; consume: assign() from offset 0, "
         "fetch.queue.backoff.ms=1; "

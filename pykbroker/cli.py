@@ -42,8 +42,10 @@ def _serve(args: argparse.Namespace) -> int:
                  ", ".join(config.no_effect_keys()))
     from pykbroker.server.allocator import tune_allocator
     from pykbroker.server.broker import Broker, StartupError
+    from pykbroker.server.gil import set_switch_interval
 
     tune_allocator()
+    set_switch_interval(config["pykbroker.gil.switch.interval.us"])
 
     try:
         broker = Broker(config)
