@@ -11,18 +11,36 @@ The fsyncs run in a few long-lived threads of this module's own (``_Flushers``) 
 ``anyio.to_thread``: at ~1,000 acknowledged requests a second anyio's per-call machinery (capacity limiter,
 cancel scopes, a ``queue.Queue`` whose Condition allocates a lock per wait) cost more broker CPU than the
 fsync's own system call; here a hand-off is one ``SimpleQueue.put`` and one ``call_soon_threadsafe``.
+
+Where the C extension ``pykbroker._native.syncer`` is built, a log's data sync goes there instead: the
+loop duplicates the descriptors (``Log.begin_data_flush``), native threads fdatasync and close them without
+ever taking the GIL and signal an eventfd, and the loop settles the request (``Log.end_data_flush``).  A
+Python flusher thread had to win the GIL back from the busy event loop after every fsync; under CPU
+contention that hand-off cost more broker CPU per acknowledged request than the request itself
+(docs/performance.md, "What starved").
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
+import itertools
+import logging
+import os
 import threading
 from collections.abc import Callable
 from queue import SimpleQueue
-from typing import Protocol
+from typing import Any, Protocol
 from weakref import WeakKeyDictionary
 
 import anyio
+
+log = logging.getLogger("pykbroker.group_commit")
+
+try:  # optional C extension (setup.py); without it the fsyncs run in the Python threads below
+    _Syncer: Any = importlib.import_module("pykbroker._native.syncer").Syncer
+except ImportError:
+    _Syncer = None
 
 
 class Flushable(Protocol):
@@ -103,13 +121,77 @@ def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
 
 
 _flushers = _Flushers(max_threads=8)
+MAX_SYNC_THREADS = 8
+
+
+class _NativeSyncs:
+    """One event loop's jobs in ``pykbroker._native.syncer``: native threads fdatasync descriptors that
+    ``Log.begin_data_flush`` duplicated, without the GIL, and signal an eventfd this loop watches; one
+    reader callback then settles every finished job.  Holds no reference to the loop (the registry is
+    keyed weakly by it)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, syncer: Any) -> None:
+        self._syncer = syncer
+        self._pending: dict[int, asyncio.Future[int]] = {}
+        self._tokens = itertools.count()
+        loop.add_reader(syncer.fileno(), self._collect)
+
+    def _collect(self) -> None:
+        for token, error in self._syncer.completed():
+            future = self._pending.pop(token, None)
+            if future is not None and not future.done():  # a cancelled waiter's sync ended anyway
+                future.set_result(error)
+
+    async def run(self, fds: tuple[int, ...], dir_fd: int) -> int:
+        """Sync and close the descriptors; the errno of the first failure, or 0."""
+        token = next(self._tokens)
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._syncer.submit(token, fds, dir_fd)  # OSError (no thread could start): the fds are still ours
+        self._pending[token] = future
+        try:
+            return await future
+        finally:
+            self._pending.pop(token, None)
+
+
+_native: WeakKeyDictionary[asyncio.AbstractEventLoop, _NativeSyncs | None] = WeakKeyDictionary()
+
+
+def _native_syncs(loop: asyncio.AbstractEventLoop) -> _NativeSyncs | None:
+    """This loop's native syncer, or None where it is not built or the loop cannot watch a descriptor."""
+    if loop in _native:
+        return _native[loop]
+    syncs: _NativeSyncs | None = None
+    if _Syncer is not None:
+        try:
+            syncs = _NativeSyncs(loop, _Syncer(MAX_SYNC_THREADS))
+        except (OSError, NotImplementedError, RuntimeError) as e:
+            log.warning("native fsync threads unavailable (%s): log.flush.on.ack uses Python threads", e)
+    _native[loop] = syncs
+    return syncs
 
 
 async def _run_flush(log: Flushable, offset: int) -> None:
     try:
-        asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
     except RuntimeError:  # not on asyncio (anyio on trio): its thread pool
         await anyio.to_thread.run_sync(log.flush_to, offset)
+        return
+    begin: Any = getattr(log, "begin_data_flush", None)  # a Log; test doubles may offer flush_to alone
+    end: Any = getattr(log, "end_data_flush", None)
+    if begin is not None and end is not None and (syncs := _native_syncs(loop)) is not None:
+        flush = begin(offset)  # KafkaStorageError if the dir is offline
+        if flush is None:  # durable already
+            return
+        try:
+            error = await syncs.run(flush.fds, flush.dir_fd)
+        except OSError:  # not submitted: close what was duplicated for it and sync the ordinary way
+            for fd in (*flush.fds, flush.dir_fd):
+                if fd >= 0:
+                    os.close(fd)
+            await _flushers.run(log.flush_to, offset)
+            return
+        end(flush, error)  # KafkaStorageError for a failed sync
         return
     await _flushers.run(log.flush_to, offset)
 

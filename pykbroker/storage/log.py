@@ -134,6 +134,17 @@ def _on_disk(what: str) -> Callable[[Callable[Concatenate[Log, _P], _R]], Callab
     return decorate
 
 
+@dataclass(frozen=True, slots=True)
+class DataFlush:
+    """A data sync handed to a syncer (Log.begin_data_flush): the descriptors are the syncer's to close."""
+
+    target: int  # every offset below it was written before the descriptors were duplicated
+    fds: tuple[int, ...]  # duplicated .log descriptors: fdatasync each
+    dir_fd: int  # the log's directory to fsync after a roll (a new segment file), or -1
+    dir_dirty: bool
+    truncations: int  # the log's truncation count when it began
+
+
 @dataclass(slots=True)
 class AppendResult:
     first_offset: int
@@ -191,6 +202,7 @@ class Log:
         # acknowledgement under log.flush.on.ack needs. The recovery point, below which recovery
         # skips a segment altogether, only moves with a full flush.
         self._durable_offset = recovery_point
+        self._truncations = 0  # bumped by every truncation: a data sync begun before one covers nothing after
         self._now_ms = now_ms
         self._lock = threading.RLock()
         self._flush_lock = threading.Lock()
@@ -959,6 +971,53 @@ class Log:
             with self._lock:
                 self._durable_offset = max(self._durable_offset, min(target, self.log_end_offset))
 
+    # -- the same data sync, split for a syncer outside Python (server/group_commit.py) -----------------
+
+    @_on_disk("flushing")
+    def begin_data_flush(self, offset: int) -> DataFlush | None:
+        """What :meth:`flush_to` would sync, as duplicated descriptors the caller hands to a syncer that
+        fdatasyncs (the directory: fsyncs) and closes them, then reports to :meth:`end_data_flush`.
+        None when the data below ``offset`` is already durable or the log is closed.  Runs on the event
+        loop: only the descriptors are duplicated here, nothing waits for the disk."""
+        with self._lock:
+            if self.offline:
+                raise KafkaStorageError(f"the log dir of {self.dir.name} is offline")
+            if self._closed or self._durable_offset >= offset:
+                return None
+            target = self.log_end_offset
+            i = max(0, bisect.bisect_right(self._bases, self._durable_offset) - 1)
+            fds: list[int] = []
+            dir_fd = -1
+            try:
+                for segment in self._segments[i:]:
+                    fd = segment.dup_data_fd()
+                    if fd is not None:
+                        fds.append(fd)
+                if self._dir_dirty:
+                    dir_fd = os.open(self.dir, os.O_RDONLY)
+            except BaseException:
+                for fd in fds:
+                    os.close(fd)
+                raise
+            dir_dirty = self._dir_dirty
+            self._dir_dirty = False
+            return DataFlush(target, tuple(fds), dir_fd, dir_dirty, self._truncations)
+
+    def end_data_flush(self, flush: DataFlush, error: int) -> None:
+        """The syncer's report for ``flush``: advance the durable offset, or (``error``: an errno) take
+        the log dir offline and raise KafkaStorageError, as a failed :meth:`flush_to` does."""
+        if error:
+            with self._lock:
+                if flush.dir_dirty:
+                    self._dir_dirty = True
+            exc = OSError(error, os.strerror(error))
+            if self._closed and not self.offline:
+                raise RuntimeError(f"log {self.dir} is closed") from exc
+            raise self.storage_failure(exc, "flushing") from exc
+        with self._lock:
+            if flush.truncations == self._truncations:  # else the bytes it synced may be gone
+                self._durable_offset = max(self._durable_offset, min(flush.target, self.log_end_offset))
+
     # -- deletion of old data ------------------------------------------------------------------------
 
     @_on_disk("deleting records of")
@@ -1088,6 +1147,7 @@ class Log:
             self.log_start_offset = min(self.log_start_offset, offset)
             self.recovery_point = min(self.recovery_point, offset)
             self._durable_offset = min(self._durable_offset, offset)
+            self._truncations += 1
             self.leader_epoch_cache.truncate_from_end(offset)
             self._unflushed_messages = 0
             self._dir_dirty = True
@@ -1108,6 +1168,7 @@ class Log:
             self.log_end_offset = offset
             self.recovery_point = offset
             self._durable_offset = offset
+            self._truncations += 1
             self._unflushed_messages = 0
             self._dir_dirty = True
             for snapshot_offset in list(self._snapshots):
