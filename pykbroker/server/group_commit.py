@@ -26,7 +26,6 @@ import asyncio
 import importlib
 import itertools
 import logging
-import os
 import threading
 from collections.abc import Callable
 from queue import SimpleQueue
@@ -35,7 +34,7 @@ from weakref import WeakKeyDictionary
 
 import anyio
 
-log = logging.getLogger("pykbroker.group_commit")
+_log = logging.getLogger("pykbroker.group_commit")
 
 try:  # optional C extension (setup.py); without it the fsyncs run in the Python threads below
     _Syncer: Any = importlib.import_module("pykbroker._native.syncer").Syncer
@@ -166,7 +165,7 @@ def _native_syncs(loop: asyncio.AbstractEventLoop) -> _NativeSyncs | None:
         try:
             syncs = _NativeSyncs(loop, _Syncer(MAX_SYNC_THREADS))
         except (OSError, NotImplementedError, RuntimeError) as e:
-            log.warning("native fsync threads unavailable (%s): log.flush.on.ack uses Python threads", e)
+            _log.warning("native fsync threads unavailable (%s): log.flush.on.ack uses Python threads", e)
     _native[loop] = syncs
     return syncs
 
@@ -177,21 +176,18 @@ async def _run_flush(log: Flushable, offset: int) -> None:
     except RuntimeError:  # not on asyncio (anyio on trio): its thread pool
         await anyio.to_thread.run_sync(log.flush_to, offset)
         return
-    begin: Any = getattr(log, "begin_data_flush", None)  # a Log; test doubles may offer flush_to alone
-    end: Any = getattr(log, "end_data_flush", None)
-    if begin is not None and end is not None and (syncs := _native_syncs(loop)) is not None:
-        flush = begin(offset)  # KafkaStorageError if the dir is offline
+    split: Any = log if hasattr(log, "begin_data_flush") else None  # a Log; test doubles have flush_to alone
+    if split is not None and (syncs := _native_syncs(loop)) is not None:
+        flush = split.begin_data_flush(offset)  # KafkaStorageError if the dir is offline
         if flush is None:  # durable already
             return
         try:
             error = await syncs.run(flush.fds, flush.dir_fd)
-        except OSError:  # not submitted: close what was duplicated for it and sync the ordinary way
-            for fd in (*flush.fds, flush.dir_fd):
-                if fd >= 0:
-                    os.close(fd)
+        except OSError:  # not submitted (no thread could start): give it back and sync the ordinary way
+            split.abandon_data_flush(flush)
             await _flushers.run(log.flush_to, offset)
             return
-        end(flush, error)  # KafkaStorageError for a failed sync
+        split.end_data_flush(flush, error)  # KafkaStorageError for a failed sync
         return
     await _flushers.run(log.flush_to, offset)
 

@@ -1003,6 +1003,15 @@ class Log:
             self._dir_dirty = False
             return DataFlush(target, tuple(fds), dir_fd, dir_dirty, self._truncations)
 
+    def abandon_data_flush(self, flush: DataFlush) -> None:
+        """``flush`` will not be synced after all: close its descriptors; the directory stays to be synced."""
+        for fd in (*flush.fds, flush.dir_fd):
+            if fd >= 0:
+                os.close(fd)
+        if flush.dir_dirty:
+            with self._lock:
+                self._dir_dirty = True
+
     def end_data_flush(self, flush: DataFlush, error: int) -> None:
         """The syncer's report for ``flush``: advance the durable offset, or (``error``: an errno) take
         the log dir offline and raise KafkaStorageError, as a failed :meth:`flush_to` does."""

@@ -187,3 +187,49 @@ def test_without_the_extension_python_threads_sync(lg: Log, monkeypatch: pytest.
         assert lg.begin_data_flush(lg.log_end_offset) is None
 
     anyio.run(main)
+
+
+def test_a_sync_that_cannot_be_submitted_goes_to_the_python_threads(
+        lg: Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No native thread could start (submit raises OSError): the descriptors are given back and the
+    directory stays to be synced, by the ordinary flush."""
+    class NoThreads:
+        def __init__(self, max_threads: int) -> None:
+            self._r, self._w = os.pipe()
+
+        def fileno(self) -> int:
+            return self._r
+
+        def submit(self, token: int, fds: tuple[int, ...], dir_fd: int) -> None:
+            raise OSError(errno.EAGAIN, "no thread")
+
+        def completed(self) -> list[tuple[int, int]]:
+            return []
+
+    monkeypatch.setattr(group_commit, "_Syncer", NoThreads)
+    synced_dir: list[bool] = []
+    real_flush_data = lg._flush_data
+
+    def spy() -> None:
+        synced_dir.append(lg._dir_dirty)
+        real_flush_data()
+
+    monkeypatch.setattr(lg, "_flush_data", spy)
+    abandoned: list[bool] = []
+    real_abandon = lg.abandon_data_flush
+
+    def abandon(flush: DataFlush) -> None:
+        real_abandon(flush)
+        abandoned.append(all(_closed(fd) for fd in (*flush.fds, flush.dir_fd) if fd >= 0))
+
+    monkeypatch.setattr(lg, "abandon_data_flush", abandon)
+
+    async def main() -> None:
+        for _ in range(12):  # rolls segments (segment_bytes=4000): each roll leaves the directory to sync
+            _append(lg, 5)
+            await group_commit.flush_to(lg, lg.log_end_offset)
+            assert lg.begin_data_flush(lg.log_end_offset) is None
+
+    anyio.run(main)
+    assert len(lg.segments) > 1 and any(synced_dir)  # the Python flush saw the directory still dirty
+    assert abandoned and all(abandoned)  # every duplicated descriptor was closed when given back
