@@ -30,7 +30,6 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -49,6 +48,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 import bench as kb  # noqa: E402
+from tests.support.broker import free_ports  # noqa: E402
 from tests.support.cluster import CLUSTER_DEFAULTS, metadata, wait_for  # noqa: E402
 from tests.support.zookeeper import ZooKeeperEnsemble, zookeeper_available  # noqa: E402
 
@@ -153,20 +153,9 @@ def _run_clients(pid: int, workers: list[tuple[Any, tuple[Any, ...]]]) -> dict[s
 
 
 def _port_run(n: int) -> int:
-    """A free loopback port followed by n - 1 free ones."""
-    for _ in range(50):
-        port = kb.free_port()
-        ok = True
-        for i in range(1, n):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", port + i))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return port
-    raise RuntimeError(f"no {n} consecutive free loopback ports in 50 tries")
+    """A free loopback port followed by n - 1 free ones (the helper the tests use: chosen below the
+    kernel's ephemeral range, so no outgoing connection takes one before the brokers bind them)."""
+    return free_ports(n)
 
 
 class Host:

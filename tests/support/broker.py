@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -30,33 +31,62 @@ def segment_sizes(partition_dir: Path) -> dict[int, int]:
     return sizes
 
 
-def free_port() -> int:
-    """A free loopback port not handed out before in this process.
+def _server_ports() -> range | None:
+    """Where tests put the servers they start: below the kernel's ephemeral port range, so that no
+    outgoing connection (the kernel picks its source port from that range) can take a chosen port before
+    the server binds it; split between pytest-xdist workers, so that two workers never choose the same.
+    None if the ephemeral range leaves no room below it."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral_low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    start, end = 10000, ephemeral_low
+    workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[:2] == "gw" and worker[2:].isdigit() else 0
+    span = (end - start) // workers
+    if span < 1000:
+        return None
+    return range(start + (index % workers) * span, start + (index % workers + 1) * span)
 
-    The kernel may give the same ephemeral port to two bind-and-close probes in a row, and a
-    cluster asks for several ports before anything listens on them.
-    """
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_ports(n: int = 1) -> int:
+    """The first of ``n`` consecutive free loopback ports, none handed out before in this process."""
+    ports = _server_ports()
+    rng = random.Random()
     for _ in range(1000):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
-    raise RuntimeError("no unused loopback port found in 1000 tries")
+        if ports is not None:
+            port = rng.randrange(ports.start, ports.stop - n)
+        else:  # no room below the ephemeral range: the kernel's choice
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = int(s.getsockname()[1])
+        run = range(port, port + n)
+        if any(p in _HANDED_OUT for p in run) or not all(_bindable(p) for p in run):
+            continue
+        _HANDED_OUT.update(run)
+        return port
+    raise RuntimeError(f"no {n} consecutive free loopback ports found in 1000 tries")
+
+
+def free_port() -> int:
+    """A free loopback port not handed out before in this process (see ``_server_ports``)."""
+    return free_ports(1)
 
 
 def free_port_pair() -> int:
     """A free loopback port whose successor is free too (``serve --processes`` gives process i port + i)."""
-    for _ in range(50):
-        port = free_port()
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no two consecutive free loopback ports in 50 tries")
+    return free_ports(2)
 
 
 class BrokerProcess:
