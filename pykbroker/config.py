@@ -409,11 +409,12 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
            "pykbroker: the connection also stops reading while its unanswered requests hold this many request "
            "bytes (a single request may be larger).", at_least(1)),
         # --- end connection limits ---
-        _D("pykbroker.gil.switch.interval.us", "int", 500,
+        _D("pykbroker.gil.switch.interval.us", "int", 5000,
            "pykbroker: how long a thread waiting for Python's GIL lets the thread holding it run before asking "
-           "for it (sys.setswitchinterval; Python's own default is 5000). The fsync threads of "
-           "log.flush.on.ack need the GIL for a moment after each fsync to hand the result to the event loop; "
-           "under CPU contention they often waited the whole interval (docs/performance.md, 'What starved').",
+           "for it (sys.setswitchinterval; 5000 is Python's own default). Where the C extension is not built, "
+           "the fsync threads of log.flush.on.ack need the GIL after each fsync to hand the result to the event "
+           "loop, and under CPU contention they often waited the whole interval: 500 cut that wait "
+           "(docs/performance.md, 'What starved'). The native fsync threads never take the GIL.",
            lambda v: None if 50 <= v <= 100_000 else "value must be between 50 and 100000"),
         _D("num.network.threads", "int", dynamic=True, default=3, validator=at_least(1),
            no_effect="one event loop serves every connection"),

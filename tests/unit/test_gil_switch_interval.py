@@ -14,7 +14,7 @@ from pykbroker.server.gil import set_switch_interval
 
 
 def test_default_and_range() -> None:
-    assert BrokerConfig({})["pykbroker.gil.switch.interval.us"] == 500
+    assert BrokerConfig({})["pykbroker.gil.switch.interval.us"] == 5000  # Python's own default
     assert BrokerConfig({"pykbroker.gil.switch.interval.us": "50"})["pykbroker.gil.switch.interval.us"] == 50
     for bad in ("49", "100001", "0", "-1", "fast"):
         with pytest.raises(ConfigError, match="pykbroker.gil.switch.interval.us"):
