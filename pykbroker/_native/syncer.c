@@ -56,6 +56,16 @@ typedef struct {
     state_t *st;
 } SyncerObject;
 
+static void push(job_t **head, job_t **tail, job_t *j) /* append to a list, with st->lock held */
+{
+    j->next = NULL;
+    if (*tail)
+        (*tail)->next = j;
+    else
+        *head = j;
+    *tail = j;
+}
+
 static void state_release(state_t *st) /* called with st->lock held; unlocks it */
 {
     int last = --st->refs == 0;
@@ -107,14 +117,9 @@ static void *worker(void *arg)
             close(j->dir_fd);
         }
         j->err = err;
-        j->next = NULL;
 
         pthread_mutex_lock(&st->lock);
-        if (st->done_tail)
-            st->done_tail->next = j;
-        else
-            st->done_head = j;
-        st->done_tail = j;
+        push(&st->done_head, &st->done_tail, j);
         if (st->efd >= 0) {
             uint64_t one = 1;
             ssize_t w = write(st->efd, &one, sizeof one);
@@ -198,18 +203,13 @@ static PyObject *Syncer_submit(SyncerObject *self, PyObject *args)
         }
         j->fds[i] = (int)fd;
     }
-    j->next = NULL;
     j->token = token;
     j->dir_fd = dir_fd;
     j->err = 0;
     j->nfds = n;
 
     pthread_mutex_lock(&st->lock);
-    if (st->queue_tail)
-        st->queue_tail->next = j;
-    else
-        st->queue_head = j;
-    st->queue_tail = j;
+    push(&st->queue_head, &st->queue_tail, j);
     int start = st->idle == 0 && st->threads < st->max_threads;
     if (start) {
         st->threads++;

@@ -945,31 +945,19 @@ class Log:
 
     @_on_disk("flushing")
     def _flush_data(self) -> None:
+        """The data sync of :meth:`begin_data_flush` run here, in the calling thread."""
         with self._flush_lock:
-            with self._lock:
-                if self.offline:
-                    raise KafkaStorageError(f"the log dir of {self.dir.name} is offline")
-                if self._closed:
-                    return
-                target = self.log_end_offset
-                dir_dirty = self._dir_dirty
-                self._dir_dirty = False
-                i = max(0, bisect.bisect_right(self._bases, self._durable_offset) - 1)
-                fds = [fd for segment in self._segments[i:] if (fd := segment.dup_data_fd()) is not None]
+            flush = self.begin_data_flush(self.log_end_offset)
+            if flush is None:
+                return
             try:
-                for fd in fds:
-                    os.fdatasync(fd)
-                if dir_dirty:
-                    _fsync_dir(self.dir)
-            except BaseException:
-                if dir_dirty:
-                    self._dir_dirty = True
+                error = sync_data_flush(flush)
+            except BaseException:  # not an OSError (those are reported): the directory stays to be synced
+                if flush.dir_dirty:
+                    with self._lock:
+                        self._dir_dirty = True
                 raise
-            finally:
-                for fd in fds:
-                    os.close(fd)
-            with self._lock:
-                self._durable_offset = max(self._durable_offset, min(target, self.log_end_offset))
+            self.end_data_flush(flush, error)
 
     # -- the same data sync, split for a syncer outside Python (server/group_commit.py) -----------------
 
@@ -1381,6 +1369,29 @@ class Log:
 
 
 # -- helpers ----------------------------------------------------------------------------------------
+
+
+def sync_data_flush(flush: DataFlush) -> int:
+    """fdatasync the flush's segment descriptors (fsync its directory) and close them all; the errno of
+    the first failure, or 0.  What a worker of ``pykbroker/_native/syncer.c`` does, in Python."""
+    error = 0
+    try:
+        for fd in flush.fds:
+            if not error:
+                try:
+                    os.fdatasync(fd)
+                except OSError as e:
+                    error = e.errno or errno.EIO
+        if flush.dir_fd >= 0 and not error:
+            try:
+                os.fsync(flush.dir_fd)
+            except OSError as e:
+                error = e.errno or errno.EIO
+    finally:
+        for fd in (*flush.fds, flush.dir_fd):
+            if fd >= 0:
+                os.close(fd)
+    return error
 
 
 def _fsync_dir(path: Path) -> None:

@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "bench" / "bench.py"
+from tests.support.bench_modules import load_bench
 
 
 def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_bench", _PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("bench")
 
 
 @pytest.mark.parametrize(("session", "own"), [("own", True), ("client", False)])

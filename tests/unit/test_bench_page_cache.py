@@ -2,29 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
-import sys
 import time
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "bench" / "page_cache.py"
+from tests.support.bench_modules import load_bench
 
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_page_cache", _PATH)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
-
-
-pc = _load()
+pc = load_bench("page_cache")
 GIB, MIB = pc.GIB, pc.MIB
 
 
