@@ -57,6 +57,19 @@ def produce(b: BrokerProcess, topic: str, n: int, start: int = 0, headers: list[
     assert p.flush(CLIENT_TIMEOUT) == 0
 
 
+def wait_share_members(b: BrokerProcess, group: str, members: int, timeout: float) -> None:
+    """Until the share group has ``members`` members (DescribeShareGroups v1), each with an assignment."""
+    deadline = time.monotonic() + timeout
+    seen: Any = None
+    while time.monotonic() < deadline:
+        with RawConnection(b) as conn:
+            [seen] = conn.request(77, 1, {"group_ids": [group], "include_authorized_operations": False}, 3).groups
+        if len(seen.members) == members and all(m.assignment.topic_partitions for m in seen.members):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"share group {group} did not reach {members} assigned members: {seen}")
+
+
 def poll_until(c: ShareConsumer, want: int, timeout: float) -> list[Any]:
     out: list[Any] = []
     deadline = time.monotonic() + timeout
@@ -99,7 +112,6 @@ def test_consumers_share_one_partition(broker: BrokerProcess, closing: list[Shar
     create_topic(broker, topic, 1)
     set_group_configs(broker, group, {"share.auto.offset.reset": "earliest"})
     total = 300
-    produce(broker, topic, total)
     got: dict[int, list[int]] = {i: [] for i in range(3)}
     lock = threading.Lock()
     done = threading.Event()
@@ -120,6 +132,10 @@ def test_consumers_share_one_partition(broker: BrokerProcess, closing: list[Shar
     threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
     for t in threads:
         t.start()
+    # Produce only once all three have joined: records already there when the first member's fetch arrives
+    # are all acquirable by it alone (a loaded machine made the others join late: [300, 0, 0]).
+    wait_share_members(broker, group, 3, 30)
+    produce(broker, topic, total)
     for t in threads:
         t.join(70)
     everything = [o for v in got.values() for o in v]
