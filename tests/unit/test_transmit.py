@@ -4,6 +4,7 @@ the connection instead of sending a frame of the wrong length."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import random
@@ -173,7 +174,8 @@ async def test_truncated_range_sends_nothing(data_file: tuple[SegmentFile, bytes
     assert errors
 
 
-async def _slow_pair(serve: Callable[[SocketStream], Awaitable[None]], *, pause_s: float = 0.0) -> bytes:
+async def _slow_pair(serve: Callable[[SocketStream], Awaitable[None]], *, pause_s: float = 0.0,
+                     sndbuf: int | None = 8192) -> bytes:
     """As ``_pair``, with a small server send buffer and a client that waits ``pause_s`` before reading
     and then reads in small pieces, so the sender meets a full socket many times."""
     got = bytearray()
@@ -184,7 +186,9 @@ async def _slow_pair(serve: Callable[[SocketStream], Awaitable[None]], *, pause_
         async def server() -> None:
             stream = await listener.accept()
             async with stream:
-                stream.extra(anyio.abc.SocketAttribute.raw_socket).setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8192)
+                if sndbuf is not None:
+                    stream.extra(anyio.abc.SocketAttribute.raw_socket).setsockopt(socket.SOL_SOCKET,
+                                                                                  socket.SO_SNDBUF, sndbuf)
                 await serve(stream)
 
         tg.start_soon(server)
@@ -200,6 +204,53 @@ async def _slow_pair(serve: Callable[[SocketStream], Awaitable[None]], *, pause_
                     if i % 64 == 0:
                         await anyio.sleep(0.001)
     return bytes(got)
+
+
+async def test_a_large_response_watches_the_socket_once(data_file: tuple[SegmentFile, bytes],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fetch response larger than the send buffer waits for the socket several times: the descriptor
+    is registered with the event loop once for the whole response, and with a buffer that holds whole
+    segments the cork is not pushed at each wait (it was two setsockopt calls a wait)."""
+    f, data = data_file
+    loop = asyncio.get_running_loop()
+    adds: list[int] = []
+    real_add = loop.add_writer
+
+    def counting_add(fd: int, callback: Any, *args: Any) -> None:
+        adds.append(fd)
+        real_add(fd, callback, *args)
+
+    monkeypatch.setattr(loop, "add_writer", counting_add)
+    cork_calls: list[int] = []
+    real_setsockopt = socket.socket.setsockopt
+
+    def counting_setsockopt(self: socket.socket, level: int, opt: int, *value: Any) -> None:
+        if level == socket.IPPROTO_TCP and opt == socket.TCP_CORK:
+            cork_calls.append(value[0])
+        real_setsockopt(self, level, opt, *value)
+
+    monkeypatch.setattr(socket.socket, "setsockopt", counting_setsockopt)
+    sends: list[int] = []
+    real_sendfile = os.sendfile
+
+    def counting_sendfile(*args: Any) -> int:
+        n = real_sendfile(*args)
+        sends.append(n)
+        return n
+
+    monkeypatch.setattr(os, "sendfile", counting_sendfile)
+    response = frame([b"head", FileRange(f, 0, len(data)), b"tail"])
+    assert isinstance(response, ResponseParts)
+
+    async def serve(stream: SocketStream) -> None:
+        stream.extra(anyio.abc.SocketAttribute.raw_socket).setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 150_000)
+        await transmit(stream, response)
+
+    got = await _slow_pair(serve, pause_s=0.05, sndbuf=None)
+    assert got == b"head" + data + b"tail"
+    assert len(sends) >= 2  # the socket was full at least once
+    assert len(adds) == 1
+    assert cork_calls == [1, 0]  # on for the response, off after it: no pushes in between
 
 
 async def test_many_small_ranges_arrive_in_order(data_file: tuple[SegmentFile, bytes],
