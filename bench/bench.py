@@ -1003,6 +1003,9 @@ def stop_broker(t: Target) -> None:
         t.proc.wait(timeout=10)
 
 
+KNOWN_BROKERS = ("pykbroker", "pykbroker-fsync", "tansu", "kafka", "kafka-fsync")
+
+
 def compare_targets(args: argparse.Namespace, workdir: str) -> list[Target]:
     targets = []
     wanted = [b.strip() for b in args.brokers.split(",") if b.strip()]
@@ -1062,9 +1065,6 @@ def compare_targets(args: argparse.Namespace, workdir: str) -> list[Target]:
         else:
             raise SystemExit(f"unknown broker {name!r} (known: {', '.join(KNOWN_BROKERS)})")
     return targets
-
-
-KNOWN_BROKERS = ("pykbroker", "pykbroker-fsync", "tansu", "kafka", "kafka-fsync")
 
 
 def kafka_command(kafka_cmd: str, port: int, data_dir: str, extra_props: list[str]) -> tuple[list[str], dict[str, str]]:
@@ -1208,7 +1208,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--brokers",
         default="pykbroker,tansu",
-        help="--compare: which brokers (comma list of pykbroker, pykbroker-fsync, tansu, kafka, kafka-fsync)",
+        help=f"--compare: which brokers (comma list of {', '.join(KNOWN_BROKERS)})",
     )
     ap.add_argument("--pykbroker-bin", help="pykbroker executable (default: next to this python, or PATH)")
     ap.add_argument("--pykbroker-override", action="append", default=[], metavar="KEY=VALUE")

@@ -24,7 +24,9 @@ import sys
 import time
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+from bench import wait_partitions_online  # bench/ is this script's directory
 
 
 def _cpu_s(pid: int) -> float:
@@ -45,19 +47,7 @@ def create(a: argparse.Namespace) -> None:
                                          operation_timeout=85).values():
             f.result(timeout=88)
     created = time.monotonic() - t0
-    # A leader in the metadata may not have opened the partition's log yet (Kafka creates logs after its
-    # metadata update): wait until ListOffsets answers for every partition, so that the produce run
-    # that follows does not pay for log creation.
-    want = {TopicPartition(a.topic, p): OffsetSpec.latest() for p in range(count)}
-    deadline = time.monotonic() + a.timeout
-    online = False
-    while not online and time.monotonic() < deadline:
-        try:
-            for f in admin.list_offsets(want, request_timeout=30).values():
-                f.result(timeout=35)
-            online = True
-        except Exception:  # any error (KafkaException among others): not online yet, ask again
-            time.sleep(0.5)
+    online = wait_partitions_online(admin, a.topic, count, a.timeout)  # logs opened, not only leaders known
     print(f"{a.topic}: {count} partitions in {created:.1f} s, every log online after {time.monotonic() - t0:.1f} s")
     if not online:
         sys.exit(1)

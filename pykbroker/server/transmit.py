@@ -291,7 +291,7 @@ def _cork_can_stall(sock: Any) -> bool:
         mss = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG)
     except OSError:
         return True
-    return bool(sndbuf < 2 * mss)
+    return sndbuf < 2 * mss
 
 
 # sendfile refusing this file or socket (not a byte of it sent): send the range's bytes instead.

@@ -75,6 +75,23 @@ def test_bench_kafka_command_contract(tmp_path: Path) -> None:
     assert lines[3] == "log.flush.interval.messages=1"
 
 
+def test_many_partitions_smoke(tmp_path: Path) -> None:
+    """many_partitions.py against a running broker: create (every log online), produce, consume."""
+    from tests.support.broker import BrokerProcess
+
+    with BrokerProcess(tmp_path) as b:
+        pid = str(b.proc.pid if b.proc else 0)
+        out = _run("many_partitions.py", "create", "--bootstrap", b.bootstrap, "--topic", "mp", "--partitions", "30",
+                   "--step", "20", "--timeout", "30")
+        assert "mp: 30 partitions in " in out and "every log online after" in out
+        out = _run("many_partitions.py", "produce", "--bootstrap", b.bootstrap, "--topic", "mp", "--partitions",
+                   "30", "--count", "3000", "--size", "100")
+        assert "produced 3000/3000 x 100 B" in out
+        out = _run("many_partitions.py", "consume", "--bootstrap", b.bootstrap, "--topic", "mp", "--partitions",
+                   "30", "--count", "3000", "--pid", pid, "--timeout", "30")
+        assert "consumed 3000/3000 in " in out
+
+
 def test_bench_kafka_without_a_command_is_reported_not_run() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYKBROKER_")}
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "bench.py"), "--compare", "--brokers", "kafka",
