@@ -400,11 +400,16 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
            "closed (slow senders); 0 or -1 disables.", at_least(-1)),
         _D("pykbroker.max.inflight.requests.per.connection", "int", 5,
            "pykbroker: requests of one connection read and processed before they are answered, while earlier "
-           "ones wait only for an acknowledgement (acks=all waiting for the ISR, log.flush.on.ack waiting for "
-           "an fsync). Responses still go out in request order. 1: each request is answered before the next "
-           "is read. TLS listeners always use 1. More lets a flood of small log.flush.on.ack produces share "
-           "fsyncs, but an eager reader also takes away the backpressure that makes producers batch "
-           "(docs/performance.md, 2026-11-26).", at_least(1)),
+           "ones wait only for an acknowledgement and one of them waits for the ISR (acks=all). Responses "
+           "still go out in request order. 1: each request is answered before the next is read. TLS "
+           "listeners always use 1. An eager reader takes away the backpressure that makes producers batch, "
+           "and each smaller request is one more acknowledgement for the followers (docs/performance.md, "
+           "2026-11-26).", at_least(1)),
+        _D("pykbroker.max.inflight.flush.requests.per.connection", "int", 32,
+           "pykbroker: as pykbroker.max.inflight.requests.per.connection, while the unanswered requests wait "
+           "only for this broker's fsync (log.flush.on.ack), not for the ISR. One fsync covers them all, and a "
+           "connection that stops reading stops appending, so a slow fsync would hold up the partition's "
+           "consumers too (docs/performance.md, 2026-11-26, fifth session). TLS listeners always use 1.", at_least(1)),
         _D("pykbroker.max.inflight.bytes.per.connection", "long", 4 * 1024 * 1024,
            "pykbroker: the connection also stops reading while its unanswered requests hold this many request "
            "bytes (a single request may be larger).", at_least(1)),

@@ -162,6 +162,7 @@ class Broker:
             receive_timeout_ms=config["pykbroker.request.receive.timeout.ms"],
             max_inflight_requests=config["pykbroker.max.inflight.requests.per.connection"],
             max_inflight_bytes=config["pykbroker.max.inflight.bytes.per.connection"],
+            max_inflight_local_requests=config["pykbroker.max.inflight.flush.requests.per.connection"],
             security_protocols=config.security_protocols,
             tls=_listener_tls(config),
         )

@@ -325,7 +325,8 @@ class Dispatcher:
             raise self._failed(header, peer) from None
         if isinstance(body, Parked):
             parked = body
-            return Parked(lambda: self._finish_parked(parked, header, peer, session, started, usage))
+            return Parked(lambda: self._finish_parked(parked, header, peer, session, started, usage),
+                          replicated=parked.replicated)
         return self._respond(body, header, peer, session, started, usage)
 
     async def _finish_parked(self, parked: Parked[dict[str, Any] | None], header: RequestHeader, peer: str,

@@ -5,8 +5,10 @@ strictly in order and answers them in that order (Kafka's per-connection
 ordering guarantee).  A request that has done its in-order work and waits only
 for an acknowledgement (acks=all, log.flush.on.ack) is parked in a task of its
 own, and the connection goes on with the next requests, up to
-``pykbroker.max.inflight.requests.per.connection`` unanswered requests holding at
-most ``pykbroker.max.inflight.bytes.per.connection`` of request bytes; responses still
+``pykbroker.max.inflight.requests.per.connection`` unanswered requests while one
+waits for the ISR (``pykbroker.max.inflight.flush.requests.per.connection`` while
+they wait only for an fsync) holding at most
+``pykbroker.max.inflight.bytes.per.connection`` of request bytes; responses still
 leave in request order (``response_order.ResponseOrder``).  Whatever one
 connection does wrong ends that connection only.
 
@@ -95,11 +97,15 @@ class SocketServer:
         tls: dict[str, ListenerTls] | None = None,
         max_inflight_requests: int = 1,
         max_inflight_bytes: int | None = None,
+        max_inflight_local_requests: int | None = None,
     ) -> None:
         self._handler = handler
         # Requests of one connection read and not yet answered while earlier ones are parked
         # (pykbroker.max.inflight.requests.per.connection); 1: each is answered before the next is read.
         self._max_inflight = max(max_inflight_requests, 1)
+        # ... or while they wait only for this broker's fsync
+        # (pykbroker.max.inflight.flush.requests.per.connection) ...
+        self._max_inflight_local = max_inflight_local_requests
         # ... and no more request bytes than this (pykbroker.max.inflight.bytes.per.connection).
         self._max_inflight_bytes = max_inflight_bytes
         # Listener name -> its server-side TLS (SSL and SASL_SSL listeners; pykbroker.security.tls).
@@ -300,7 +306,7 @@ class SocketServer:
     async def _serve_admitted(self, stream: SocketStream, conn: Connection) -> None:
         """Serve the connection's requests until it closes; parked requests run in their own tasks."""
         self._tune(stream)
-        order = ResponseOrder(self._max_inflight, self._max_inflight_bytes)
+        order = ResponseOrder(self._max_inflight, self._max_inflight_bytes, self._max_inflight_local)
         stream_: ByteStream = stream
         try:
             tls = self._tls.get(conn.listener)
@@ -378,7 +384,7 @@ class SocketServer:
                         await self._write_ready(stream_, conn, order)
                         return True
                     if isinstance(result, Parked):
-                        slot = order.park(reserved)
+                        slot = order.park(reserved, replicated=result.replicated)
                         reserved = 0
                         parked.start_soon(self._finish_parked, stream_, conn, order, slot, result)
                     else:

@@ -16,9 +16,15 @@ T = TypeVar("T")
 
 
 class Parked(Generic[T]):
-    """The rest of a request's work: ``finish`` is awaited exactly once and gives its answer."""
+    """The rest of a request's work: ``finish`` is awaited exactly once and gives its answer.
 
-    __slots__ = ("finish",)
+    ``replicated``: whether the wait includes other brokers (acks=all and the ISR), not just this broker's
+    own fsync.  The network edge bounds the two differently (``ResponseOrder``): one fsync covers every
+    request waiting for it, so reading on behind an fsync costs the disk nothing more, while each request
+    read behind a replication wait is one more acknowledgement for the followers to bring."""
 
-    def __init__(self, finish: Callable[[], Awaitable[T]]) -> None:
+    __slots__ = ("finish", "replicated")
+
+    def __init__(self, finish: Callable[[], Awaitable[T]], *, replicated: bool = True) -> None:
         self.finish = finish
+        self.replicated = replicated

@@ -20,10 +20,11 @@ from pykbroker.server.transmit import ResponseParts
 class Slot:
     """One request read from the connection and not yet answered."""
 
-    __slots__ = ("close_reason", "done", "forgotten", "reserved", "response")
+    __slots__ = ("close_reason", "done", "forgotten", "replicated", "reserved", "response")
 
-    def __init__(self, reserved: int) -> None:
+    def __init__(self, reserved: int, replicated: bool = False) -> None:
         self.reserved = reserved  # bytes reserved from the memory pool for the request
+        self.replicated = replicated  # parked for other brokers (the ISR), not only for this one's fsync
         self.done = False  # processed: its response (or its close) is known
         self.response: bytes | ResponseParts | None = None  # None and no close_reason: nothing to write (acks=0)
         self.close_reason: str | None = None  # close the connection here instead of answering
@@ -38,12 +39,19 @@ class ResponseOrder:
     A close entry, once taken, stops everything after it: the responses before it have been written.
     """
 
-    __slots__ = ("_slots", "_writing", "close_reason", "max_unanswered", "max_unanswered_bytes", "parked",
-                 "unanswered_bytes")
+    __slots__ = ("_slots", "_writing", "close_reason", "max_unanswered", "max_unanswered_bytes",
+                 "max_unanswered_local", "parked", "parked_replicated", "unanswered_bytes")
 
-    def __init__(self, max_unanswered: int, max_unanswered_bytes: int | None = None) -> None:
-        # Requests read but not answered beyond which the connection stops reading (at least 1) ...
+    def __init__(self, max_unanswered: int, max_unanswered_bytes: int | None = None,
+                 max_unanswered_local: int | None = None) -> None:
+        # Requests read but not answered beyond which the connection stops reading (at least 1) while any
+        # of them waits for other brokers: each request read on behind one is one more acknowledgement for
+        # the followers to bring, and a reader that stops makes producers send fewer, larger requests ...
         self.max_unanswered = max(max_unanswered, 1)
+        # ... and while they wait only for this broker's fsync, which one fsync gives them all: a reader that
+        # stops there stops appending too, so a slow fsync would stall the partition for everyone reading it.
+        self.max_unanswered_local = self.max_unanswered if max_unanswered_local is None else \
+            max(max_unanswered_local, 1)
         # ... or their request bytes: many small acknowledgements may wait together (one fsync covers them
         # all), few large ones (an acks=all producer of 1 MB requests needs only a few to keep replication busy).
         self.max_unanswered_bytes = max_unanswered_bytes
@@ -51,6 +59,7 @@ class ResponseOrder:
         self._slots: deque[Slot] = deque()
         self._writing = False
         self.parked = 0  # entries still waiting for their acknowledgement
+        self.parked_replicated = 0  # ... of which waiting for other brokers
         self.close_reason: str | None = None  # set when a close entry was taken: write nothing more
 
     def __len__(self) -> int:
@@ -65,7 +74,7 @@ class ResponseOrder:
     def full(self) -> bool:
         """Read no further request until an answer is written (one unanswered request is always allowed)."""
         n = len(self._slots)
-        return n >= self.max_unanswered or (
+        return n >= (self.max_unanswered if self.parked_replicated else self.max_unanswered_local) or (
             n > 0 and self.max_unanswered_bytes is not None and self.unanswered_bytes >= self.max_unanswered_bytes)
 
     def _add(self, slot: Slot) -> Slot:
@@ -86,10 +95,12 @@ class ResponseOrder:
         slot.close_reason = reason
         return slot
 
-    def park(self, reserved: int) -> Slot:
-        """A request waiting for its acknowledgement; ``complete`` or ``fail`` it later."""
-        slot = Slot(reserved)
+    def park(self, reserved: int, *, replicated: bool = True) -> Slot:
+        """A request waiting for its acknowledgement (``replicated``: from other brokers too, not only this
+        one's fsync); ``complete`` or ``fail`` it later."""
+        slot = Slot(reserved, replicated)
         self.parked += 1
+        self.parked_replicated += replicated
         return self._add(slot)
 
     def complete(self, slot: Slot, response: bytes | ResponseParts | None) -> None:
@@ -109,6 +120,7 @@ class ResponseOrder:
             raise ValueError("a parked request was completed twice")
         slot.done = True
         self.parked -= 1
+        self.parked_replicated -= slot.replicated
         return True
 
     def take(self) -> Slot | None:
@@ -137,5 +149,6 @@ class ResponseOrder:
             s.forgotten = True
         self._slots.clear()
         self.parked = 0
+        self.parked_replicated = 0
         self.unanswered_bytes = 0
         return reserved

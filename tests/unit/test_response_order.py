@@ -180,3 +180,46 @@ def test_one_request_larger_than_the_byte_bound_is_still_read() -> None:
     taken = _drain(order)
     assert [s.response for s in taken] == [b"r"]
     assert order.unanswered_bytes == 0 and not order.full
+
+
+def test_fsync_waits_are_bounded_apart_from_replication_waits() -> None:
+    """Requests parked only for this broker's fsync are read on up to the local bound; once one of the
+    unanswered requests waits for the ISR, the replication bound applies again."""
+    order = ResponseOrder(2, None, 4)
+    flushes = [order.park(10, replicated=False) for _ in range(3)]
+    assert not order.full  # 3 < 4: one fsync covers them all, so read on
+    replicated = order.park(10)  # an acks=all produce waiting for the followers
+    assert order.parked_replicated == 1
+    assert order.full  # 4 unanswered, and one waits for the ISR: the bound of 2 holds
+    for slot in flushes:
+        order.complete(slot, b"ok")
+    assert len(_drain(order)) == 3 and len(order) == 1
+    assert not order.full and order.parked_replicated == 1  # 1 < 2
+    order.park(10, replicated=False)
+    assert order.full  # 2 unanswered, one of them replicated
+    order.complete(replicated, b"ok")
+    assert order.parked_replicated == 0 and not order.full  # only an fsync wait is left: 1 < 4
+    for _ in range(3):
+        order.park(10, replicated=False)
+    assert order.full  # 4 fsync waits: the local bound holds too
+
+
+def test_the_local_bound_defaults_to_the_replication_bound_and_clear_resets_it() -> None:
+    order = ResponseOrder(2)  # TLS connections: no local bound given
+    order.park(10, replicated=False)
+    order.park(10, replicated=False)
+    assert order.full
+    order.clear()
+    assert order.parked_replicated == 0 and order.parked == 0 and not order.full
+    other = ResponseOrder(1, None, 3)
+    other.park(5)
+    other.clear()
+    assert other.parked_replicated == 0
+
+
+def test_the_byte_bound_also_holds_for_fsync_waits() -> None:
+    order = ResponseOrder(5, 4 << 20, 32)
+    order.park(3 << 20, replicated=False)
+    assert not order.full
+    order.park(1 << 20, replicated=False)
+    assert order.full  # 4 MiB of requests wait, however few

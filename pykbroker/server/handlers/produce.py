@@ -298,7 +298,8 @@ async def handle_produce(svc: Services, ctx: RequestContext, req: Any
         timeout_ms = int(timeout.total_seconds() * 1000) if hasattr(timeout, "total_seconds") else int(timeout)
         # Each fsync covers what this request appended (offsets taken now, before later requests append).
         to_flush = [(p, p.log.log_end_offset) for p in appended] if flush else []
-        return Parked(lambda: _acknowledge(svc, responses, to_flush, awaiting, timeout_ms, drop, acks))
+        return Parked(lambda: _acknowledge(svc, responses, to_flush, awaiting, timeout_ms, drop, acks),
+                      replicated=bool(awaiting))
     return _answer(responses, drop, acks)
 
 
