@@ -113,3 +113,12 @@ def test_multiprocess_bench_smoke() -> None:
                "--clients", "1")
     assert "| 1 | 100 B | 4 | " in out and "| 2 | 100 B | 2/2 | " in out, out
     assert "FAILURES" not in out
+
+
+def test_commit_bench_smoke() -> None:
+    out = _run("commit_bench.py", "--brokers", "pykbroker,pykbroker-fsync", "--groups", "3", "--seconds", "1")
+    lines = [line for line in out.splitlines() if line.startswith("| pykbroker")]
+    assert [line.split("|")[1].strip() for line in lines] == ["pykbroker", "pykbroker-fsync"], out
+    for line in lines:
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        assert cells[1] == "3" and float(cells[2].replace(",", "")) > 0, out  # groups, commits/s

@@ -19,6 +19,7 @@ from tests.integration.conftest import (
     admin_for,
     consume_partitions,
     create_topic,
+    make_consumer,
     make_producer,
     produce_all,
     unique_topic,
@@ -265,3 +266,52 @@ def test_flipped_bytes_in_last_batch_after_crash_are_truncated(broker_factory: B
     got = consume_partitions(b, [TopicPartition(topic, 0, 0)], len(values))
     assert [m.value() for m in got] == values
     assert not set(last) & {m.value() for m in got}
+
+
+def test_commits_and_transactions_under_flush_on_ack_are_answered_and_survive_sigkill(
+        broker_factory: BrokerFactory) -> None:
+    """With log.flush.on.ack the coordinators answer a commit (and EndTxn) only once their record is
+    synced, through the same group commit as a produce: many groups committing at once are all answered,
+    and what they were told is there after kill -9 and recovery."""
+    b = broker_factory({"log.flush.on.ack": "true"})
+    topic = unique_topic("dur-coord")
+    create_topic(b, topic, partitions=2)
+    produce_all(make_producer(b), topic, [{"value": f"m{i}".encode(), "partition": i % 2} for i in range(20)])
+    groups = [unique_topic("g") for _ in range(8)]
+    failures: list[str] = []
+
+    def commit(i: int, group: str) -> None:
+        c = make_consumer(b, **{"group.id": group})
+        try:
+            for n in range(5):  # sequential commits of one group, the last one wins
+                c.commit(offsets=[TopicPartition(topic, i % 2, n + i)], asynchronous=False)
+        except Exception as e:  # reported below: a commit that was not answered
+            failures.append(f"{group}: {e}")
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=commit, args=(i, g), daemon=True) for i, g in enumerate(groups)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(CLIENT_TIMEOUT)
+    assert not failures and not any(t.is_alive() for t in threads), failures
+
+    tp = make_producer(b, **{"transactional.id": unique_topic("tx")})
+    tp.init_transactions(CLIENT_TIMEOUT)
+    tp.begin_transaction()
+    produce_all(tp, topic, [{"value": f"tx{i}".encode(), "partition": 0} for i in range(5)])
+    tp.commit_transaction(CLIENT_TIMEOUT)
+
+    b.kill()
+    b.start()
+    for i, group in enumerate(groups):
+        c = make_consumer(b, **{"group.id": group})
+        try:
+            committed = c.committed([TopicPartition(topic, i % 2)], timeout=CLIENT_TIMEOUT)
+        finally:
+            c.close()
+        assert committed[0].offset == 4 + i, (group, committed)
+    read_committed: dict[str, Any] = {"isolation.level": "read_committed"}
+    got = consume_partitions(b, [TopicPartition(topic, 0, 0)], 15, **read_committed)
+    assert [m.value() for m in got if (m.value() or b"").startswith(b"tx")] == [f"tx{i}".encode() for i in range(5)]

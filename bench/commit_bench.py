@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Offset-commit figures: synchronous commits from many consumer groups at once, with and without
+``log.flush.on.ack``.
+
+Starts each broker of ``--brokers`` (pykbroker, pykbroker-fsync, or kafka / kafka-fsync with
+``--kafka-cmd``, as bench.py does) on a free 127.0.0.1 port, creates a one-partition topic, then runs
+``--groups`` confluent-kafka consumers, each in a group of its own and in a thread of its own, that commit
+an ever larger offset synchronously (``commit(asynchronous=False)``, no group membership: a "simple"
+consumer's commit, as Kafka allows) as fast as they can for ``--seconds``.  Each group hashes to its own
+``__consumer_offsets`` partition or shares one; with ``log.flush.on.ack`` every commit is answered only
+once its record is on disk.
+
+Figures: commits a second over all groups, commit latency p50 / p99 / max, broker CPU seconds per
+thousand commits.  Every loop is bounded by ``--seconds``; the run exits 1 if a commit failed.
+
+    .venv/bin/python bench/commit_bench.py [--brokers pykbroker,pykbroker-fsync] [--groups 20]
+        [--seconds 10] [--pykbroker-bin PATH] [--pykbroker-override KEY=VALUE ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import bench as B
+
+
+def _committer(bootstrap: str, topic: str, group: str, seconds: float, start: threading.Event,
+               latencies: list[float], errors: list[str]) -> None:
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                  "socket.nagle.disable": True})
+    try:
+        c.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)  # coordinator found, connected
+        start.wait(30)
+        deadline = time.perf_counter() + seconds
+        offset = 1
+        for _ in range(10_000_000):
+            t0 = time.perf_counter()
+            if t0 >= deadline:
+                break
+            try:
+                c.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
+            except KafkaException as e:
+                errors.append(f"{group}: {e}")
+                return
+            latencies.append(time.perf_counter() - t0)
+            offset += 1
+    except Exception as e:  # reported; the run exits 1
+        errors.append(f"{group}: {B.err_str(e)}")
+    finally:
+        c.close()
+
+
+def run(target: B.Target, args: argparse.Namespace) -> dict[str, object]:
+    from confluent_kafka.admin import AdminClient
+
+    topic = f"commits-{uuid.uuid4().hex[:8]}"
+    B.create_topic(target, topic, 1, 60)
+    admin = AdminClient({"bootstrap.servers": target.bootstrap})
+    if not B.wait_partitions_online(admin, topic, 1, 60):
+        return {"broker": target.label, "error": "topic not ready"}
+    per_group: list[list[float]] = [[] for _ in range(args.groups)]
+    errors: list[str] = []
+    start = threading.Event()
+    run_id = uuid.uuid4().hex[:6]
+    threads = [threading.Thread(target=_committer, daemon=True,
+                                args=(target.bootstrap, topic, f"bench-{run_id}-{i}", args.seconds, start,
+                                      per_group[i], errors))
+               for i in range(args.groups)]
+    for t in threads:
+        t.start()
+    time.sleep(min(10.0, 1.0 + 0.1 * args.groups))  # every consumer has found its coordinator
+    s0 = B.snap(target.pid)
+    start.set()
+    for t in threads:
+        t.join(args.seconds + 60)
+    s1 = B.snap(target.pid)
+    lat = sorted(x for g in per_group for x in g)
+    n = len(lat)
+    elapsed = s1.t - s0.t
+    cpu = s1.broker.cpu_since(s0.broker) if s0.broker and s1.broker else None
+    return {
+        "broker": target.label,
+        "commits": n,
+        "commits/s": n / elapsed if elapsed > 0 else 0.0,
+        "p50 ms": (B.pct(lat, 50) or 0) * 1000,
+        "p99 ms": (B.pct(lat, 99) or 0) * 1000,
+        "max ms": (lat[-1] if lat else 0) * 1000,
+        "broker CPU-s / 1,000 commits": cpu / n * 1000 if cpu is not None and n else None,
+        "broker CPU %": cpu / elapsed * 100 if cpu is not None and elapsed > 0 else None,
+        "errors": errors[:5],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--brokers", default="pykbroker,pykbroker-fsync")
+    ap.add_argument("--groups", type=int, default=20)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--pykbroker-bin", default=None)
+    ap.add_argument("--pykbroker-override", action="append", default=[])
+    ap.add_argument("--kafka-cmd", default=None)
+    ap.add_argument("--tansu-bin", default=None)
+    args = ap.parse_args(argv)
+    workdir = tempfile.mkdtemp(prefix="pykbroker-commit-bench-")
+    failed = False
+    try:
+        targets = B.compare_targets(args, workdir)
+        print(f"machine: {B.machine_facts()}")
+        print(f"command: {' '.join(sys.argv)}")
+        print("| broker | groups | commits/s | p50 ms | p99 ms | max ms | broker CPU-s / 1,000 commits "
+              "| broker CPU % |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for t in targets:
+            if t.dead:
+                print(f"| {t.label} | not run: {'; '.join(t.notes)} |")
+                continue
+            try:
+                r = run(t, args)
+            finally:
+                B.stop_broker(t)
+            if r.get("error") or r["errors"]:
+                failed = True
+                print(f"| {t.label} | failed: {r.get('error') or r['errors']} |")
+                continue
+            cpu_k, cpu_pct = r["broker CPU-s / 1,000 commits"], r["broker CPU %"]
+            print(f"| {t.label} | {args.groups} | {r['commits/s']:,.0f} | {r['p50 ms']:.2f} | {r['p99 ms']:.2f} | "
+                  f"{r['max ms']:.1f} | {B._fmt(cpu_k, 3)} | {B._fmt(cpu_pct, 0)} |")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
