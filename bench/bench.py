@@ -63,7 +63,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 try:
-    from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Producer, TopicPartition
+    from confluent_kafka import (
+        OFFSET_BEGINNING,
+        TIMESTAMP_LOG_APPEND_TIME,
+        KafkaError,
+        KafkaException,
+        Producer,
+        TopicPartition,
+    )
     from confluent_kafka import Consumer as _Consumer
     from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 except ImportError:  # pragma: no cover - reported at run time
@@ -439,12 +446,13 @@ def wait_partitions_online(admin: AdminClient, topic: str, partitions: int, time
     return False
 
 
-def create_topic(target: Target, topic: str, partitions: int, timeout: float) -> None:
-    """CreateTopics, falling back to auto-creation via metadata/produce."""
+def create_topic(target: Target, topic: str, partitions: int, timeout: float,
+                 config: dict[str, str] | None = None) -> None:
+    """CreateTopics (with ``config`` as its topic configs), falling back to auto-creation via metadata/produce."""
     admin = AdminClient(common_conf(target.bootstrap))
     try:
         fut = admin.create_topics(
-            [NewTopic(topic, num_partitions=partitions, replication_factor=1)],
+            [NewTopic(topic, num_partitions=partitions, replication_factor=1, config=config or {})],
             operation_timeout=min(timeout, 10),
             request_timeout=min(timeout, 15),
         )[topic]
@@ -637,9 +645,14 @@ def phase_consume(target: Target, sc: Scenario, topic: str, expected: int, args:
 
 
 def _e2e_consumer(
-    bootstrap: str, topic: str, partitions: int, timeout: float, q: Any, conf_extra: dict[str, Any]
+    bootstrap: str, topic: str, partitions: int, timeout: float, q: Any, conf_extra: dict[str, Any],
+    split: bool = False,
 ) -> None:
-    """Runs in a separate (spawned) process; reports latencies in ns via ``q``."""
+    """Runs in a separate (spawned) process; reports latencies in ns via ``q``.
+
+    ``split`` (``--e2e-split``): the topic stamps LogAppendTime and each payload carries its wall-clock
+    send time after the flag, so each latency also splits into send -> append and append -> poll
+    (millisecond resolution: the broker's timestamp is in ms)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         conf = {
@@ -656,6 +669,8 @@ def _e2e_consumer(
         q.put(("ready", None))
         deadline = time.monotonic() + timeout
         lat: list[int] = []
+        before: list[int] = []  # send -> the broker's append (ns), with split
+        after: list[int] = []  # the broker's append -> poll (ns), with split
         warm = 0
         end_expected: int | None = None
         end_deadline = None
@@ -668,6 +683,7 @@ def _e2e_consumer(
             if first is None:
                 continue
             now = mono()
+            wall_now = time.time_ns()
             msgs = [first, *c.consume(1000, 0)]
             for m in msgs:
                 if m.error() is not None:
@@ -676,13 +692,19 @@ def _e2e_consumer(
                 flag = v[8]
                 if flag == FLAG_MEASURE:
                     lat.append(now - int.from_bytes(v[:8], "big"))
+                    ts_type, ts_ms = m.timestamp()
+                    if split and ts_type == TIMESTAMP_LOG_APPEND_TIME:
+                        appended_ns = ts_ms * 1_000_000
+                        before.append(appended_ns - int.from_bytes(v[9:17], "big"))
+                        after.append(wall_now - appended_ns)
                 elif flag == FLAG_WARMUP:
                     warm += 1
                 elif flag == FLAG_END:
                     end_expected = int.from_bytes(v[9:17], "big")
                     end_deadline = time.monotonic() + 3.0
         c.close()
-        q.put(("done", {"lat_ns": lat, "warmup": warm, "end_expected": end_expected}))
+        q.put(("done", {"lat_ns": lat, "warmup": warm, "end_expected": end_expected, "before_ns": before,
+                        "after_ns": after}))
     except Exception as e:
         q.put(("error", err_str(e)))
 
@@ -694,7 +716,8 @@ def phase_e2e(target: Target, sc: Scenario, topic: str, args: argparse.Namespace
     e2e_conf = {} if args.e2e_fetch_wait_ms is None else {"fetch.wait.max.ms": args.e2e_fetch_wait_ms}
     proc = ctx.Process(
         target=_e2e_consumer,
-        args=(target.bootstrap, topic, sc.partitions, dur + warm_s + args.phase_timeout, q, e2e_conf),
+        args=(target.bootstrap, topic, sc.partitions, dur + warm_s + args.phase_timeout, q, e2e_conf,
+              args.e2e_split),
         daemon=True,
     )
     proc.start()
@@ -716,7 +739,9 @@ def phase_e2e(target: Target, sc: Scenario, topic: str, args: argparse.Namespace
             }
         )
         p.list_topics(topic=topic, timeout=10)
-        filler = os.urandom(max(0, sc.size - E2E_HEADER))
+        split = args.e2e_split
+        filler = os.urandom(max(0, sc.size - E2E_HEADER - (8 if split else 0)))
+        wall = time.time_ns
         ack: list[float] = []
         errors: dict[str, int] = {}
 
@@ -744,7 +769,10 @@ def phase_e2e(target: Target, sc: Scenario, topic: str, args: argparse.Namespace
             while sent < due:
                 fl = flag_m if now >= measure_start else flag_w
                 try:
-                    p.produce(topic, mono().to_bytes(8, "big") + fl + filler, on_delivery=on_delivery)
+                    head = mono().to_bytes(8, "big") + fl
+                    if split:  # the wall-clock send time, to set against the broker's LogAppendTime
+                        head += wall().to_bytes(8, "big")
+                    p.produce(topic, head + filler, on_delivery=on_delivery)
                 except BufferError:
                     p.poll(0.001)
                     break
@@ -788,6 +816,13 @@ def phase_e2e(target: Target, sc: Scenario, topic: str, args: argparse.Namespace
                 "elapsed_s": time.monotonic() - start,
             }
         )
+        if split:
+            b_ms, a_ms = [x / 1e6 for x in val["before_ns"]], [x / 1e6 for x in val["after_ns"]]
+            res["note"] = (f"split over {len(b_ms):,} messages (ms; LogAppendTime has ms resolution): "
+                           f"send -> append p50 {_fmt(pct(b_ms, 50), 2)} p99 {_fmt(pct(b_ms, 99), 2)} "
+                           f"max {_fmt(max(b_ms) if b_ms else None, 1)}; append -> poll p50 "
+                           f"{_fmt(pct(a_ms, 50), 2)} p99 {_fmt(pct(a_ms, 99), 2)} "
+                           f"max {_fmt(max(a_ms) if a_ms else None, 1)}")
         if s0.broker and s1.broker:
             res["broker_cpu_pct"] = 100.0 * s1.broker.cpu_since(s0.broker) / (s1.t - s0.t)
             res["broker_rss_kib_after"] = s1.broker.rss_kib
@@ -871,7 +906,9 @@ def run_scenario(target: Target, sc: Scenario, args: argparse.Namespace, run_id:
     ]
     if args.e2e_seconds > 0:
         phases.append(("drop", lambda: delete_topics(target, [topic], args.phase_timeout)))
-        phases.append(("create_e2e", lambda: create_topic(target, topic + "-e2e", sc.partitions, 30)))
+        e2e_topic_config = {"message.timestamp.type": "LogAppendTime"} if args.e2e_split else None
+        phases.append(("create_e2e", lambda: create_topic(target, topic + "-e2e", sc.partitions, 30,
+                                                          e2e_topic_config)))
         phases.append(("e2e", lambda: phase_e2e(target, sc, topic + "-e2e", args)))
     for name, fn in phases:
         if not target.alive():
@@ -1229,6 +1266,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--e2e-seconds", type=float, default=5, help="measured e2e seconds (0 skips the phase)")
     ap.add_argument("--e2e-warmup", type=float, default=1, help="unmeasured e2e warm-up seconds")
     ap.add_argument("--e2e-linger-ms", type=float, default=1, help="producer linger.ms in the e2e phase")
+    ap.add_argument("--e2e-split", action="store_true",
+                    help="split each e2e latency at the broker's append: the e2e topic stamps LogAppendTime and "
+                         "payloads carry their wall-clock send time (same-host clocks; ms resolution); the "
+                         "split's percentiles are printed in the notes")
     ap.add_argument(
         "--e2e-fetch-wait-ms", type=int, default=None, help="consumer fetch.wait.max.ms in e2e (default: 500)"
     )

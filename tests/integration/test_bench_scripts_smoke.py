@@ -53,6 +53,18 @@ def test_bench_smoke() -> None:
     assert "| 100B acks=1 p=20 | pykbroker |" in out and "FAIL" not in out.split("CPU (broker")[0]
 
 
+def test_bench_e2e_split_smoke() -> None:
+    """--e2e-split: the e2e topic stamps LogAppendTime and every measured message is split at the append."""
+    out = _run("bench.py", "--compare", "--brokers", "pykbroker", "--sizes", "100", "--acks", "1",
+               "--count-small", "1000", "--e2e-seconds", "1", "--e2e-rate", "500", "--wait-idle", "0",
+               "--e2e-split")
+    notes = [line for line in out.splitlines() if "e2e: split over" in line]
+    assert len(notes) == 1, out
+    measured = int(notes[0].split("split over ")[1].split(" ")[0].replace(",", ""))
+    assert measured >= 450, notes  # every measured message of the 1 s at 500 msg/s carried the split
+    assert "send -> append p50" in notes[0] and "append -> poll p50" in notes[0]
+
+
 def test_bench_kafka_command_contract(tmp_path: Path) -> None:
     """--brokers kafka-fsync --kafka-cmd: the script gets PORT and DATA_DIR, $CONTROLLER_PORT and the
     extra server properties (Kafka's flush-every-message counterpart of log.flush.on.ack).  Apache Kafka
