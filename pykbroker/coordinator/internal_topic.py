@@ -9,6 +9,7 @@ the coordinator appends its records there as local, non-client appends.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -35,7 +36,10 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+@functools.lru_cache(maxsize=65536)
 def java_string_hash(s: str) -> int:
+    """Java's ``String.hashCode`` (over UTF-16 code units).  Cached: every group and transaction request
+    hashes its id, a loop over its characters here, and the same ids come back all the time."""
     h = 0
     data = s.encode("utf-16-be")
     for i in range(0, len(data), 2):
