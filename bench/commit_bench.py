@@ -35,20 +35,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench as B
 
 
-def _committer(bootstrap: str, topic: str, group: str, seconds: float, start: threading.Event,
-               latencies: list[float], errors: list[str], retried: list[str]) -> None:
+def _committer(bootstrap: str, topic: str, group: str, seconds: float, ready: threading.Semaphore,
+               start: threading.Event, latencies: list[float], errors: list[str], retried: list[str]) -> None:
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
                   "socket.nagle.disable": True})
+    signalled = False
     try:
-        c.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)  # coordinator found, connected
-        start.wait(30)
-        deadline = time.perf_counter() + seconds
-        offset = 1
+        offset, deadline = 0, None  # offset 0 is the unmeasured first commit: coordinator found, connected
         for _ in range(10_000_000):
             t0 = time.perf_counter()
-            if t0 >= deadline:
+            if deadline is not None and t0 >= deadline:
                 break
             try:
                 c.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
@@ -60,34 +58,40 @@ def _committer(bootstrap: str, topic: str, group: str, seconds: float, start: th
                     continue
                 errors.append(f"{group}: {e}")
                 return
-            latencies.append(time.perf_counter() - t0)
+            if deadline is None:
+                ready.release()
+                signalled = True
+                start.wait(60)
+                deadline = time.perf_counter() + seconds
+            else:
+                latencies.append(time.perf_counter() - t0)
             offset += 1
     except Exception as e:  # reported; the run exits 1
         errors.append(f"{group}: {B.err_str(e)}")
     finally:
+        if not signalled:  # failed before its first commit: the run does not wait for it
+            ready.release()
         c.close()
 
 
 def run(target: B.Target, args: argparse.Namespace) -> dict[str, object]:
-    from confluent_kafka.admin import AdminClient
-
     topic = f"commits-{uuid.uuid4().hex[:8]}"
-    B.create_topic(target, topic, 1, 60)
-    admin = AdminClient({"bootstrap.servers": target.bootstrap})
-    if not B.wait_partitions_online(admin, topic, 1, 60):
-        return {"broker": target.label, "error": "topic not ready"}
+    B.create_topic(target, topic, 1, 60)  # returns once ListOffsets answers for the partition
     per_group: list[list[float]] = [[] for _ in range(args.groups)]
     errors: list[str] = []
     retried: list[str] = []  # groups, once per retriable error (NOT_COORDINATOR while offsets load, ...)
+    ready = threading.Semaphore(0)  # one release per consumer, once its first commit is answered (or failed)
     start = threading.Event()
     run_id = uuid.uuid4().hex[:6]
     threads = [threading.Thread(target=_committer, daemon=True,
-                                args=(target.bootstrap, topic, f"bench-{run_id}-{i}", args.seconds, start,
+                                args=(target.bootstrap, topic, f"bench-{run_id}-{i}", args.seconds, ready, start,
                                       per_group[i], errors, retried))
                for i in range(args.groups)]
     for t in threads:
         t.start()
-    time.sleep(min(10.0, 1.0 + 0.1 * args.groups))  # every consumer has found its coordinator
+    waited_until = time.monotonic() + 60
+    for _ in range(args.groups):  # every consumer has found its coordinator (bounded: 60 s in all)
+        ready.acquire(timeout=max(0.0, waited_until - time.monotonic()))
     s0 = B.snap(target.pid)
     start.set()
     for t in threads:
