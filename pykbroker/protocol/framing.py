@@ -23,17 +23,39 @@ class FrameTooLarge(FrameError):
     pass
 
 
+# A frame at least this large is gathered as a list of the chunks received and joined once, instead
+# of growing one buffer: growing a buffer by ``+=`` reallocates it, and beside other growing buffers
+# the heap keeps the old copies, so a connection reading 40 MiB of a large request could cost 60-80 MiB.
+LARGE_FRAME = 1 << 20
+
+
 class FrameDecoder:
     """Feed bytes in, take whole frames out (without their size prefix)."""
 
-    __slots__ = ("_buf", "_max_size", "_pos")
+    __slots__ = ("_buf", "_max_size", "_parts", "_parts_size", "_pos", "_size")
 
     def __init__(self, max_size: int) -> None:
         self._buf = bytearray()
         self._pos = 0
         self._max_size = max_size
+        # A large frame being gathered: its size, its bytes received so far (their total in _parts_size).
+        self._size = -1
+        self._parts: list[bytes] = []
+        self._parts_size = 0
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
+        if self._size >= 0:
+            missing = self._size - self._parts_size
+            if len(data) <= missing:
+                self._parts.append(bytes(data))
+                self._parts_size += len(data)
+                return
+            with memoryview(data) as view:
+                self._parts.append(bytes(view[:missing]))
+                self._parts_size += missing
+                rest = bytes(view[missing:])
+            self._buf += rest  # the next frame's bytes: the buffer is empty while a large frame is gathered
+            return
         if self._pos and self._pos == len(self._buf):
             self._buf.clear()
             self._pos = 0
@@ -41,13 +63,16 @@ class FrameDecoder:
 
     @property
     def buffered(self) -> int:
-        return len(self._buf) - self._pos
+        """Bytes received and not yet taken as frames (a large frame's gathered bytes count, its size not)."""
+        return len(self._buf) - self._pos + (4 + self._parts_size if self._size >= 0 else 0)
 
     def peek_size(self) -> int | None:
         """Size of the frame being read, once its four size bytes have arrived (else None).
 
         Raises FrameTooLarge for a size above the limit and FrameError for a negative size.
         """
+        if self._size >= 0:
+            return self._size
         if len(self._buf) - self._pos < 4:
             return None
         (size,) = _SIZE.unpack_from(self._buf, self._pos)
@@ -62,6 +87,13 @@ class FrameDecoder:
 
         Raises FrameTooLarge for a size above the limit and FrameError for a negative size.
         """
+        if self._size >= 0:
+            if self._parts_size < self._size:
+                return None
+            parts = self._parts
+            frame = parts[0] if len(parts) == 1 else b"".join(parts)
+            self._size, self._parts, self._parts_size = -1, [], 0
+            return frame
         size = self.peek_size()
         if size is None:
             return None
@@ -69,6 +101,14 @@ class FrameDecoder:
         pos = self._pos
         end = pos + 4 + size
         if len(buf) < end:
+            if size >= LARGE_FRAME:  # gather the rest in parts (see LARGE_FRAME)
+                with memoryview(buf) as view:
+                    head = bytes(view[pos + 4 :])
+                self._size = size
+                self._parts = [head] if head else []
+                self._parts_size = len(head)
+                buf.clear()
+                self._pos = 0
             return None
         with memoryview(buf) as view:  # one copy of the frame, not a slice and then a copy
             frame = bytes(view[pos + 4 : end])

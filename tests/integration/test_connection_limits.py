@@ -278,9 +278,10 @@ def test_request_memory_pool_bounds_rss_and_slow_requests_are_dropped(broker_fac
             time.sleep(0.05)
         growth = (peak - rss0) / MiB
         fully_sent = sum(1 for n in sent if n == target)
-        # Two requests got memory and were read; without the pool all eight would be (~320 MiB).
+        # Two requests got memory and were read (80 MiB, held as received: 79-80 MiB measured); without the
+        # pool all eight would be (~320 MiB). Grown buffers used to cost up to twice what was read.
         assert fully_sent >= 2, f"sent per connection: {[n // MiB for n in sent]} MiB"
-        assert growth < 160, f"RSS grew by {growth:.0f} MiB (sent {[n // MiB for n in sent]} MiB)"
+        assert growth < 120, f"RSS grew by {growth:.0f} MiB (sent {[n // MiB for n in sent]} MiB)"
         assert "request memory exhausted (queued.max.request.bytes=104857600" in b.log()
         # Every half-sent request is dropped after the receive timeout; the waiting ones get memory
         # in turn and are dropped in turn.

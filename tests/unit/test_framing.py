@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import struct
+from unittest import mock
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pykbroker.protocol import framing
 from pykbroker.protocol.framing import FrameDecoder, FrameError, FrameTooLarge, encode_frame
 from pykbroker.protocol.header import (
     HeaderError,
@@ -28,6 +30,43 @@ def test_frames_survive_any_chunking(payloads: list[bytes], chunk: int) -> None:
             out.append(f)
     assert out == payloads
     assert dec.buffered == 0
+
+
+@given(st.lists(st.binary(max_size=300), max_size=20), st.integers(min_value=1, max_value=64),
+       st.integers(min_value=0, max_value=40))
+def test_large_frames_gathered_in_parts_survive_any_chunking(payloads: list[bytes], chunk: int,
+                                                             large: int) -> None:
+    """Frames at least LARGE_FRAME long are gathered as parts; with the bound lowered, any chunking of a
+    stream mixing both kinds gives the same frames, and ``buffered`` counts what has not been taken."""
+    stream = b"".join(encode_frame(p) for p in payloads)
+    dec = FrameDecoder(max_size=1000)
+    out = []
+    taken = 0
+    with mock.patch.object(framing, "LARGE_FRAME", large):
+        for i in range(0, len(stream), chunk):
+            dec.feed(stream[i : i + chunk])
+            while (f := dec.next_frame()) is not None:
+                out.append(f)
+                taken += 4 + len(f)
+            assert dec.buffered == min(i + chunk, len(stream)) - taken
+    assert out == payloads
+    assert dec.buffered == 0
+
+
+def test_large_frame_is_held_as_the_chunks_received() -> None:
+    """A large request is kept as its received chunks, not in a buffer grown (and copied) by each one."""
+    size = 3 * framing.LARGE_FRAME
+    chunk = bytes(range(256)) * 1024
+    dec = FrameDecoder(max_size=size)
+    dec.feed(struct.pack(">i", size) + chunk)
+    assert dec.peek_size() == size and dec.next_frame() is None
+    for _ in range(size // len(chunk) - 2):
+        dec.feed(chunk)
+        assert dec.next_frame() is None
+    assert len(dec._buf) == 0 and dec.buffered == 4 + size - len(chunk)
+    dec.feed(chunk + struct.pack(">i", 2) + b"ab")
+    assert dec.next_frame() == chunk * (size // len(chunk))
+    assert dec.next_frame() == b"ab" and dec.next_frame() is None and dec.buffered == 0
 
 
 def test_oversized_frame_rejected_before_body_arrives() -> None:
