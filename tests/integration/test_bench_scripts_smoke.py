@@ -134,3 +134,11 @@ def test_commit_bench_smoke() -> None:
     for line in lines:
         cells = [c.strip() for c in line.split("|")[1:-1]]
         assert cells[1] == "3" and float(cells[2].replace(",", "")) > 0, out  # groups, commits/s
+
+
+def test_connection_bench_smoke() -> None:
+    out = _run("connection_bench.py", "--brokers", "pykbroker", "--seconds", "0.5")
+    rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith("| pykbroker")]
+    assert [r[1].strip() for r in rows] == ["connect + ApiVersions + close", "ApiVersions round trip"], out
+    for r in rows:
+        assert float(r[2].replace(",", "")) > 0 and r[5].strip() not in ("", "-"), out  # ops/s, broker CPU

@@ -140,3 +140,25 @@ def test_produce_with_record_errors_falls_back() -> None:
 def test_versions_outside_the_range_fall_back() -> None:
     assert encode_produce_response(2, {"responses": [], "throttle_time": 0}) is None
     assert encode_fetch_response(3, {"throttle_time": 0, "responses": []}) is None
+
+
+@pytest.mark.parametrize("version", range(5))
+def test_api_versions_answers_are_kio_bytes_encoded_once(version: int) -> None:
+    from pykbroker.protocol import fast_codec
+    from pykbroker.server.dispatcher import INTER_BROKER_APIS, SHARE_APIS, api_versions_body
+
+    encode = fast_codec.FAST_ENCODERS[18]
+    bodies = [api_versions_body(ErrorCode.none, version, INTER_BROKER_APIS),
+              api_versions_body(ErrorCode.none, version, SHARE_APIS | INTER_BROKER_APIS),
+              api_versions_body(ErrorCode.unsupported_version, version),
+              {**api_versions_body(ErrorCode.none, version), "throttle_time": 250,
+               "supported_features": [{"name": "group.version", "min_version": 1, "max_version": 1}]}]
+    answers = []
+    for body in bodies:
+        first = encode(version, body)
+        assert first == [codec.encode_response(18, version, body)]
+        again = encode(version, dict(body))  # an equal body built anew: the same bytes, not encoded again
+        assert again is not None and again[0] is first[0]
+        answers.append(first[0])
+    assert len(set(answers)) == len(answers)  # every field is part of the key
+    assert encode(version, {**bodies[0], "some_new_field": 1}) is None  # a field the memo does not know
