@@ -405,11 +405,12 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
            "listeners always use 1. An eager reader takes away the backpressure that makes producers batch, "
            "and each smaller request is one more acknowledgement for the followers (docs/performance.md, "
            "2026-11-26).", at_least(1)),
-        _D("pykbroker.max.inflight.flush.requests.per.connection", "int", 32,
+        _D("pykbroker.max.inflight.flush.requests.per.connection", "int", 1024,
            "pykbroker: as pykbroker.max.inflight.requests.per.connection, while the unanswered requests wait "
            "only for this broker's fsync (log.flush.on.ack), not for the ISR. One fsync covers them all, and a "
            "connection that stops reading stops appending, so a slow fsync would hold up the partition's "
-           "consumers too (docs/performance.md, 2026-11-26, fifth session). TLS listeners always use 1.", at_least(1)),
+           "consumers too: at 1,000 requests a second, 1024 rides out a one-second fsync (docs/performance.md, "
+           "2026-11-26 and 2026-11-27). The byte bound still applies. TLS listeners always use 1.", at_least(1)),
         _D("pykbroker.max.inflight.bytes.per.connection", "long", 4 * 1024 * 1024,
            "pykbroker: the connection also stops reading while its unanswered requests hold this many request "
            "bytes (a single request may be larger).", at_least(1)),
