@@ -63,7 +63,7 @@ class FrameDecoder:
 
     @property
     def buffered(self) -> int:
-        """Bytes received and not yet taken as frames (a large frame's gathered bytes count, its size not)."""
+        """Bytes received and not yet taken as frames (a large frame being gathered counts its size prefix too)."""
         return len(self._buf) - self._pos + (4 + self._parts_size if self._size >= 0 else 0)
 
     def peek_size(self) -> int | None:
