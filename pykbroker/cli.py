@@ -42,10 +42,17 @@ def _serve(args: argparse.Namespace) -> int:
                  ", ".join(config.no_effect_keys()))
     from pykbroker.server.allocator import tune_allocator
     from pykbroker.server.broker import Broker, StartupError
+    from pykbroker.server.cpu_slice import SliceUnavailable, apply_time_slice
     from pykbroker.server.gil import set_switch_interval
 
     tune_allocator()
     set_switch_interval(config["pykbroker.gil.switch.interval.us"])
+    try:  # before the broker starts its threads, which inherit it
+        apply_time_slice(config["pykbroker.scheduler.slice.us"],
+                         explicit=config.is_explicit("pykbroker.scheduler.slice.us"))
+    except SliceUnavailable as e:
+        log.error("cannot start: pykbroker.scheduler.slice.us=%d: %s", config["pykbroker.scheduler.slice.us"], e)
+        return 1
 
     try:
         broker = Broker(config)
