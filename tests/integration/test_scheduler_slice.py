@@ -5,23 +5,16 @@ slice the process was started with; an explicit value the kernel cannot keep fai
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 from pykbroker.server.cpu_slice import thread_slice_ns
 from tests.integration.conftest import BrokerFactory, create_topic, make_producer, produce_all, unique_topic
 from tests.support.broker import BrokerProcess
+from tests.support.slices import kernel_keeps_slices
 
 
 def _broker_slices(b: BrokerProcess) -> dict[int, int]:
     assert b.proc is not None
     return {int(t): thread_slice_ns(int(t)) for t in os.listdir(f"/proc/{b.proc.pid}/task")}
-
-
-def _kernel_keeps_slices() -> bool:
-    """Asked in a child, so that this test process keeps its own slice."""
-    code = "from pykbroker.server.cpu_slice import request_time_slice as r\ntry:\n r(300)\nexcept Exception:\n exit(3)"
-    return subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
 
 
 def _flush_on_ack_traffic(b: BrokerProcess) -> None:
@@ -36,7 +29,7 @@ def test_every_broker_thread_runs_with_the_default_slice(broker_factory: BrokerF
     b = broker_factory({"log.flush.on.ack": "true"})
     _flush_on_ack_traffic(b)
     slices = _broker_slices(b)
-    if not _kernel_keeps_slices():  # an older kernel: the default is told in the log, the start goes on
+    if not kernel_keeps_slices():  # an older kernel: the default is told in the log, the start goes on
         assert "keep the kernel's default slice" in b.log()
         return
     assert len(slices) >= 3, slices  # the event loop, anyio's worker, the fsync thread(s)
@@ -51,7 +44,7 @@ def test_zero_leaves_the_slice_alone_and_an_explicit_value_is_taken(broker_facto
     assert set(_broker_slices(b0).values()) == {own}
 
     b1 = broker_factory({"log.flush.on.ack": "true", "pykbroker.scheduler.slice.us": "1000"}, start=False)
-    if not _kernel_keeps_slices():
+    if not kernel_keeps_slices():
         try:
             b1.start(timeout=20)
         except RuntimeError as e:  # the broker exits at start, saying why

@@ -17,6 +17,7 @@ from pykbroker import cli
 from pykbroker.config import BrokerConfig, ConfigError
 from pykbroker.server import cpu_slice
 from pykbroker.server.cpu_slice import SliceUnavailable, apply_time_slice, request_time_slice
+from tests.support.slices import kernel_keeps_slices
 
 KEY = "pykbroker.scheduler.slice.us"
 
@@ -60,15 +61,8 @@ def _probe(us: int) -> dict[str, Any]:
     return result
 
 
-def _kernel_keeps_slices() -> bool:
-    """Whether this kernel takes a slice per thread (Linux 6.12+): asked in a child, so that this test
-    process keeps its own."""
-    code = "from pykbroker.server.cpu_slice import request_time_slice as r\ntry:\n r(300)\nexcept Exception:\n exit(3)"
-    return subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
-
-
 def test_every_thread_takes_the_slice_and_new_threads_inherit_it() -> None:
-    if not _kernel_keeps_slices():
+    if not kernel_keeps_slices():
         with pytest.raises(SliceUnavailable, match="no slice per thread|refused"):
             request_time_slice(300)
         return
