@@ -28,7 +28,6 @@ log = logging.getLogger("pykbroker.cpu_slice")
 # sched_setattr / sched_getattr: asm-generic numbers, except x86_64's own table.
 _SYSCALLS = {"x86_64": (314, 315), "aarch64": (274, 275), "riscv64": (274, 275)}
 _FAIR_POLICIES = (0, 3)  # SCHED_OTHER, SCHED_BATCH: the policies a slice applies to
-MIN_US, MAX_US = 100, 100_000  # the kernel clamps a requested slice to this range
 
 
 class SliceUnavailable(Exception):
