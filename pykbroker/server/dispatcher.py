@@ -44,7 +44,7 @@ from pykbroker.server.handlers import admin, cluster, configs, fetch, metadata, 
 from pykbroker.server.handlers import quotas as client_quotas
 from pykbroker.server.handlers import sasl as sasl_handlers
 from pykbroker.server.handlers import telemetry as client_telemetry
-from pykbroker.server.parked import Parked
+from pykbroker.server.parked import Parked, Settled
 from pykbroker.server.transmit import Part, ResponseParts, frame
 
 log = logging.getLogger("pykbroker.requests")
@@ -325,9 +325,34 @@ class Dispatcher:
             raise self._failed(header, peer) from None
         if isinstance(body, Parked):
             parked = body
+            settle = None
+            if parked.settle is not None:
+                def settle(done: Settled[bytes | ResponseParts | None]) -> None:
+                    assert parked.settle is not None
+                    parked.settle(lambda answer, error: self._settled(
+                        answer, error, header, peer, session, started, usage, done))
             return Parked(lambda: self._finish_parked(parked, header, peer, session, started, usage),
-                          replicated=parked.replicated)
+                          replicated=parked.replicated, settle=settle)
         return self._respond(body, header, peer, session, started, usage)
+
+    def _settled(self, body: dict[str, Any] | None, error: BaseException | None, header: RequestHeader, peer: str,
+                 session: Session, started: float, usage: Usage | None,
+                 done: Settled[bytes | ResponseParts | None]) -> None:
+        """``_finish_parked`` for a request settled by a callback: its response, or the close, to ``done``."""
+        if error is None:
+            try:
+                response = self._respond(body, header, peer, session, started, usage)
+            except Exception as e:  # CloseConnection (an encoding failure) or a bug
+                error = e
+            else:
+                done(response, None)
+                return
+        if not isinstance(error, CloseConnection):  # a handler's bug ends its connection, never the broker
+            log.error("request failed api=%s version=%d client=%s peer=%s correlation_id=%d",
+                      codec.API_NAMES[header.api_key], header.api_version, header.client_id, peer,
+                      header.correlation_id, exc_info=error)
+            error = CloseConnection("internal error while handling the request")
+        done(None, error)
 
     async def _finish_parked(self, parked: Parked[dict[str, Any] | None], header: RequestHeader, peer: str,
                              session: Session, started: float, usage: Usage | None) -> bytes | ResponseParts | None:

@@ -4,8 +4,14 @@
 request used to take a worker thread of its own, and under CPU contention each of those threads had to be
 scheduled (and win the GIL) twice to learn that someone else's fsync covered it.  Here the requests of a log
 wait on the event loop instead: the first one starts an fsync covering everything appended so far, those
-that arrive meanwhile wait for it and, if it did not cover them, for the next one, which one of them starts.
-One worker thread and one wake-up per fsync, however many requests it acknowledges.
+that arrive meanwhile wait for it and, if it did not cover them, for the next one, which starts as soon as
+the one in flight ends.  One worker thread and one wake-up per fsync, however many requests it acknowledges.
+
+Waiting is a callback (``flush_then``), not a task: the fsync's end calls each covered request's callback,
+which writes its acknowledgement in the same pass of the event loop.  A task per produce request, woken by
+a future, cost two more loop passes and the task's own setup per acknowledgement, a sizeable part of the
+broker's CPU per request (docs/performance.md, "Acknowledging from the fsync's callback").  ``flush_to`` is
+the awaitable form, for callers that wait in a task anyway.
 
 The fsyncs run in a few long-lived threads of this module's own (``_Flushers``) rather than through
 ``anyio.to_thread``: at ~1,000 acknowledged requests a second anyio's per-call machinery (capacity limiter,
@@ -51,16 +57,8 @@ class Flushable(Protocol):
     def flush_to(self, offset: int) -> None: ...
 
 
-class _Flush:
-    __slots__ = ("done", "ok", "target")
-
-    def __init__(self, target: int) -> None:
-        self.target = target  # every offset below it was appended before this fsync started
-        self.ok = False
-        self.done = anyio.Event()
-
-
-_Job = tuple[Callable[[int], None], int, asyncio.AbstractEventLoop, "asyncio.Future[None]"]
+_Job = tuple[Callable[[int], None], int, asyncio.AbstractEventLoop, Callable[[BaseException | None], None]]
+FlushCallback = Callable[[BaseException | None], None]
 
 
 class _Flushers:
@@ -77,12 +75,9 @@ class _Flushers:
         self._threads = 0
         self._busy = 0
 
-    async def run(self, fn: Callable[[int], None], offset: int) -> None:
-        """``fn(offset)`` in a flusher thread.  A cancelled caller stops waiting (its connection or the
-        broker is closing); the fsync itself runs to its end, and ``Log.flush_to`` is safe to call again
-        meanwhile, so a request that starts the next one never acknowledges before its data is durable."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
+    def submit(self, fn: Callable[[int], None], offset: int, loop: asyncio.AbstractEventLoop,
+               done: FlushCallback) -> None:
+        """``fn(offset)`` in a flusher thread, then ``done(None or the exception)`` on ``loop``."""
         with self._lock:
             self._busy += 1
             start = self._busy > self._threads and self._threads < self.max_threads
@@ -90,24 +85,32 @@ class _Flushers:
                 self._threads += 1
         if start:
             threading.Thread(target=self._work, name="pykbroker-flush", daemon=True).start()
-        self._jobs.put((fn, offset, loop, future))
+        self._jobs.put((fn, offset, loop, done))
+
+    async def run(self, fn: Callable[[int], None], offset: int) -> None:
+        """``fn(offset)`` in a flusher thread.  A cancelled caller stops waiting (its connection or the
+        broker is closing); the fsync itself runs to its end, and ``Log.flush_to`` is safe to call again
+        meanwhile, so a request that starts the next one never acknowledges before its data is durable."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        self.submit(fn, offset, loop, lambda error: _settle(future, error))
         await future
 
     def _work(self) -> None:
         while True:
-            fn, offset, loop, future = self._jobs.get()
+            fn, offset, loop, done = self._jobs.get()
             error: BaseException | None = None
             try:
                 fn(offset)
-            except BaseException as e:  # handed to the waiting request (KafkaStorageError and the like)
+            except BaseException as e:  # handed to the waiting requests (KafkaStorageError and the like)
                 error = e
             with self._lock:
                 self._busy -= 1
             try:
-                loop.call_soon_threadsafe(_settle, future, error)
+                loop.call_soon_threadsafe(done, error)
             except RuntimeError:  # that event loop has closed meanwhile: nobody is waiting
                 pass
-            del fn, loop, future, error
+            del fn, loop, done, error
 
 
 def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
@@ -126,31 +129,27 @@ MAX_SYNC_THREADS = 8
 class _NativeSyncs:
     """One event loop's jobs in ``pykbroker._native.syncer``: native threads fdatasync descriptors that
     ``Log.begin_data_flush`` duplicated, without the GIL, and signal an eventfd this loop watches; one
-    reader callback then settles every finished job.  Holds no reference to the loop (the registry is
+    reader callback then reports every finished job.  Holds no reference to the loop (the registry is
     keyed weakly by it)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, syncer: Any) -> None:
         self._syncer = syncer
-        self._pending: dict[int, asyncio.Future[int]] = {}
+        self._pending: dict[int, Callable[[int], None]] = {}
         self._tokens = itertools.count()
         loop.add_reader(syncer.fileno(), self._collect)
 
     def _collect(self) -> None:
         for token, error in self._syncer.completed():
-            future = self._pending.pop(token, None)
-            if future is not None and not future.done():  # a cancelled waiter's sync ended anyway
-                future.set_result(error)
+            done = self._pending.pop(token, None)
+            if done is not None:
+                done(error)
 
-    async def run(self, fds: tuple[int, ...], dir_fd: int) -> int:
-        """Sync and close the descriptors; the errno of the first failure, or 0."""
+    def submit(self, fds: tuple[int, ...], dir_fd: int, done: Callable[[int], None]) -> None:
+        """Sync and close the descriptors, then ``done(errno of the first failure, or 0)`` on the loop.
+        Raises OSError when no thread could start: the descriptors are then still the caller's."""
         token = next(self._tokens)
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._syncer.submit(token, fds, dir_fd)  # OSError (no thread could start): the fds are still ours
-        self._pending[token] = future
-        try:
-            return await future
-        finally:
-            self._pending.pop(token, None)
+        self._syncer.submit(token, fds, dir_fd)
+        self._pending[token] = done
 
 
 _native: WeakKeyDictionary[asyncio.AbstractEventLoop, _NativeSyncs | None] = WeakKeyDictionary()
@@ -170,51 +169,99 @@ def _native_syncs(loop: asyncio.AbstractEventLoop) -> _NativeSyncs | None:
     return syncs
 
 
-async def _run_flush(log: Flushable, offset: int) -> None:
+class _LogFlushes:
+    """Group commit state of one log: the fsync in flight, who it covers, who waits for the next one."""
+
+    __slots__ = ("covered", "loop", "target", "waiting_next")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.target = 0  # every offset below it was appended before the fsync in flight started
+        self.covered: list[FlushCallback] = []  # their data is below ``target``
+        self.waiting_next: list[FlushCallback] = []  # appended after it started: the next fsync covers them
+
+
+# The fsync in flight per log; weak, so a deleted partition's log is not kept alive by it.
+_in_flight: WeakKeyDictionary[Flushable, _LogFlushes] = WeakKeyDictionary()
+
+
+def flush_then(log: Flushable, offset: int, done: FlushCallback) -> None:
+    """Call ``done(None)`` on this event loop once the log's data below ``offset`` is on disk, or
+    ``done(error)`` if the fsync failed (KafkaStorageError when the log dir failed).
+
+    The callback form is what a produce request uses: the acknowledgement is written from the callback,
+    with no task of its own and no extra pass of the event loop between the fsync's end and the answer.
+    ``done`` runs once, never inside this call, and must not raise."""
+    loop = asyncio.get_running_loop()
+    state = _in_flight.get(log)
+    if state is not None and state.loop is loop:  # (another loop's is stale: that loop stopped mid-fsync)
+        (state.covered if state.target >= offset else state.waiting_next).append(done)
+        return
+    state = _in_flight[log] = _LogFlushes(loop)
+    _start(log, state, [done])
+
+
+def _start(log: Flushable, state: _LogFlushes, callbacks: list[FlushCallback]) -> None:
+    """Start one fsync covering everything appended so far, for ``callbacks``."""
+    state.target = target = log.log_end_offset
+    state.covered = callbacks
+    loop = state.loop
+    split: Any = log if hasattr(log, "begin_data_flush") else None  # a Log; test doubles have flush_to alone
+    syncs = _native_syncs(loop) if split is not None else None
+    try:
+        if syncs is None:
+            _flushers.submit(log.flush_to, target, loop, lambda error: _finished(log, state, error))
+            return
+        flush = split.begin_data_flush(target)
+    except Exception as e:  # KafkaStorageError (the dir is offline), or no flusher thread could start
+        loop.call_soon(_finished, log, state, e)
+        return
+    if flush is None:  # durable already
+        loop.call_soon(_finished, log, state, None)
+        return
+
+    def synced(errno: int) -> None:
+        error: BaseException | None = None
+        try:
+            split.end_data_flush(flush, errno)  # KafkaStorageError for a failed sync
+        except BaseException as e:
+            error = e
+        _finished(log, state, error)
+
+    try:
+        syncs.submit(flush.fds, flush.dir_fd, synced)
+    except OSError:  # no thread could start: give the descriptors back and sync the ordinary way
+        split.abandon_data_flush(flush)
+        try:
+            _flushers.submit(log.flush_to, target, loop, lambda error: _finished(log, state, error))
+        except Exception as e:
+            loop.call_soon(_finished, log, state, e)
+
+
+def _finished(log: Flushable, state: _LogFlushes, error: BaseException | None) -> None:
+    """The fsync in flight ended: start the next one for those who arrived meanwhile, then answer those
+    it covered (a failed fsync fails them all: the log dir is offline, a retry would fail the same)."""
+    covered = state.covered
+    if state.waiting_next:
+        waiting, state.waiting_next = state.waiting_next, []
+        _start(log, state, waiting)
+    elif _in_flight.get(log) is state:
+        del _in_flight[log]
+    for done in covered:
+        try:
+            done(error)
+        except Exception:  # a caller's bug must not keep the others from their answer
+            _log.exception("a group commit callback failed")
+
+
+async def flush_to(log: Flushable, offset: int) -> None:
+    """Return once the log's data below ``offset`` is on disk; raises what ``Log.flush_to`` raises
+    (KafkaStorageError when the log dir failed).  A cancelled caller stops waiting; the fsync goes on."""
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:  # not on asyncio (anyio on trio): its thread pool
         await anyio.to_thread.run_sync(log.flush_to, offset)
         return
-    split: Any = log if hasattr(log, "begin_data_flush") else None  # a Log; test doubles have flush_to alone
-    if split is not None and (syncs := _native_syncs(loop)) is not None:
-        flush = split.begin_data_flush(offset)  # KafkaStorageError if the dir is offline
-        if flush is None:  # durable already
-            return
-        try:
-            error = await syncs.run(flush.fds, flush.dir_fd)
-        except OSError:  # not submitted (no thread could start): give it back and sync the ordinary way
-            split.abandon_data_flush(flush)
-            await _flushers.run(log.flush_to, offset)
-            return
-        split.end_data_flush(flush, error)  # KafkaStorageError for a failed sync
-        return
-    await _flushers.run(log.flush_to, offset)
-
-
-# The fsync in flight per log; weak, so a deleted partition's log is not kept alive by it.
-_in_flight: WeakKeyDictionary[Flushable, _Flush] = WeakKeyDictionary()
-MAX_ROUNDS = 1000  # each round waits for one fsync to end; no request waits for more than a few
-
-
-async def flush_to(log: Flushable, offset: int) -> None:
-    """Return once the log's data below ``offset`` is on disk; raises what ``Log.flush_to`` raises
-    (KafkaStorageError when the log dir failed)."""
-    for _ in range(MAX_ROUNDS):
-        current = _in_flight.get(log)
-        if current is not None:
-            await current.done.wait()
-            if current.ok and current.target >= offset:
-                return
-            continue  # it started before this append, or failed: the next fsync, led by one of the waiters
-        flush = _in_flight[log] = _Flush(log.log_end_offset)
-        try:
-            await _run_flush(log, flush.target)
-            flush.ok = True
-        finally:
-            if _in_flight.get(log) is flush:
-                del _in_flight[log]
-            flush.done.set()
-        if flush.target >= offset:
-            return
-    await _run_flush(log, offset)  # not reached in practice: an fsync of its own
+    future: asyncio.Future[None] = loop.create_future()
+    flush_then(log, offset, lambda error: _settle(future, error))
+    await future

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import logging
 import math
 import socket
@@ -46,7 +47,7 @@ from pykbroker.server.memory_pool import MemoryPool
 from pykbroker.server.parked import Parked
 from pykbroker.server.response_order import ResponseOrder, Slot
 from pykbroker.server.socket_reader import PlainReader
-from pykbroker.server.transmit import ResponseParts, transmit
+from pykbroker.server.transmit import ResponseParts, transmit, write_now
 
 log = logging.getLogger("pykbroker.network")
 
@@ -386,7 +387,10 @@ class SocketServer:
                     if isinstance(result, Parked):
                         slot = order.park(reserved, replicated=result.replicated)
                         reserved = 0
-                        parked.start_soon(self._finish_parked, stream_, conn, order, slot, result)
+                        if result.settle is not None:  # answered from a callback: no task of its own
+                            result.settle(functools.partial(self._settled, stream_, conn, order, slot, parked))
+                        else:
+                            parked.start_soon(self._finish_parked, stream_, conn, order, slot, result)
                     else:
                         order.ready(result, reserved)
                         reserved = 0
@@ -471,10 +475,69 @@ class SocketServer:
             log.exception("closing connection peer=%s after an unexpected error", conn.peer)
             self._stop_reading(conn, "unexpected error")
         finally:
-            progress = conn.progress
-            if progress.statistics().tasks_waiting:  # else nobody to wake: keep the event, unset
-                progress.set()
-                conn.progress = anyio.Event()
+            self._progressed(conn)
+
+    def _settled(self, stream_: ByteStream, conn: Connection, order: ResponseOrder, slot: Slot, tasks: TaskGroup,
+                 response: bytes | ResponseParts | None, error: BaseException | None) -> None:
+        """``_finish_parked`` for a request settled by a callback (``Parked.settle``): complete its slot and
+        write what is ready, in this pass of the event loop where the socket takes it at once."""
+        try:
+            if error is None:
+                order.complete(slot, response)
+            else:  # CloseConnection: close once the responses before it are written
+                order.fail(slot, str(error))
+            self._write_ready_now(stream_, conn, order, tasks)
+        except Exception:  # never out of the callback: the fsync's other requests still need their answers
+            log.exception("closing connection peer=%s after an unexpected error", conn.peer)
+            self._stop_reading(conn, "unexpected error")
+        finally:
+            self._progressed(conn)
+
+    def _write_ready_now(self, stream_: ByteStream, conn: Connection, order: ResponseOrder, tasks: TaskGroup) -> None:
+        """``_write_ready`` without waiting: responses the socket takes whole go out now; the first one that
+        must wait (a file range, a socket buffer not drained, a transport anyio has to write) and those
+        after it are left to a task."""
+        while (slot := order.take()) is not None:
+            response = slot.response
+            if slot.close_reason is None and isinstance(response, bytes):
+                written = write_now(stream_, response)
+                if written is not True:  # None: nothing written yet; False: written, the buffer to drain
+                    tasks.start_soon(self._write_taken, stream_, conn, order, slot, written is False)
+                    return
+            elif slot.close_reason is None and response is not None:  # fetched records left in their files
+                tasks.start_soon(self._write_taken, stream_, conn, order, slot, False)
+                return
+            order.written()
+            self.pool.release(slot.reserved)
+            slot.reserved = 0
+            if slot.close_reason is not None:  # every response before it is written
+                log.warning("closing connection peer=%s reason=%r", conn.peer, slot.close_reason)
+                self._stop_reading(conn, slot.close_reason)
+                return
+
+    async def _write_taken(self, stream_: ByteStream, conn: Connection, order: ResponseOrder, slot: Slot,
+                           drain_only: bool) -> None:
+        """Finish writing a slot ``_write_ready_now`` took (``drain_only``: its bytes are in the transport's
+        buffer already, wait for it to drain), then whatever is ready after it."""
+        try:
+            try:
+                if slot.response is not None:
+                    if drain_only:
+                        await stream_.send(b"")
+                    else:
+                        await transmit(stream_, slot.response, conn.peer)
+            finally:
+                order.written()
+                self.pool.release(slot.reserved)
+                slot.reserved = 0
+            await self._write_ready(stream_, conn, order)
+        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError):
+            self._stop_reading(conn, "the connection broke")
+        except Exception:
+            log.exception("closing connection peer=%s after an unexpected error", conn.peer)
+            self._stop_reading(conn, "unexpected error")
+        finally:
+            self._progressed(conn)
 
     async def _write_ready(self, stream_: ByteStream, conn: Connection, order: ResponseOrder) -> None:
         """Write the responses at the head of ``order`` that are ready, unless another task is writing
@@ -506,6 +569,14 @@ class SocketServer:
             await conn.progress.wait()
         conn.receive_scope = None
         return scope.cancelled_caught
+
+    @staticmethod
+    def _progressed(conn: Connection) -> None:
+        """A parked request completed: wake the reader if it waits for that (``_await_progress``)."""
+        progress = conn.progress
+        if progress.statistics().tasks_waiting:  # else nobody to wake: keep the event, unset
+            progress.set()
+            conn.progress = anyio.Event()
 
     @staticmethod
     def _stop_reading(conn: Connection, reason: str) -> None:

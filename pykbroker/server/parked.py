@@ -14,6 +14,9 @@ from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
+# How a settled request reports: (answer, None), or (None, the exception ``finish`` would have raised).
+Settled = Callable[[T | None, BaseException | None], None]
+
 
 class Parked(Generic[T]):
     """The rest of a request's work: ``finish`` is awaited exactly once and gives its answer.
@@ -21,10 +24,17 @@ class Parked(Generic[T]):
     ``replicated``: whether the wait includes other brokers (acks=all and the ISR), not just this broker's
     own fsync.  The network edge bounds the two differently (``ResponseOrder``): one fsync covers every
     request waiting for it, so reading on behind an fsync costs the disk nothing more, while each request
-    read behind a replication wait is one more acknowledgement for the followers to bring."""
+    read behind a replication wait is one more acknowledgement for the followers to bring.
 
-    __slots__ = ("finish", "replicated")
+    ``settle``, when given, is ``finish`` as a callback: ``settle(done)`` arranges for ``done(answer, None)``
+    or ``done(None, error)`` to be called once, later, on the event loop (never inside ``settle``).  The
+    network edge then answers from that callback, with no task per request (a produce that waits only for
+    its fsync: pykbroker/server/group_commit.py).  Whoever takes a ``Parked`` calls one of the two, once."""
 
-    def __init__(self, finish: Callable[[], Awaitable[T]], *, replicated: bool = True) -> None:
+    __slots__ = ("finish", "replicated", "settle")
+
+    def __init__(self, finish: Callable[[], Awaitable[T]], *, replicated: bool = True,
+                 settle: Callable[[Settled[T]], None] | None = None) -> None:
         self.finish = finish
         self.replicated = replicated
+        self.settle = settle

@@ -16,13 +16,14 @@ Metadata shows it leaderless with this broker as an offline replica.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 import anyio.abc
@@ -141,23 +142,42 @@ class Partition:
                           for rid in self.replicas if rid != self.local_id}
 
 
+class Wakeable(Protocol):
+    """What a waiter registers: ``anyio.Event`` (share fetches) or a long poll's own ``_Wake``."""
+
+    def set(self) -> None: ...
+
+
+class _Wake:
+    """A long poll's wake-up: sets its future once (a notify, or the timer for False)."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: asyncio.Future[bool]) -> None:
+        self.future = future
+
+    def set(self, notified: bool = True) -> None:
+        if not self.future.done():
+            self.future.set_result(notified)
+
+
 class FetchWaiters:
     """Long-poll fetches waiting for data on a set of partitions.
 
-    A waiter registers an event under each partition it reads; an append sets
-    the events of that partition's waiters.  No timers, no polling loop.
+    A waiter registers a wake-up under each partition it reads; an append sets
+    the wake-ups of that partition's waiters.  No polling loop.
     """
 
     def __init__(self) -> None:
-        self._by_partition: dict[TopicPartition, set[anyio.Event]] = {}
+        self._by_partition: dict[TopicPartition, set[Wakeable]] = {}
         # How many requests wait now (Kafka's purgatory size, for the metrics).
         self.waiting = 0
 
-    def register(self, tps: Iterable[TopicPartition], event: anyio.Event) -> None:
+    def register(self, tps: Iterable[TopicPartition], event: Wakeable) -> None:
         for tp in tps:
             self._by_partition.setdefault(tp, set()).add(event)
 
-    def unregister(self, tps: Iterable[TopicPartition], event: anyio.Event) -> None:
+    def unregister(self, tps: Iterable[TopicPartition], event: Wakeable) -> None:
         for tp in tps:
             waiters = self._by_partition.get(tp)
             if waiters is not None:
@@ -166,17 +186,22 @@ class FetchWaiters:
                     del self._by_partition[tp]
 
     async def wait(self, tps: list[TopicPartition], timeout_s: float) -> bool:
-        """Until one of ``tps`` is notified or ``timeout_s`` passes; whether it was notified."""
-        event = anyio.Event()
-        self.register(tps, event)
+        """Until one of ``tps`` is notified or ``timeout_s`` passes; whether it was notified.
+
+        A future and one timer on the event loop, not an ``anyio.Event`` inside ``move_on_after``: a
+        consumer at the tail long-polls once per batch produced, and the cancel scope's bookkeeping was a
+        noticeable part of each poll.  Cancellation (a closing connection) still ends the wait."""
+        loop = asyncio.get_running_loop()
+        wake = _Wake(loop.create_future())
+        timer = loop.call_at(loop.time() + timeout_s, wake.set, False)
+        self.register(tps, wake)
         self.waiting += 1
         try:
-            with anyio.move_on_after(timeout_s):
-                await event.wait()
+            return await wake.future
         finally:
+            timer.cancel()
             self.waiting -= 1
-            self.unregister(tps, event)
-        return event.is_set()
+            self.unregister(tps, wake)
 
     def notify(self, tp: TopicPartition) -> None:
         waiters = self._by_partition.pop(tp, None)

@@ -94,7 +94,7 @@ async def transmit(stream: ByteStream, response: bytes | ResponseParts, peer: st
     as its frame announced; the connection must then be closed.
     """
     if not isinstance(response, ResponseParts):
-        written = _write_now(stream, response)
+        written = write_now(stream, response)
         if written is None:
             await stream.send(response)
         elif not written:
@@ -111,7 +111,7 @@ async def transmit(stream: ByteStream, response: bytes | ResponseParts, peer: st
         raise anyio.BrokenResourceError(str(e)) from None
 
 
-def _write_now(stream: ByteStream, data: bytes) -> bool | None:
+def write_now(stream: ByteStream, data: bytes) -> bool | None:
     """Hand ``data`` to a plain asyncio socket transport at once: True if the kernel took all of it,
     False if some waits in the transport's buffer, None if not written (use ``stream.send``).
 

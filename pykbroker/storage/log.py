@@ -37,6 +37,7 @@ from pykbroker.protocol.records import (
     InvalidRecords,
     assign_offsets,
     iter_batches,
+    parse_batch_header,
 )
 from pykbroker.storage.file_range import FileRange
 from pykbroker.storage.index import CorruptIndex
@@ -442,6 +443,7 @@ class Log:
                     last_offset=next_offset - 1,
                     max_timestamp=max_ts,
                     offset_of_max_timestamp=offset_of_max,
+                    first_header=parse_batch_header(records, start),  # as written: offsets assigned
                 )
             self.log_end_offset = next_offset
             self._unflushed_messages += count

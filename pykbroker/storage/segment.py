@@ -134,6 +134,9 @@ class Segment:
         # room for, and this answers those without reading the file.  Batches never move in a
         # segment except by a cut (truncation, recovery), which forgets it.
         self._probe: tuple[int, BatchHeader] | None = None
+        # The first batch of the last append through Log.append (segment position set), so that a consumer
+        # at the tail, fetching from that batch's offset, finds it with no index search and no header read.
+        self._tail: BatchHeader | None = None
         if active:
             self._maybe_preallocate()
 
@@ -263,11 +266,13 @@ class Segment:
         last_offset: int,
         max_timestamp: int,
         offset_of_max_timestamp: int,
+        first_header: BatchHeader | None = None,
     ) -> None:
         """Write one append's batches at the end and maintain the sparse indexes.
 
         All or nothing: on an OSError (ENOSPC, EIO) the bytes already written are cut off
         again and :attr:`size` is unchanged, so nothing unacknowledged stays readable.
+        ``first_header``: the header of ``data``'s first batch, as written, kept for tail fetches.
         """
         position = self.size
         with memoryview(data) as view:
@@ -284,6 +289,9 @@ class Segment:
         if position == 0:
             self._rolling_based_timestamp = max_timestamp
         self.size = position + total
+        if first_header is not None:
+            first_header.position = position
+        self._tail = first_header
         self._track(position, total, last_offset, max_timestamp, offset_of_max_timestamp)
 
     def _track(
@@ -407,8 +415,11 @@ class Segment:
         """
         walker = _HeaderWalker(self._fd, self.size)
         probe = self._probe
+        tail = self._tail
         if probe is not None and probe[0] == offset:
             first = probe[1]
+        elif tail is not None and tail.base_offset <= offset <= tail.base_offset + tail.last_offset_delta:
+            first = tail  # a consumer at the tail: the batch just appended holds its offset
         else:
             _, position = self.offset_index.lookup(offset)
             if self.size - position > FILE_RANGE_MIN_BYTES:
@@ -488,6 +499,7 @@ class Segment:
         offsets within this segment's relative-offset range.
         """
         self._probe = None
+        self._tail = None
         was_active = self.active
         if not was_active:
             self.offset_index.make_writable()
@@ -553,6 +565,7 @@ class Segment:
     def _cut(self, position: int) -> None:
         """ftruncate, noted on the file so that fetch ranges it reaches are not sent."""
         self._probe = None
+        self._tail = None
         if self._file is not None:
             self._file.truncated(position)
         os.ftruncate(self._fd, position)

@@ -142,3 +142,17 @@ def test_connection_bench_smoke() -> None:
     assert [r[1].strip() for r in rows] == ["connect + ApiVersions + close", "ApiVersions round trip"], out
     for r in rows:
         assert float(r[2].replace(",", "")) > 0 and r[5].strip() not in ("", "-"), out  # ops/s, broker CPU
+
+
+def test_ack_cpu_smoke() -> None:
+    out = _run("ack_cpu.py", "--rounds", "1", "--rate", "100", "--seconds", "0.5")
+    rows = [line for line in out.splitlines() if line.startswith("| 1 |")]
+    assert len(rows) == 1, out
+    cells = [c.strip() for c in rows[0].split("|")[1:-1]]  # round, binary, Produce/s, Fetch/s, CPU %, µs
+    assert float(cells[2]) > 0 and float(cells[3]) > 0 and float(cells[5]) > 0, out
+    assert "| median µs per request |" in out
+
+
+def test_ack_cpu_loop_profile_smoke() -> None:
+    out = _run("ack_cpu.py", "--rounds", "1", "--rate", "100", "--seconds", "0.5", "--loop-profile")
+    assert "loop thread CPU" in out and "callback _NativeSyncs._collect" in out, out

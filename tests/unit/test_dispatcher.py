@@ -120,3 +120,91 @@ def test_metadata_auto_creates_and_rejects_bad_names(broker: Broker) -> None:
     assert by_name["auto"].error_code == ErrorCode.none and len(by_name["auto"].partitions) == 1
     assert by_name["bad/name"].error_code == ErrorCode.invalid_topic_exception
     assert resp.brokers[0].node_id == 0
+
+
+def _flush_on_ack_broker(tmp_path: Path) -> Broker:
+    b = Broker(BrokerConfig({"log.dirs": str(tmp_path), "listeners": "PLAINTEXT://127.0.0.1:0",
+                             "log.flush.on.ack": "true"}))
+    b.startup()
+    return b
+
+
+def _produce_frame(acks: int, n: int = 3) -> bytes:
+    batch = bytes(build_batch([(None, b"v%d" % i, []) for i in range(n)], timestamp_ms=1_700_000_000_000))
+    return frame_for(0, 9, {"transactional_id": None, "acks": acks, "timeout": 30000, "topic_data": [
+        {"name": "t", "partition_data": [{"index": 0, "records": batch}]}]})
+
+
+def test_a_flush_on_ack_produce_settles_by_callback_once_durable(tmp_path: Path) -> None:
+    """acks=1 with log.flush.on.ack: the answer comes from the fsync's callback (no task), and only once the
+    appended data is durable."""
+    from pykbroker.server.parked import Parked
+    b = _flush_on_ack_broker(tmp_path)
+    try:
+        call(b, 19, 4, {"topics": [{"name": "t", "num_partitions": 1, "replication_factor": 1}], "timeout": 30000})
+        lg = b.services.replicas.partition("t", 0).log
+
+        async def main() -> tuple[Any, BaseException | None, bool]:
+            out = await b.dispatcher.handle_pipelined(_produce_frame(1))
+            assert isinstance(out, Parked) and out.settle is not None
+            settled: list[tuple[Any, BaseException | None, bool]] = []
+            out.settle(lambda response, error: settled.append(
+                (response, error, lg.begin_data_flush(lg.log_end_offset) is None)))
+            assert not settled  # never inside settle
+            with anyio.fail_after(10):
+                for _ in range(1000):
+                    if settled:
+                        break
+                    await anyio.sleep(0.005)
+            # acks=all on a lone broker: the high watermark is reached on append, only the fsync is left.
+            # The awaitable form gives the same answer (callers that do not pipeline use it).
+            everything = await b.dispatcher.handle_pipelined(_produce_frame(-1))
+            assert isinstance(everything, Parked) and everything.settle is not None
+            assert isinstance(await everything.finish(), bytes)
+            return settled[0]
+
+        response, error, durable = anyio.run(main)
+        assert error is None and durable
+        dec = FrameDecoder(1 << 30)
+        dec.feed(response)
+        payload = dec.next_frame()
+        resp = codec.decode_response(0, 9, payload, 5)
+        part = resp.responses[0].partition_responses[0]
+        assert part.error_code == ErrorCode.none and part.base_offset == 0
+    finally:
+        b.log_manager.shutdown()
+
+
+def test_a_failed_fsync_settles_as_kafka_storage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pykbroker.server.parked import Parked
+    from pykbroker.storage.log import KafkaStorageError
+    b = _flush_on_ack_broker(tmp_path)
+    try:
+        call(b, 19, 4, {"topics": [{"name": "t", "num_partitions": 1, "replication_factor": 1}], "timeout": 30000})
+        lg = b.services.replicas.partition("t", 0).log
+
+        def offline(offset: int) -> None:
+            raise KafkaStorageError("the log dir is offline")
+
+        monkeypatch.setattr(lg, "begin_data_flush", offline)
+
+        async def main() -> tuple[Any, BaseException | None]:
+            out = await b.dispatcher.handle_pipelined(_produce_frame(1))
+            assert isinstance(out, Parked) and out.settle is not None
+            settled: list[tuple[Any, BaseException | None]] = []
+            out.settle(lambda response, error: settled.append((response, error)))
+            with anyio.fail_after(10):
+                for _ in range(1000):
+                    if settled:
+                        break
+                    await anyio.sleep(0.005)
+            return settled[0]
+
+        response, error = anyio.run(main)
+        assert error is None
+        dec = FrameDecoder(1 << 30)
+        dec.feed(response)
+        resp = codec.decode_response(0, 9, dec.next_frame(), 5)
+        assert resp.responses[0].partition_responses[0].error_code == ErrorCode.kafka_storage_error
+    finally:
+        b.log_manager.shutdown()

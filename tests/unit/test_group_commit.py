@@ -149,3 +149,51 @@ def test_a_waiter_cancelled_during_the_fsync_lets_the_next_request_start_its_own
         assert log.durable >= 2  # never returned before its own data was durable
     anyio.run(main)
     assert log not in group_commit._in_flight
+
+
+def test_flush_then_calls_back_after_the_fsync_never_inside_the_call() -> None:
+    log = SlowLog(flush_seconds=0.02)
+    calls: list[tuple[int, BaseException | None, int]] = []  # (request, error, durable when called)
+
+    async def main() -> None:
+        returned = []
+        group_commit.flush_then(log, log.append(), lambda e: calls.append((1, e, log.durable)))
+        returned.append(len(calls))
+        await anyio.sleep(0.005)
+        for i in range(2, 6):  # appended during that fsync: the next one covers them all
+            group_commit.flush_then(log, log.append(), lambda e, i=i: calls.append((i, e, log.durable)))
+        returned.append(len(calls))
+        with anyio.fail_after(5):
+            for _ in range(500):
+                if len(calls) == 5:
+                    break
+                await anyio.sleep(0.01)
+        assert returned == [0, 0]
+    anyio.run(main)
+    assert [c[0] for c in calls] == [1, 2, 3, 4, 5]
+    assert all(error is None and durable >= request for request, error, durable in calls)
+    assert log.flushes == [1, 5]
+    assert log not in group_commit._in_flight
+
+
+def test_flush_then_gives_a_failure_to_every_callback_and_a_failing_callback_stops_no_other() -> None:
+    log = SlowLog(flush_seconds=0.01, fail=True)
+    errors: list[BaseException | None] = []
+
+    def broken(error: BaseException | None) -> None:
+        raise RuntimeError("a caller's bug")
+
+    async def main() -> None:
+        first = log.append()
+        group_commit.flush_then(log, first, broken)
+        group_commit.flush_then(log, first, errors.append)  # the same fsync as the broken callback
+        for _ in range(2):  # and the next one
+            group_commit.flush_then(log, log.append(), errors.append)
+        with anyio.fail_after(5):
+            for _ in range(500):
+                if len(errors) == 3:
+                    break
+                await anyio.sleep(0.01)
+    anyio.run(main)
+    assert len(errors) == 3 and all(isinstance(e, KafkaStorageError) for e in errors)
+    assert log not in group_commit._in_flight

@@ -844,3 +844,36 @@ def test_flush_to_skips_an_fsync_already_covered(tmp_path: Path) -> None:
     lg.flush()
     assert lg.recovery_point == 3
     lg.close()
+
+
+def test_a_tail_fetch_reads_only_the_batch_just_appended(
+        tmp_path: Path, clock: Clock, opened: list[Log], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A consumer at the tail fetches from the offset of the batch just appended: the segment knows its
+    header, so the read is one pread of its bytes (no index search, no header read); a truncation forgets it."""
+    import pykbroker.storage.segment as segment_mod
+    lg = open_log(tmp_path / "t-0", LogConfig(), clock, opened)
+    preads: list[tuple[int, int]] = []
+    real = os.pread
+
+    def counting(fd: int, n: int, pos: int) -> bytes:
+        preads.append((n, pos))
+        return real(fd, n, pos)
+
+    monkeypatch.setattr(segment_mod.os, "pread", counting)
+    value = b"v" * 2000
+    for i in range(20):  # 10 KB batches: past the size where a read starts with headers only
+        append(lg, 5, ts=T0 + i, value=value)
+        offset = lg.log_end_offset - 5
+        preads.clear()
+        r = lg.read_slice(offset, 1 << 20)
+        assert isinstance(r.records, bytes) and offsets_in(r.records) == list(range(offset, offset + 5))
+        assert r.next_offset == lg.log_end_offset
+        assert len(preads) == 1  # the batch itself
+        middle = lg.read_slice(offset + 2, 1 << 20)  # inside that batch: the same batch
+        assert middle.records == r.records
+    lg.truncate_to(50)
+    append(lg, 1, ts=T0 + 99, value=b"after")
+    r = lg.read_slice(50, 1 << 20)
+    assert offsets_in(r.records) == [50]
+    assert [rec.value for rec in decode_records(r.records)] == [b"after"]
+    assert offsets_in(lg.read(40, 1 << 20).records) == list(range(40, 51))

@@ -7,6 +7,7 @@ log as they came, unless the topic's compression.type asks for another codec.
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -22,7 +23,7 @@ from pykbroker.server import group_commit
 from pykbroker.server.authorizer import AclOperation, ResourceType
 from pykbroker.server.authz import allowed, denied_names
 from pykbroker.server.context import CloseConnection, RequestContext, Services, now_ms
-from pykbroker.server.parked import Parked
+from pykbroker.server.parked import Parked, Settled
 from pykbroker.server.replica_manager import Partition
 from pykbroker.storage.log import KafkaStorageError
 from pykbroker.storage.producer_state import ProducerStateError
@@ -298,8 +299,12 @@ async def handle_produce(svc: Services, ctx: RequestContext, req: Any
         timeout_ms = int(timeout.total_seconds() * 1000) if hasattr(timeout, "total_seconds") else int(timeout)
         # Each fsync covers what this request appended (offsets taken now, before later requests append).
         to_flush = [(p, p.log.log_end_offset) for p in appended] if flush else []
+        settle = None
+        if not awaiting:  # only fsyncs to wait for: the answer can go out from their callback
+            def settle(done: Settled[dict[str, Any] | None]) -> None:
+                _acknowledge_when_flushed(responses, to_flush, drop, acks, done)
         return Parked(lambda: _acknowledge(svc, responses, to_flush, awaiting, timeout_ms, drop, acks),
-                      replicated=bool(awaiting))
+                      replicated=bool(awaiting), settle=settle)
     return _answer(responses, drop, acks)
 
 
@@ -316,6 +321,36 @@ async def _acknowledge(svc: Services, responses: list[dict[str, Any]], to_flush:
     if awaiting:
         await _await_replication(svc, awaiting, timeout_ms)
     return _answer(responses, drop, acks)
+
+
+def _acknowledge_when_flushed(responses: list[dict[str, Any]], to_flush: list[tuple[Partition, int]], drop: bool,
+                              acks: int, done: Settled[dict[str, Any] | None]) -> None:
+    """``_acknowledge`` as callbacks, for a produce that waits for fsyncs only: every partition's fsync is
+    asked for at once (group commit), and the last one to end gives the answer to ``done``."""
+    remaining = len(to_flush)
+    failure: list[BaseException] = []
+
+    def flushed(p: Partition, error: BaseException | None) -> None:
+        nonlocal remaining
+        if isinstance(error, KafkaStorageError):  # not durable, so not acknowledged
+            _fail_unflushed(responses, p, str(error))
+        elif error is not None:
+            failure.append(error)
+        remaining -= 1
+        if remaining:
+            return
+        if failure:
+            done(None, failure[0])
+            return
+        try:
+            answer = _answer(responses, drop, acks)
+        except CloseConnection as e:
+            done(None, e)
+            return
+        done(answer, None)
+
+    for p, end in to_flush:
+        group_commit.flush_then(p.log, end, functools.partial(flushed, p))
 
 
 def _answer(responses: list[dict[str, Any]], drop: bool, acks: int) -> dict[str, Any] | None:
