@@ -11,7 +11,7 @@ another long-polls Fetch v16 (max_wait 500 ms) from the high watermark, as a con
 
 Each round starts a fresh broker (``pykbroker serve``, one partition, ``log.flush.on.ack`` as
 ``--flush``), warms up for a second, then reads the CPU time of all the broker's threads
-(``/proc/PID/task/*/schedstat``, nanoseconds) over ``--seconds``.  Several ``--pykbroker-bin`` are run
+(per-thread ``schedstat``, nanoseconds, as bench.py reads it) over ``--seconds``.  Several ``--pykbroker-bin`` are run
 in turn, round after round, so that a slow spell of the host hits them alike; the table gives every round
 and the median per binary.  Exits 1 if a request fails.
 
@@ -31,7 +31,6 @@ import signal
 import socket
 import statistics
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
@@ -39,7 +38,9 @@ import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import bench as B
 from pykbroker.protocol import codec
 from pykbroker.protocol.records import build_batch
 
@@ -53,22 +54,15 @@ def _frame(api_key: int, version: int, body: dict[str, Any], correlation_id: int
     return struct.pack(">i", len(payload)) + payload
 
 
-def _exactly(s: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    for _ in range(1_000_000):
-        if len(buf) >= n:
-            break
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise EOFError("the broker closed the connection")
-        buf += chunk
-    return bytes(buf)
-
-
 def _call(s: socket.socket, api_key: int, version: int, body: dict[str, Any], correlation_id: int) -> Any:
     s.sendall(_frame(api_key, version, body, correlation_id))
-    (size,) = struct.unpack(">i", _exactly(s, 4))
-    payload = _exactly(s, size)
+    # read(n) returns n bytes, or fewer only at the end of the stream; one request is in flight per
+    # connection, so nothing past this response can sit in this reader's buffer.
+    reader = s.makefile("rb")
+    head = reader.read(4)
+    payload = reader.read(struct.unpack(">i", head)[0]) if len(head) == 4 else b""
+    if not payload:
+        raise EOFError("the broker closed the connection")
     return codec.decode_response(api_key, version, payload, 5 if codec.is_flexible(api_key, version) else 4)
 
 
@@ -85,23 +79,9 @@ def _connect(port: int, deadline: float) -> socket.socket:
     raise TimeoutError("the broker did not listen")
 
 
-def _cpu_ns(pid: int) -> int:
-    total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass  # a thread that ended meanwhile
-    return total
-
-
 def one_round(binary: str, args: argparse.Namespace) -> dict[str, float]:
     workdir = tempfile.mkdtemp(prefix="ack-cpu-")
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()
+    port = B.free_port()
     profile_out = os.path.join(workdir, "loop-profile.txt")
     launcher = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "loop_profile.py")] \
         if args.loop_profile else [binary]
@@ -109,13 +89,14 @@ def one_round(binary: str, args: argparse.Namespace) -> dict[str, float]:
            "--override", f"log.dirs={workdir}/data", "--override", f"log.flush.on.ack={args.flush}"]
     for o in args.pykbroker_override:
         cmd += ["--override", o]
-    with open(os.path.join(workdir, "broker.log"), "w") as out:
-        broker = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                  env={**os.environ, "LOOP_PROFILE_OUT": profile_out})
+    broker = B.start_broker("pykbroker", cmd, port, workdir, {**os.environ, "LOOP_PROFILE_OUT": profile_out})
     stop = threading.Event()
     counts = {"produce": 0, "fetch": 0}
     failures: list[str] = []
     try:
+        if broker.dead or broker.pid is None:
+            raise RuntimeError("; ".join(broker.notes) or "the broker did not start")
+        pid = broker.pid
         admin = _connect(port, time.monotonic() + 30)
         created = _call(admin, 19, 4, {"topics": [{"name": "ack-cpu", "num_partitions": 1, "replication_factor": 1}],
                                        "timeout": 30000}, 1)
@@ -170,13 +151,13 @@ def one_round(binary: str, args: argparse.Namespace) -> dict[str, float]:
             t.start()
         time.sleep(1.0)  # warm-up
         if args.loop_profile:
-            os.kill(broker.pid, signal.SIGUSR2)
-        ns0, p0, f0, t0 = _cpu_ns(broker.pid), counts["produce"], counts["fetch"], time.monotonic()
+            os.kill(pid, signal.SIGUSR2)
+        s0, p0, f0 = B.snap(pid), counts["produce"], counts["fetch"]
         time.sleep(args.seconds)
-        ns1, p1, f1, t1 = _cpu_ns(broker.pid), counts["produce"], counts["fetch"], time.monotonic()
+        s1, p1, f1 = B.snap(pid), counts["produce"], counts["fetch"]
         profile = ""
         if args.loop_profile:
-            os.kill(broker.pid, signal.SIGUSR1)
+            os.kill(pid, signal.SIGUSR1)
             for _ in range(100):  # the broker writes it from its signal handler
                 time.sleep(0.05)
                 if os.path.exists(profile_out):
@@ -192,18 +173,15 @@ def one_round(binary: str, args: argparse.Namespace) -> dict[str, float]:
         requests = (p1 - p0) + (f1 - f0)
         if requests <= 0:
             raise RuntimeError("no request was answered")
-        elapsed = t1 - t0
+        if s0.broker is None or s1.broker is None:
+            raise RuntimeError("the broker's CPU could not be read")
+        elapsed, cpu = s1.t - s0.t, s1.broker.cpu_since(s0.broker)
         return {"produce_per_s": (p1 - p0) / elapsed, "fetch_per_s": (f1 - f0) / elapsed,
-                "cpu_pct": 100 * (ns1 - ns0) / 1e9 / elapsed, "us_per_request": (ns1 - ns0) / 1e3 / requests,
+                "cpu_pct": 100 * cpu / elapsed, "us_per_request": cpu * 1e6 / requests,
                 "produced": p1 - p0, "profile": profile}
     finally:
         stop.set()
-        broker.terminate()
-        try:
-            broker.wait(15)
-        except subprocess.TimeoutExpired:
-            broker.kill()
-            broker.wait(5)
+        B.stop_broker(broker)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
