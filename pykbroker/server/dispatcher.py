@@ -326,11 +326,10 @@ class Dispatcher:
         if isinstance(body, Parked):
             parked = body
             settle = None
-            if parked.settle is not None:
+            if (inner := parked.settle) is not None:
                 def settle(done: Settled[bytes | ResponseParts | None]) -> None:
-                    assert parked.settle is not None
-                    parked.settle(lambda answer, error: self._settled(
-                        answer, error, header, peer, session, started, usage, done))
+                    inner(lambda answer, error: self._settled(answer, error, header, peer, session, started, usage,
+                                                              done))
             return Parked(lambda: self._finish_parked(parked, header, peer, session, started, usage),
                           replicated=parked.replicated, settle=settle)
         return self._respond(body, header, peer, session, started, usage)

@@ -87,15 +87,6 @@ class _Flushers:
             threading.Thread(target=self._work, name="pykbroker-flush", daemon=True).start()
         self._jobs.put((fn, offset, loop, done))
 
-    async def run(self, fn: Callable[[int], None], offset: int) -> None:
-        """``fn(offset)`` in a flusher thread.  A cancelled caller stops waiting (its connection or the
-        broker is closing); the fsync itself runs to its end, and ``Log.flush_to`` is safe to call again
-        meanwhile, so a request that starts the next one never acknowledges before its data is durable."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-        self.submit(fn, offset, loop, lambda error: _settle(future, error))
-        await future
-
     def _work(self) -> None:
         while True:
             fn, offset, loop, done = self._jobs.get()
@@ -206,14 +197,21 @@ def _start(log: Flushable, state: _LogFlushes, callbacks: list[FlushCallback]) -
     state.target = target = log.log_end_offset
     state.covered = callbacks
     loop = state.loop
+
+    def in_python_thread() -> None:  # Log.flush_to in one of this module's flusher threads
+        try:
+            _flushers.submit(log.flush_to, target, loop, lambda error: _finished(log, state, error))
+        except Exception as e:  # no flusher thread could start
+            loop.call_soon(_finished, log, state, e)
+
     split: Any = log if hasattr(log, "begin_data_flush") else None  # a Log; test doubles have flush_to alone
     syncs = _native_syncs(loop) if split is not None else None
+    if syncs is None:
+        in_python_thread()
+        return
     try:
-        if syncs is None:
-            _flushers.submit(log.flush_to, target, loop, lambda error: _finished(log, state, error))
-            return
         flush = split.begin_data_flush(target)
-    except Exception as e:  # KafkaStorageError (the dir is offline), or no flusher thread could start
+    except Exception as e:  # KafkaStorageError: the dir is offline
         loop.call_soon(_finished, log, state, e)
         return
     if flush is None:  # durable already
@@ -232,10 +230,7 @@ def _start(log: Flushable, state: _LogFlushes, callbacks: list[FlushCallback]) -
         syncs.submit(flush.fds, flush.dir_fd, synced)
     except OSError:  # no thread could start: give the descriptors back and sync the ordinary way
         split.abandon_data_flush(flush)
-        try:
-            _flushers.submit(log.flush_to, target, loop, lambda error: _finished(log, state, error))
-        except Exception as e:
-            loop.call_soon(_finished, log, state, e)
+        in_python_thread()
 
 
 def _finished(log: Flushable, state: _LogFlushes, error: BaseException | None) -> None:

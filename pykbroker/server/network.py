@@ -507,9 +507,7 @@ class SocketServer:
             elif slot.close_reason is None and response is not None:  # fetched records left in their files
                 tasks.start_soon(self._write_taken, stream_, conn, order, slot, False)
                 return
-            order.written()
-            self.pool.release(slot.reserved)
-            slot.reserved = 0
+            self._written(order, slot)
             if slot.close_reason is not None:  # every response before it is written
                 log.warning("closing connection peer=%s reason=%r", conn.peer, slot.close_reason)
                 self._stop_reading(conn, slot.close_reason)
@@ -527,9 +525,7 @@ class SocketServer:
                     else:
                         await transmit(stream_, slot.response, conn.peer)
             finally:
-                order.written()
-                self.pool.release(slot.reserved)
-                slot.reserved = 0
+                self._written(order, slot)
             await self._write_ready(stream_, conn, order)
         except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError):
             self._stop_reading(conn, "the connection broke")
@@ -549,11 +545,9 @@ class SocketServer:
                     self._stop_reading(conn, slot.close_reason)
                     return
                 if slot.response is not None:
-                    await transmit(stream_, slot.response, conn.peer)  # the one place a response is written
+                    await transmit(stream_, slot.response, conn.peer)
             finally:
-                order.written()
-                self.pool.release(slot.reserved)
-                slot.reserved = 0
+                self._written(order, slot)
 
     async def _drain(self, conn: Connection, order: ResponseOrder) -> None:
         """Before closing (shutdown, a close queued behind parked requests): wait until what the connection
@@ -569,6 +563,12 @@ class SocketServer:
             await conn.progress.wait()
         conn.receive_scope = None
         return scope.cancelled_caught
+
+    def _written(self, order: ResponseOrder, slot: Slot) -> None:
+        """The slot ``order.take`` gave is written (or its write failed): the next may go, its bytes are free."""
+        order.written()
+        self.pool.release(slot.reserved)
+        slot.reserved = 0
 
     @staticmethod
     def _progressed(conn: Connection) -> None:

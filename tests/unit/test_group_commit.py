@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -129,11 +130,17 @@ def test_flusher_threads_are_bounded_and_reused() -> None:
     flushers = group_commit._Flushers(max_threads=2)
     logs = [SlowLog(flush_seconds=0.05) for _ in range(6)]
 
+    async def run(log: SlowLog) -> None:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        flushers.submit(log.flush_to, log.append(), loop, lambda error: group_commit._settle(future, error))
+        await future
+
     async def main() -> None:
         for _ in range(2):
             async with anyio.create_task_group() as tg:
                 for log in logs:
-                    tg.start_soon(flushers.run, log.flush_to, log.append())
+                    tg.start_soon(run, log)
     anyio.run(main)
     assert all(log.flushes == [1, 2] for log in logs)
     assert len({t for log in logs for t in log.threads}) <= 2

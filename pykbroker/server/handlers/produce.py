@@ -7,8 +7,10 @@ log as they came, unless the topic's compression.type asks for another codec.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -312,12 +314,18 @@ async def _acknowledge(svc: Services, responses: list[dict[str, Any]], to_flush:
                        awaiting: list[tuple[Partition, int, list[dict[str, Any]], int, int]], timeout_ms: int,
                        drop: bool, acks: int) -> dict[str, Any] | None:
     """The parked part of a produce: the fsync (log.flush.on.ack), then the acks=all wait for the ISR."""
-    for p, end in to_flush:  # fsync off the event loop; the acknowledgement waits for it
-        # One fsync in flight per log, shared by every request whose appends it covers (group commit).
-        try:
-            await group_commit.flush_to(p.log, end)
-        except KafkaStorageError as e:  # not durable, so not acknowledged
-            _fail_unflushed(responses, p, str(e))
+    if to_flush:
+        flushed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def then(failure: BaseException | None) -> None:
+            if not flushed.done():  # else the request was cancelled meanwhile (its connection closed)
+                if failure is None:
+                    flushed.set_result(None)
+                else:
+                    flushed.set_exception(failure)
+
+        _flush_all(responses, to_flush, then)
+        await flushed
     if awaiting:
         await _await_replication(svc, awaiting, timeout_ms)
     return _answer(responses, drop, acks)
@@ -325,22 +333,10 @@ async def _acknowledge(svc: Services, responses: list[dict[str, Any]], to_flush:
 
 def _acknowledge_when_flushed(responses: list[dict[str, Any]], to_flush: list[tuple[Partition, int]], drop: bool,
                               acks: int, done: Settled[dict[str, Any] | None]) -> None:
-    """``_acknowledge`` as callbacks, for a produce that waits for fsyncs only: every partition's fsync is
-    asked for at once (group commit), and the last one to end gives the answer to ``done``."""
-    remaining = len(to_flush)
-    failure: list[BaseException] = []
-
-    def flushed(p: Partition, error: BaseException | None) -> None:
-        nonlocal remaining
-        if isinstance(error, KafkaStorageError):  # not durable, so not acknowledged
-            _fail_unflushed(responses, p, str(error))
-        elif error is not None:
-            failure.append(error)
-        remaining -= 1
-        if remaining:
-            return
-        if failure:
-            done(None, failure[0])
+    """``_acknowledge`` as a callback, for a produce that waits for fsyncs only: the answer goes to ``done``."""
+    def then(failure: BaseException | None) -> None:
+        if failure is not None:
+            done(None, failure)
             return
         try:
             answer = _answer(responses, drop, acks)
@@ -348,6 +344,27 @@ def _acknowledge_when_flushed(responses: list[dict[str, Any]], to_flush: list[tu
             done(None, e)
             return
         done(answer, None)
+
+    _flush_all(responses, to_flush, then)
+
+
+def _flush_all(responses: list[dict[str, Any]], to_flush: list[tuple[Partition, int]],
+               then: Callable[[BaseException | None], None]) -> None:
+    """Ask group commit for every partition's fsync at once (one fsync in flight per log, shared by every
+    request whose appends it covers); a partition whose log dir failed gets KAFKA_STORAGE_ERROR (not durable,
+    so not acknowledged).  When the last one ends, ``then(None)``, or ``then`` the first other failure."""
+    remaining = len(to_flush)
+    failure: list[BaseException] = []
+
+    def flushed(p: Partition, error: BaseException | None) -> None:
+        nonlocal remaining
+        if isinstance(error, KafkaStorageError):
+            _fail_unflushed(responses, p, str(error))
+        elif error is not None:
+            failure.append(error)
+        remaining -= 1
+        if not remaining:
+            then(failure[0] if failure else None)
 
     for p, end in to_flush:
         group_commit.flush_then(p.log, end, functools.partial(flushed, p))
