@@ -182,6 +182,10 @@ def _produce_batches(b: BrokerProcess, topic: str, batches: int, per_batch: int,
     """Produce ``batches`` separate batches (flushed one by one); returns every value in offset order."""
     # Each flush sends what is queued at once; a long linger keeps a slow loop from splitting a batch.
     producer = make_producer(b, **{"linger.ms": 5000})
+    # Learn the topic's partitions first: records produced before that wait unassigned, and if the flush
+    # begins before the metadata arrives (seen under CI load), the client sends each record as it assigns
+    # it, one batch per record.
+    producer.list_topics(topic, timeout=CLIENT_TIMEOUT)
     values: list[bytes] = []
     for n in range(batches):
         chunk = [f"{tag}batch {n} record {i} ".encode() * 4 for i in range(per_batch)]
