@@ -8,6 +8,7 @@ LATE_S after it, each once; also when the broker is killed with SIGKILL while re
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -23,6 +24,7 @@ from tests.support.broker import BrokerProcess
 LATE_S = 1.5
 ENABLED = {"pykbroker.delay.enable": "true", "group.share.enable": "true"}
 CLIENT_TIMEOUT = 20
+CLOSE_TIMEOUT_MS = 5000
 Arrival = tuple[int, Any]  # (wall-clock ms the application got it, message)
 
 
@@ -30,15 +32,22 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def share_consumer(b: BrokerProcess, group: str, topic: str) -> ShareConsumer:
+def share_consumer(b: BrokerProcess, group: str, topic: str, **conf: Any) -> ShareConsumer:
     admin = admin_for(b)
     res = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
         ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
     admin.incremental_alter_configs([res])[res].result(timeout=CLIENT_TIMEOUT)
     c = ShareConsumer({"bootstrap.servers": b.bootstrap, "broker.address.family": "v4", "group.id": group,
-                       "share.acknowledgement.mode": "explicit", "fetch.wait.max.ms": 100})
+                       "share.acknowledgement.mode": "explicit", "fetch.wait.max.ms": 100, **conf})
     c.subscribe([topic])
     return c
+
+
+def close_quietly(c: ShareConsumer) -> None:
+    try:
+        c.close()
+    except Exception:  # the broker is gone
+        pass
 
 
 def collect(c: ShareConsumer, until: Any, timeout: float) -> list[Arrival]:
@@ -104,7 +113,7 @@ def test_kill_9_with_records_still_scheduled(broker_factory: BrokerFactory) -> N
     b = broker_factory(ENABLED)
     topic, group = unique_topic("delay-share-kill"), unique_topic("g")
     create_topic(b, topic, 1)
-    c = share_consumer(b, group, topic)
+    c = share_consumer(b, group, topic, **{"socket.timeout.ms": CLOSE_TIMEOUT_MS})
     produce_delayed(b, topic, now_ms(), {b"ready": 0})
     assert len(collect(c, lambda out: len(out) >= 1, 30)) == 1
     base = now_ms()
@@ -114,10 +123,11 @@ def test_kill_9_with_records_still_scheduled(broker_factory: BrokerFactory) -> N
     produce_delayed(b, topic, base, delays)
     before = collect(c, lambda out: now_ms() >= base + 2500, 10)
     b.kill()
-    try:
-        c.close()
-    except Exception:  # the broker is gone
-        pass
+    # Closing a consumer whose broker is gone can wait for a request it still has queued (its leave
+    # heartbeat) to time out, which took socket.timeout.ms (60 s by default) in one CI run and pushed the
+    # restart past every due time. So the close runs beside the restart, and socket.timeout.ms bounds it.
+    closing = threading.Thread(target=close_quietly, args=(c,), daemon=True)
+    closing.start()
     time.sleep(1.0)
     b.start()
     restarted = now_ms()
@@ -127,6 +137,8 @@ def test_kill_9_with_records_still_scheduled(broker_factory: BrokerFactory) -> N
         after += collect(c2, lambda out: False, 1.5)
     finally:
         c2.close()
+    closing.join(CLOSE_TIMEOUT_MS / 1000 + 10)
+    assert not closing.is_alive(), "socket.timeout.ms bounds the first consumer's close"
     assert before, "some records were due and acquired before the kill"
     got = [m.key() for _, m in before + after]
     assert sorted(got) == sorted(delays), \

@@ -227,7 +227,9 @@ def test_kill9_loses_no_acknowledgement(broker_factory: BrokerFactory, closing: 
     set_group_configs(b, group, {"share.auto.offset.reset": "earliest"})
     total = 200
     produce(b, topic, total)
-    c = share_consumer(b, group, **{"share.acknowledgement.mode": "explicit", "max.poll.records": 20})
+    # socket.timeout.ms: closing it once the broker is killed may wait that long for a queued request.
+    c = share_consumer(b, group, **{"share.acknowledgement.mode": "explicit", "max.poll.records": 20,
+                                    "socket.timeout.ms": 5000})
     c.subscribe([topic])
     acked: set[int] = set()
     deadline = time.monotonic() + 30
@@ -301,7 +303,8 @@ def test_share_group_is_listed_after_a_restart(broker_factory: BrokerFactory, cl
     create_topic(b, topic, 1)
     produce(b, topic, 1)
     set_group_configs(b, group, {"share.auto.offset.reset": "earliest"})
-    c = share_consumer(b, group)
+    # socket.timeout.ms: closing it once the broker is killed may wait that long for a queued request.
+    c = share_consumer(b, group, **{"socket.timeout.ms": 5000})
     c.subscribe([topic])
     assert len(poll_until(c, 1, 20)) == 1
     with RawConnection(b) as conn:
