@@ -29,6 +29,7 @@ contention that hand-off cost more broker CPU per acknowledged request than the 
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import itertools
 import logging
@@ -104,7 +105,8 @@ class _Flushers:
             del fn, loop, done, error
 
 
-def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
+def settle_future(future: asyncio.Future[None], error: BaseException | None) -> None:
+    """A flush callback's result into ``future``, unless its waiter has gone (cancelled) meanwhile."""
     if future.done():
         return
     if error is None:
@@ -258,5 +260,5 @@ async def flush_to(log: Flushable, offset: int) -> None:
         await anyio.to_thread.run_sync(log.flush_to, offset)
         return
     future: asyncio.Future[None] = loop.create_future()
-    flush_then(log, offset, lambda error: _settle(future, error))
+    flush_then(log, offset, functools.partial(settle_future, future))
     await future

@@ -133,7 +133,7 @@ def test_flusher_threads_are_bounded_and_reused() -> None:
     async def run(log: SlowLog) -> None:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
-        flushers.submit(log.flush_to, log.append(), loop, lambda error: group_commit._settle(future, error))
+        flushers.submit(log.flush_to, log.append(), loop, lambda error: group_commit.settle_future(future, error))
         await future
 
     async def main() -> None:

@@ -316,15 +316,7 @@ async def _acknowledge(svc: Services, responses: list[dict[str, Any]], to_flush:
     """The parked part of a produce: the fsync (log.flush.on.ack), then the acks=all wait for the ISR."""
     if to_flush:
         flushed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-        def then(failure: BaseException | None) -> None:
-            if not flushed.done():  # else the request was cancelled meanwhile (its connection closed)
-                if failure is None:
-                    flushed.set_result(None)
-                else:
-                    flushed.set_exception(failure)
-
-        _flush_all(responses, to_flush, then)
+        _flush_all(responses, to_flush, functools.partial(group_commit.settle_future, flushed))
         await flushed
     if awaiting:
         await _await_replication(svc, awaiting, timeout_ms)
