@@ -6,7 +6,7 @@ import argparse
 import logging
 import socket
 import struct
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pykbroker import __version__
 
@@ -54,9 +54,18 @@ def _serve(args: argparse.Namespace) -> int:
         log.error("cannot start: pykbroker.scheduler.slice.us=%d: %s", config["pykbroker.scheduler.slice.us"], e)
         return 1
 
+    backend_options: dict[str, Any] = {}
+    if config["pykbroker.event.loop"] == "uvloop":
+        try:
+            import uvloop  # noqa: F401
+        except ImportError:
+            log.error("cannot start: pykbroker.event.loop=uvloop but uvloop is not installed "
+                      "(pip install 'pykbroker[uvloop]')")
+            return 1
+        backend_options["use_uvloop"] = True
     try:
         broker = Broker(config)
-        anyio.run(broker.run)
+        anyio.run(broker.run, backend_options=backend_options)
     except (OSError, StartupError) as e:
         log.error("cannot start: %s", e)
         return 1

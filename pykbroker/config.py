@@ -425,6 +425,11 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
            "(docs/performance.md, 'A shorter scheduler slice'). Where the kernel keeps no slice per thread, "
            "the default is a log line and a value set explicitly fails the start. 0 or 100-100000.",
            lambda v: None if v == 0 or 100 <= v <= 100_000 else "value must be 0 or between 100 and 100000"),
+        _D("pykbroker.event.loop", "string", "asyncio",
+           "pykbroker: the event loop that serves every connection: asyncio (Python's own) or uvloop (libuv; "
+           "install it with pip install 'pykbroker[uvloop]'; a start with uvloop chosen and not installed fails, "
+           "saying so). uvloop runs the same code for less CPU per request (docs/performance.md, 'A network "
+           "edge of our own').", one_of("asyncio", "uvloop")),
         _D("pykbroker.gil.switch.interval.us", "int", 5000,
            "pykbroker: how long a thread waiting for Python's GIL lets the thread holding it run before asking "
            "for it (sys.setswitchinterval; 5000 is Python's own default). Where the C extension is not built, "

@@ -444,11 +444,13 @@ class Broker:
             if self.cluster:
                 tg.start_soon(self.replicas.run_replication, self.config)  # fetchers, ISR shrink, HW checkpoint
             log.info(
-                "pykbroker %s started broker_id=%d cluster_id=%s log_dirs=%s listeners=%s advertised=%s",
+                "pykbroker %s started broker_id=%d cluster_id=%s log_dirs=%s listeners=%s advertised=%s "
+                "event_loop=%s",
                 __version__, self.broker_id, self.store.cluster_id, ",".join(str(d) for d in self.config.log_dirs),
                 ",".join(f"{lst.name}://{lst.host}:{p}" for (lst, _), p in zip(listeners, self.bound_ports,
                                                                                  strict=True)),
                 ",".join(f"{a.name}://{a.host}:{a.port}" for a in self.services.advertised),
+                type(asyncio.get_running_loop()).__module__.split(".")[0],  # asyncio or uvloop
             )
             await self._stop.wait()
             log.debug("shutting down")

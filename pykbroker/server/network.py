@@ -45,8 +45,8 @@ from pykbroker.server.connection_quotas import ConnectionQuotas, RateLimitedLog,
 from pykbroker.server.context import CloseConnection
 from pykbroker.server.memory_pool import MemoryPool
 from pykbroker.server.parked import Parked
+from pykbroker.server.plain_stream import PlainStream, accept
 from pykbroker.server.response_order import ResponseOrder, Slot
-from pykbroker.server.socket_reader import PlainReader
 from pykbroker.server.transmit import ResponseParts, transmit, write_now
 
 log = logging.getLogger("pykbroker.network")
@@ -151,7 +151,7 @@ class SocketServer:
             while self._connections:
                 await anyio.sleep(0.01)
 
-    def _tune(self, stream: SocketStream) -> None:
+    def _tune(self, stream: PlainStream) -> None:
         sock: Any = stream.extra(SocketAttribute.raw_socket)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -198,10 +198,12 @@ class SocketServer:
                 loops.start_soon(self._accept_loop, sock, listener_name, task_group)
 
     async def _accept_loop(self, listener: SocketListener, listener_name: str, task_group: TaskGroup) -> None:
+        raw: socket.socket = listener.extra(SocketAttribute.raw_socket)
         while True:
             await self._wait_for_slot(listener_name)
             try:
-                stream = await listener.accept()
+                # Plain sockets stay readable between receives, up to RECEIVE_SIZE unread bytes (plain_stream.py).
+                stream = await accept(raw, RECEIVE_SIZE)
             except OSError as e:
                 await self._accept_failed(e, listener_name)
                 continue
@@ -230,7 +232,7 @@ class SocketServer:
             self._log_accept.log(now, logging.WARNING, "accept failed on listener %s: %s", listener_name, e)
             await anyio.sleep(0.01)  # no busy loop should an error persist
 
-    async def _close_after(self, stream: SocketStream, delay: float) -> None:
+    async def _close_after(self, stream: PlainStream, delay: float) -> None:
         """Kafka's throttled close: the connection is never served and closes once its throttle time is over."""
         try:
             await anyio.sleep(delay)
@@ -238,7 +240,7 @@ class SocketServer:
             with anyio.CancelScope(shield=True):
                 await stream.aclose()
 
-    async def _admit(self, stream: SocketStream, listener_name: str) -> Connection | float | None:
+    async def _admit(self, stream: PlainStream, listener_name: str) -> Connection | float | None:
         """Apply the creation rates, max.connections and the per-address limit to an accepted connection.
 
         None: refused and closed; a number: over its address's connection_creation_rate quota, to be
@@ -304,7 +306,7 @@ class SocketServer:
 
     # --- serving ------------------------------------------------------------------------------
 
-    async def _serve_admitted(self, stream: SocketStream, conn: Connection) -> None:
+    async def _serve_admitted(self, stream: PlainStream, conn: Connection) -> None:
         """Serve the connection's requests until it closes; parked requests run in their own tasks."""
         self._tune(stream)
         order = ResponseOrder(self._max_inflight, self._max_inflight_bytes, self._max_inflight_local)
@@ -319,7 +321,6 @@ class SocketServer:
                 # anyio's TLSStream may write from inside a receive (TLS 1.3 key updates), which must not
                 # meet a parked request's write: on TLS each request is answered before the next is read.
                 order = ResponseOrder(1)
-            _pause_reading(stream)
             async with anyio.create_task_group() as parked:
                 if await self._read_requests(stream, stream_, conn, order, parked):
                     await self._drain(conn, order)
@@ -337,7 +338,7 @@ class SocketServer:
             with anyio.CancelScope(shield=True):
                 await stream_.aclose()
 
-    async def _read_requests(self, stream: SocketStream, stream_: ByteStream, conn: Connection,
+    async def _read_requests(self, stream: PlainStream, stream_: ByteStream, conn: Connection,
                              order: ResponseOrder, parked: TaskGroup) -> bool:
         """Read and process the connection's requests in order until it closes.
 
@@ -352,13 +353,11 @@ class SocketServer:
         frame_deadline = math.inf
         first_bytes = b""
         is_tls = stream_ is not stream
-        # Plain sockets stay readable between receives, up to RECEIVE_SIZE unread bytes (socket_reader.py).
-        reader = None if is_tls else PlainReader.attach(stream, RECEIVE_SIZE)
         clock = _clock()
         try:
             while not self._closing and not conn.evicted and conn.stop_reason is None:
                 if conn.session.muted_until:  # a throttled client: read nothing more until then (KIP-219)
-                    _pause_reading(stream)
+                    stream.pause_reading()
                     await self._stay_muted(conn)
                     continue
                 if order.full:  # as many unanswered requests as allowed: wait for an answer to go out
@@ -410,15 +409,10 @@ class SocketServer:
                 idle_deadline = now + self._idle_timeout_s if order.idle else math.inf
                 with anyio.CancelScope(deadline=min(idle_deadline, frame_deadline)) as scope:
                     conn.receive_scope = scope
-                    if reader is not None:
-                        data = await reader.receive(RECEIVE_SIZE)
-                    else:
-                        data = await stream_.receive(RECEIVE_SIZE)
-                        if is_tls and data:
-                            data = await _drain_tls(stream_, data)
+                    data = await stream_.receive(RECEIVE_SIZE)
+                    if is_tls and data:
+                        data = await _drain_tls(stream_, data)
                 conn.receive_scope = None
-                if reader is None:
-                    _pause_reading(stream)
                 if (self._closing or conn.evicted or conn.stop_reason is not None) and \
                         (scope.cancelled_caught or not data):
                     break
@@ -594,7 +588,7 @@ class SocketServer:
         conn.receive_scope = None
         conn.session.muted_until = 0.0
 
-    async def _tls_handshake(self, stream: SocketStream, conn: Connection, tls: ListenerTls) -> TLSStream | None:
+    async def _tls_handshake(self, stream: PlainStream, conn: Connection, tls: ListenerTls) -> TLSStream | None:
         """Wrap a connection in TLS; None (after one log line) when the handshake fails or times out.
 
         On SSL listeners the client certificate (mTLS) gives the principal, mapped by
@@ -624,11 +618,11 @@ class SocketServer:
                     reason)
         return None
 
-    async def _reserve(self, conn: Connection, size: int, stream: SocketStream) -> float | None:
+    async def _reserve(self, conn: Connection, size: int, stream: PlainStream) -> float | None:
         """Reserve a frame's bytes from the pool; the seconds spent waiting, or None if interrupted."""
         if self.pool.try_reserve(size):
             return 0.0
-        _pause_reading(stream)  # the rest of the frame stays in the kernel until memory frees up
+        stream.pause_reading()  # the rest of the frame stays in the kernel until memory frees up
         started = anyio.current_time()
         self._log_pool.log(
             started, logging.WARNING,
@@ -672,19 +666,6 @@ def _clock() -> Callable[[], float]:
         return asyncio.get_running_loop().time
     except RuntimeError:  # another anyio backend
         return anyio.current_time
-
-
-def _pause_reading(stream: Any) -> None:
-    """Stop the event loop reading this socket until the next receive() waits for data.
-
-    anyio's asyncio streams start reading as soon as a connection is accepted and pause only
-    after a receive() that had to wait, so a sender faster than the broker (or a connection
-    waiting for request memory) would otherwise have everything it sends read into memory.
-    Paused, the bytes stay in the kernel and TCP flow control slows the sender down.
-    """
-    transport = getattr(stream, "_transport", None)
-    if transport is not None and transport.is_reading():
-        transport.pause_reading()
 
 
 def raise_nofile_limit() -> None:

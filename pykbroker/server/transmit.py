@@ -27,6 +27,7 @@ from typing import Any, cast
 import anyio
 from anyio.abc import ByteStream
 
+from pykbroker.server.plain_stream import PlainStream
 from pykbroker.storage.file_range import FileRange, StaleRange
 
 __all__ = ["Part", "ResponseParts", "frame", "transmit"]
@@ -101,49 +102,40 @@ async def transmit(stream: ByteStream, response: bytes | ResponseParts, peer: st
             await stream.send(b"")  # what the kernel did not take yet: wait for it to drain
         return
     try:
-        transport = _sendfile_transport(stream)
-        if transport is None:
+        plain = _sendfile_stream(stream)
+        if plain is None:
             await stream.send(response.materialise())
         else:
-            await _send_zero_copy(stream, transport, response)
+            await _send_zero_copy(plain, response)
     except StaleRange as e:
         log.warning("closing connection peer=%s: a fetch response cannot be sent as built: %s", peer, e)
         raise anyio.BrokenResourceError(str(e)) from None
 
 
 def write_now(stream: ByteStream, data: bytes) -> bool | None:
-    """Hand ``data`` to a plain asyncio socket transport at once: True if the kernel took all of it,
-    False if some waits in the transport's buffer, None if not written (use ``stream.send``).
+    """Hand ``data`` to a plain connection at once: True if the kernel took all of it, False if some waits
+    in the transport's buffer, None if not written (use ``stream.send``).
 
     anyio's ``send`` ends with a checkpoint (a whole event-loop pass) even when the write went straight
     to the kernel; with one small response per request that pass was a sizeable part of the broker's
-    CPU per request.  Taken only when the transport is writable and anyio's own send would not wait
-    either; a write the kernel did not take in full leaves the rest in the transport's buffer, and
-    the caller waits for it to drain with ``send(b"")``, as anyio's send would have.  The connection's own loop
-    still yields at every receive, so one busy client does not hold the event loop.
+    CPU per request.  Taken only when nothing written earlier still waits in the transport's buffer; a
+    write the kernel did not take in full leaves the rest there, and the caller waits for it to drain
+    with ``send(b"")``, as anyio's send would have.  The connection's own loop still yields at every
+    receive, so one busy client does not hold the event loop.  TLS streams always answer None.
     """
-    transport = getattr(stream, "_transport", None)
-    protocol = getattr(stream, "_protocol", None)
-    write_event = getattr(protocol, "write_event", None)
-    if (not isinstance(transport, asyncio.Transport) or write_event is None or not write_event.is_set()
-            or transport.is_closing() or getattr(protocol, "exception", None) is not None
-            or getattr(stream, "_closed", True)):
+    if isinstance(stream, PlainStream):
+        return stream.write_nowait(data)
+    return None
+
+
+def _sendfile_stream(stream: ByteStream) -> PlainStream | None:
+    """The plain connection (not TLS) that ranges can be ``os.sendfile``d to, where the platform has it."""
+    if not hasattr(os, "sendfile") or not isinstance(stream, PlainStream):
         return None
-    transport.write(data)
-    return not transport.get_write_buffer_size()
+    return stream
 
 
-def _sendfile_transport(stream: ByteStream) -> asyncio.Transport | None:
-    """The asyncio socket transport under a plain (non-TLS) anyio stream, when os.sendfile exists."""
-    if not hasattr(os, "sendfile"):
-        return None
-    transport = getattr(stream, "_transport", None)  # anyio's asyncio SocketStream; a TLSStream has none
-    if not isinstance(transport, asyncio.Transport) or transport.get_extra_info("sslcontext") is not None:
-        return None
-    return transport
-
-
-async def _send_zero_copy(stream: ByteStream, transport: asyncio.Transport, response: ResponseParts) -> None:
+async def _send_zero_copy(stream: PlainStream, response: ResponseParts) -> None:
     """Bytes and ranges written straight to the socket, in order, once the transport's buffer is empty.
 
     A response of a consumer with thousands of partitions carries thousands of ranges: each costs one
@@ -154,11 +146,11 @@ async def _send_zero_copy(stream: ByteStream, transport: asyncio.Transport, resp
     connection, and the transport's buffer is empty when we start).
     """
     response.check()  # before the first byte: a stale range closes the connection with nothing sent
-    sock: Any = transport.get_extra_info("socket")
+    sock: Any = stream.transport.get_extra_info("socket")
     if sock is None:
         await stream.send(response.materialise())
         return
-    await _drained(stream, transport)
+    await stream.drain()  # until the transport has handed every byte written through it to the kernel
     parts = response.parts
     cork = _CORK is not None and len(parts) > 1
     fd = os.dup(sock.fileno())
@@ -179,18 +171,6 @@ async def _send_zero_copy(stream: ByteStream, transport: asyncio.Transport, resp
         if cork:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, _CORK, 0)
-
-
-async def _drained(stream: ByteStream, transport: asyncio.Transport) -> None:
-    """Until the transport has handed every byte written through it to the kernel."""
-    if not transport.get_write_buffer_size():
-        return
-    low, high = transport.get_write_buffer_limits()
-    transport.set_write_buffer_limits(high=0, low=0)  # writing pauses until the buffer is empty
-    try:
-        await stream.send(b"")  # anyio waits for the protocol to resume writing
-    finally:
-        transport.set_write_buffer_limits(high=high, low=low)
 
 
 class _DirectWriter:

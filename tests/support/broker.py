@@ -105,6 +105,8 @@ class BrokerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         # More command-line arguments for `pykbroker serve` (e.g. ["--log-level", "DEBUG"]).
         self.extra_args: list[str] = []
+        # More environment variables for the process.
+        self.env: dict[str, str] = {}
 
     @property
     def bootstrap(self) -> str:
@@ -116,7 +118,7 @@ class BrokerProcess:
         for k, v in self.overrides.items():
             args += ["--override", f"{k}={v}"]
         logf = open(self.log_path, "ab")  # noqa: SIM115 - owned by the process
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PYKBROKER_")}
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYKBROKER_")}, **self.env}
         self.proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT, env=env)
         logf.close()
         deadline = time.monotonic() + timeout

@@ -16,18 +16,24 @@ from typing import Any
 
 import anyio
 import pytest
-from anyio.abc import SocketStream
 
 from pykbroker.protocol import fast_codec
+from pykbroker.server.plain_stream import PlainStream, accept
 from pykbroker.server.transmit import ResponseParts, frame, transmit
 from pykbroker.storage.file_range import FileRange, SegmentFile
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
+@pytest.fixture(params=[pytest.param(("asyncio", {}), id="asyncio"),
+                        pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop")])
+def anyio_backend(request: Any) -> Any:
+    return request.param
+
+
+async def _accept(listener: Any) -> PlainStream:
+    """The server end of a connection as the broker accepts it (pykbroker.server.plain_stream)."""
+    return await accept(listener.extra(anyio.abc.SocketAttribute.raw_socket), 1 << 18)
 
 
 @pytest.fixture
@@ -77,7 +83,7 @@ def test_fetch_encoder_writes_the_range_length_before_the_range(data_file: tuple
             b"".join(p.read() if isinstance(p, FileRange) else p for p in parts)
 
 
-async def _pair(serve: Callable[[SocketStream], Awaitable[None]]) -> bytes:
+async def _pair(serve: Callable[[PlainStream], Awaitable[None]]) -> bytes:
     """Run ``serve`` on the server end of a real 127.0.0.1 connection; what the client read until EOF."""
     got = bytearray()
     multi = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
@@ -85,7 +91,7 @@ async def _pair(serve: Callable[[SocketStream], Awaitable[None]]) -> bytes:
     port = listener.extra(anyio.abc.SocketAttribute.local_port)
     async with listener, anyio.create_task_group() as tg:
         async def server() -> None:
-            stream = await listener.accept()
+            stream = await _accept(listener)
             async with stream:
                 try:
                     await serve(stream)
@@ -118,7 +124,7 @@ async def test_zero_copy_send_uses_sendfile(data_file: tuple[SegmentFile, bytes]
     parts = frame([b"head", FileRange(f, 10, 300_000), b"mid", FileRange(f, 400_000, 150_000), b"tail"])
     assert isinstance(parts, ResponseParts)
 
-    async def serve(stream: SocketStream) -> None:
+    async def serve(stream: PlainStream) -> None:
         await transmit(stream, parts)
         await transmit(stream, b"after")
 
@@ -133,7 +139,7 @@ async def test_fallback_without_sendfile(data_file: tuple[SegmentFile, bytes], m
     parts = frame([b"h", FileRange(f, 0, 100_000), b"t"])
     assert isinstance(parts, ResponseParts)
 
-    async def serve(stream: SocketStream) -> None:
+    async def serve(stream: PlainStream) -> None:
         await transmit(stream, parts)
 
     assert await _pair(serve) == b"h" + data[:100_000] + b"t"
@@ -146,7 +152,7 @@ async def test_short_file_closes_instead_of_sending(data_file: tuple[SegmentFile
     os.ftruncate(f.fd, 550_000)  # behind the segment's back: only the send can notice
     errors: list[BaseException] = []
 
-    async def serve(stream: SocketStream) -> None:
+    async def serve(stream: PlainStream) -> None:
         try:
             await transmit(stream, parts, "test-peer")
         except anyio.BrokenResourceError as e:
@@ -164,7 +170,7 @@ async def test_truncated_range_sends_nothing(data_file: tuple[SegmentFile, bytes
     f.truncated(50_000)
     errors: list[BaseException] = []
 
-    async def serve(stream: SocketStream) -> None:
+    async def serve(stream: PlainStream) -> None:
         try:
             await transmit(stream, parts, "test-peer")
         except anyio.BrokenResourceError as e:
@@ -174,7 +180,7 @@ async def test_truncated_range_sends_nothing(data_file: tuple[SegmentFile, bytes
     assert errors
 
 
-async def _slow_pair(serve: Callable[[SocketStream], Awaitable[None]], *, pause_s: float = 0.0,
+async def _slow_pair(serve: Callable[[PlainStream], Awaitable[None]], *, pause_s: float = 0.0,
                      sndbuf: int | None = 8192) -> bytes:
     """As ``_pair``, with a small server send buffer and a client that waits ``pause_s`` before reading
     and then reads in small pieces, so the sender meets a full socket many times."""
@@ -184,7 +190,7 @@ async def _slow_pair(serve: Callable[[SocketStream], Awaitable[None]], *, pause_
     port = listener.extra(anyio.abc.SocketAttribute.local_port)
     async with listener, anyio.create_task_group() as tg:
         async def server() -> None:
-            stream = await listener.accept()
+            stream = await _accept(listener)
             async with stream:
                 if sndbuf is not None:
                     stream.extra(anyio.abc.SocketAttribute.raw_socket).setsockopt(socket.SOL_SOCKET,
@@ -206,6 +212,7 @@ async def _slow_pair(serve: Callable[[SocketStream], Awaitable[None]], *, pause_
     return bytes(got)
 
 
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # counts calls to asyncio's own loop.add_writer
 async def test_a_large_response_watches_the_socket_once(data_file: tuple[SegmentFile, bytes],
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """A fetch response larger than the send buffer waits for the socket several times: the descriptor
@@ -242,7 +249,7 @@ async def test_a_large_response_watches_the_socket_once(data_file: tuple[Segment
     response = frame([b"head", FileRange(f, 0, len(data)), b"tail"])
     assert isinstance(response, ResponseParts)
 
-    async def serve(stream: SocketStream) -> None:
+    async def serve(stream: PlainStream) -> None:
         stream.extra(anyio.abc.SocketAttribute.raw_socket).setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 150_000)
         await transmit(stream, response)
 
@@ -277,7 +284,7 @@ async def test_many_small_ranges_arrive_in_order(data_file: tuple[SegmentFile, b
     response = frame(parts)
     assert isinstance(response, ResponseParts)
 
-    async def serve(stream: SocketStream) -> None:
+    async def serve(stream: PlainStream) -> None:
         await transmit(stream, response)
         await transmit(stream, b"after")
 
@@ -294,8 +301,8 @@ async def test_bytes_queued_in_the_transport_leave_before_the_ranges(data_file: 
     assert isinstance(response, ResponseParts)
     queued: list[int] = []
 
-    async def serve(stream: SocketStream) -> None:
-        transport = stream._transport  # type: ignore[attr-defined]
+    async def serve(stream: PlainStream) -> None:
+        transport = stream.transport
         transport.write(big)  # as a response the edge wrote without waiting for it to drain
         queued.append(transport.get_write_buffer_size())
         await transmit(stream, response)
@@ -316,7 +323,7 @@ async def test_sendfile_refused_sends_the_bytes(data_file: tuple[SegmentFile, by
     response = frame([b"h", FileRange(f, 5, 100_000), b"m", FileRange(f, 200_000, 30_000), b"t"])
     assert isinstance(response, ResponseParts)
 
-    async def serve(stream: SocketStream) -> None:
+    async def serve(stream: PlainStream) -> None:
         await transmit(stream, response)
 
     assert await _pair(serve) == b"h" + data[5:100_005] + b"m" + data[200_000:230_000] + b"t"
@@ -328,7 +335,7 @@ async def test_plain_bytes_leave_without_anyio_send_and_large_ones_drain(monkeyp
     sends: list[int] = []
     big = random.Random(7).randbytes(8 << 20)  # far more than loopback socket buffers take at once
 
-    async def serve(stream: SocketStream) -> None:
+    async def serve(stream: PlainStream) -> None:
         original = stream.send
 
         async def counting_send(item: bytes) -> None:
@@ -339,7 +346,7 @@ async def test_plain_bytes_leave_without_anyio_send_and_large_ones_drain(monkeyp
         await transmit(stream, b"small-1")
         assert sends == []  # written straight to the transport
         await transmit(stream, big)
-        transport: Any = getattr(stream, "_transport")  # noqa: B009
+        transport = stream.transport
         assert transport.get_write_buffer_size() == 0  # drained before transmit returned
         await transmit(stream, b"small-2")
 
