@@ -36,12 +36,14 @@ def _produce(conf: dict[str, Any], topic: str, values: list[bytes]) -> None:
 def _consume_group(conf: dict[str, Any], topic: str, group: str, n: int) -> list[bytes]:
     c = Consumer({**conf, "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False,
                   "fetch.max.bytes": 4 << 20})
-    c.subscribe([topic])
+    c.subscribe([topic])  # a group join, then fetches from offset 0
     got: list[bytes] = []
     deadline = time.monotonic() + TIMEOUT
-    while len(got) < n and time.monotonic() < deadline:
-        m = c.poll(0.5)
-        if m is not None and m.error() is None:
+    for _ in range(int(TIMEOUT / 0.2) + 10):  # bounded in turns and in time
+        if len(got) >= n or time.monotonic() >= deadline:
+            break
+        for m in c.consume(num_messages=500, timeout=0.2):
+            assert m.error() is None, m.error()
             got.append(m.value() or b"")
     c.commit(asynchronous=False)
     committed = c.committed([TopicPartition(topic, 0)], timeout=TIMEOUT)

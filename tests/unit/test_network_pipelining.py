@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -22,9 +23,11 @@ pytestmark = pytest.mark.anyio
 SENT = 40
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
+@pytest.fixture(params=[pytest.param(("asyncio", {}), id="asyncio"),
+                        pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop")])
+def anyio_backend(request: Any) -> Any:
+    """The edge on asyncio's own loop and on uvloop (pykbroker.event.loop)."""
+    return request.param
 
 
 def _frame(cid: int) -> bytes:
