@@ -19,6 +19,7 @@ TLS listeners wrap a ``PlainStream`` in anyio's ``TLSStream``, like any other by
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections import deque
 from typing import Any
@@ -229,10 +230,10 @@ async def accept(listener: socket.socket, high: int) -> PlainStream:
     try:
         client, _ = await loop.sock_accept(listener)
     except asyncio.CancelledError:
-        try:  # the reader sock_accept registered is not removed on cancellation (bpo-41317)
+        # The reader sock_accept registered is not removed on cancellation (bpo-41317); a loop that has
+        # no reader for it (or no add/remove_reader at all) has nothing to remove.
+        with contextlib.suppress(ValueError, NotImplementedError):
             loop.remove_reader(listener)
-        except (ValueError, NotImplementedError):
-            pass
         raise
     try:
         client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
-from tests.integration.conftest import BrokerFactory, create_topic, unique_topic
+from tests.integration.conftest import BrokerFactory, create_topic, make_producer, produce_all, unique_topic
 from tests.support.broker import BrokerProcess, free_port
 from tests.support.certs import PASSWORD, make_pki
 
@@ -22,15 +22,10 @@ TIMEOUT = 30.0
 UVLOOP = {"pykbroker.event.loop": "uvloop", "log.flush.on.ack": "true"}
 
 
-def _produce(conf: dict[str, Any], topic: str, values: list[bytes]) -> None:
-    p = Producer({**conf, "acks": "all", "linger.ms": 5})
-    failures: list[str] = []
-    for i, v in enumerate(values):
-        p.produce(topic, v, key=b"%d" % i,
-                  on_delivery=lambda err, _m: failures.append(str(err)) if err is not None else None)
-        p.poll(0)
-    assert p.flush(TIMEOUT) == 0
-    assert failures == []
+def _produce(b: BrokerProcess, conf: dict[str, Any], topic: str, values: list[bytes]) -> None:
+    reports = produce_all(make_producer(b, **conf, acks="all"), topic,
+                          [{"key": b"%d" % i, "value": v} for i, v in enumerate(values)])
+    assert [r.error for r in reports if r.error is not None] == []
 
 
 def _consume_group(conf: dict[str, Any], topic: str, group: str, n: int) -> list[bytes]:
@@ -58,14 +53,14 @@ def test_uvloop_serves_produce_large_fetches_groups_and_a_clean_stop(broker_fact
     create_topic(b, topic, partitions=1)
     values = [bytes([i % 251]) * 4096 for i in range(400)]  # 1.6 MB: fetched as ranges of the segment file
     conf = {"bootstrap.servers": b.bootstrap}
-    _produce(conf, topic, values)
+    _produce(b, conf, topic, values)
     assert _consume_group(conf, topic, "uv-group", len(values)) == values
 
     # A 21-byte request with a header that claims more than it has: that connection closes, the others go on.
     with socket.create_connection(("127.0.0.1", b.port), timeout=TIMEOUT) as s:
         s.sendall(struct.pack(">i", 17) + struct.pack(">hhi", 18, 3, 1) + struct.pack(">h", 200) + b"abcdefg")
         assert s.recv(1024) == b""
-    _produce(conf, topic, [b"after"])
+    _produce(b, conf, topic, [b"after"])
     assert b.proc is not None and b.proc.poll() is None
     assert b.stop() == 0
     assert "event_loop=uvloop" in b.log()
@@ -88,7 +83,7 @@ def test_uvloop_serves_tls(tmp_path: Path) -> None:
         conf = {"bootstrap.servers": f"127.0.0.1:{p1}", "security.protocol": "SSL",
                 "ssl.ca.location": str(pki.ca.cert_path)}
         values = [b"tls-%d" % i * 500 for i in range(200)]
-        _produce(conf, topic, values)
+        _produce(b, conf, topic, values)
         assert _consume_group(conf, topic, "uv-tls", len(values)) == values
 
 
