@@ -104,6 +104,18 @@ def test_many_partitions_smoke(tmp_path: Path) -> None:
         assert "consumed 3000/3000 in " in out
 
 
+def test_many_partitions_compare_smoke() -> None:
+    """many_partitions.py compare starts its own broker and reports every step of every size."""
+    out = _run("many_partitions.py", "compare", "--brokers", "pykbroker", "--partitions", "12", "--step", "5",
+               "--sizes", "100,1024", "--count", "600", "--rounds", "2", "--timeout", "30")
+    for size in ("100 B", "1024 B"):
+        assert f"| pykbroker | {size} | create 12 partitions | answered " in out
+        for step in ("produce 1", "produce 2", "consume 1", "consume 2"):
+            row = next(line for line in out.splitlines() if line.startswith(f"| pykbroker | {size} | {step} |"))
+            assert "only" not in row and " msg/s |" in row
+            assert float(row.rsplit("|", 2)[1]) > 0  # the broker's CPU per million messages was measured
+
+
 def test_bench_kafka_without_a_command_is_reported_not_run() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYKBROKER_")}
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "bench.py"), "--compare", "--brokers", "kafka",
