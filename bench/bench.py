@@ -433,7 +433,11 @@ def wait_topic(admin: AdminClient, topic: str, partitions: int, timeout: float) 
 def wait_partitions_online(admin: AdminClient, topic: str, partitions: int, timeout: float) -> bool:
     """Until ListOffsets answers for every partition: a leader in the metadata may not have created the
     partition's log yet (Kafka creates logs after its metadata update, here in the timed produce phase
-    otherwise), and a broker that answers ListOffsets for a partition has it open."""
+    otherwise), and a broker that answers ListOffsets for a partition has it open.
+
+    After a failed attempt the client's metadata of the topic is refreshed: librdkafka keeps what it
+    learnt before CreatePartitions (partitions it then calls unknown, leaders it then had) for up to
+    ``topic.metadata.refresh.interval.ms``, 5 minutes, and would ask the same stale question again."""
     deadline = time.monotonic() + timeout
     want = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
     while time.monotonic() < deadline:
@@ -444,6 +448,8 @@ def wait_partitions_online(admin: AdminClient, topic: str, partitions: int, time
             return True
         except Exception:  # any error (KafkaException among others): not online yet, ask again
             time.sleep(0.2)
+            with contextlib.suppress(KafkaException):
+                admin.list_topics(topic=topic, timeout=max(0.5, min(10.0, deadline - time.monotonic())))
     return False
 
 
