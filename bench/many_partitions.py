@@ -13,7 +13,9 @@ be taken under ``flock /tmp/bench.lock`` on its own:
 ``--kafka-cmd``; ``KAFKA_HEAP_OPTS`` reaches Kafka's start script) and on each, for every size of ``--sizes``:
 a fresh topic of ``--partitions`` partitions, ``--rounds`` produces into it (the first one cold), then
 ``--rounds`` consumes of all of it, each from offset 0 with a new group. It prints one table row per step:
-msg/s and the broker's CPU seconds per million messages (its whole process tree)::
+msg/s and the broker's CPU seconds per million messages (its whole process tree). Each size's topic stays
+until the broker stops, so partitions × sizes must fit the brokers' open-file limit (each holds a descriptor
+per partition at least); at 10,000 partitions on a machine limited to 20,000, run one size at a time::
 
     many_partitions.py compare --brokers pykbroker,kafka --kafka-cmd SCRIPT --partitions 10000 \
         --sizes 100,1024 --count 500000 --rounds 2
