@@ -76,7 +76,16 @@ def test_transaction_admin(client: Client, new_topic) -> None:  # type: ignore[n
     topic = new_topic(partitions=1)
     tid = _txn_id()
     client.produce_transactions(topic, [(text_msgs(3, partition=0, headers=False), True)], tid)
-    listed = client.list_transactions()
-    assert listed.get(tid) == "completecommit", f"{tid}: {listed.get(tid)!r}"
+    # Kafka answers EndTxn once the coordinator has logged PrepareCommit, and moves the transaction to
+    # CompleteCommit after the markers are written: right after the commit it may still be listed as
+    # PrepareCommit, and never as anything else.
+    seen: list[str | None] = []
+
+    def completed() -> bool:
+        seen.append(client.list_transactions().get(tid))
+        return seen[-1] == "completecommit"
+
+    wait_until(completed, 20, what=f"{tid} to be listed as CompleteCommit")
+    assert set(seen) <= {"preparecommit", "completecommit"}, f"{tid}: {seen}"
     assert client.describe_transaction(tid) == "completecommit"
     assert len(client.describe_producers(topic, 0)) == 1

@@ -34,6 +34,11 @@ from compat.clients.base import ClientError, Delivery, Member, Msg, Record
 CLIENT_ID = "compat-confluent"
 
 
+# Kafka's retriable errors of a group coordinator that is moving or still loading its partition.
+_RETRIABLE_COORDINATOR_ERRORS = frozenset({"NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS",
+                                           "COORDINATOR_NOT_AVAILABLE"})
+
+
 def to_client_error(e: BaseException) -> ClientError:
     err = e.args[0] if isinstance(e, KafkaException) and e.args else e
     if isinstance(err, KafkaError):
@@ -460,11 +465,22 @@ class ConfluentClient(base.Client):
         return _ConfluentMember(Consumer(conf), topics, auto_commit)
 
     def commit_offsets(self, group: str, topic: str, offsets: dict[int, int]) -> None:
+        """A commit outside any group membership, retried on the coordinator errors Kafka documents as
+        retriable: librdkafka returns them from a manual commit instead of retrying, and a fresh Kafka gives
+        NOT_COORDINATOR while it creates and loads ``__consumer_offsets`` for its first group."""
         c = Consumer(self._conf(**{"group.id": group, "enable.auto.commit": False}))
+        deadline = time.monotonic() + 15
         try:
-            c.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
-        except KafkaException as e:
-            raise to_client_error(e) from None
+            for _ in range(100):
+                try:
+                    c.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
+                    return
+                except KafkaException as e:
+                    err = to_client_error(e)
+                    if err.name not in _RETRIABLE_COORDINATOR_ERRORS or time.monotonic() > deadline:
+                        raise err from None
+                time.sleep(0.15)
+            raise ClientError("REQUEST_TIMED_OUT", "the commit kept meeting coordinator errors")
         finally:
             c.close()
 
