@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import time
-
 from compat import scenario as s
 from compat.check import expect_error, text_msgs
 from compat.clients import base
-from compat.clients.base import Client, ClientError, Delivery, wait_until
+from compat.clients.base import Client, ClientError, retry_on, wait_until
 from compat.conftest import unique_topic
 
 ADMIN = (base.ADMIN,)
@@ -26,18 +24,6 @@ def _partitions(client: Client, name: str) -> int:
         return client.describe_topic(name)
     except ClientError:
         return -1
-
-
-def _produce_when_known(helper: Client, name: str, partition: int, timeout: float = 20.0) -> list[Delivery]:
-    """Produce 2 messages to ``partition``, again while the client answers that it does not know the partition."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return helper.produce(name, text_msgs(2, partition=partition))
-        except ClientError as e:
-            if e.name not in ("UNKNOWN_PARTITION", "UNKNOWN_TOPIC_OR_PARTITION") or time.monotonic() > deadline:
-                raise
-        time.sleep(0.2)
 
 
 @s.scenario("topic.create-describe-delete", "topic admin", needs=ADMIN, apis=(19, 20), consumes=False)
@@ -81,7 +67,8 @@ def test_create_partitions(client: Client, helper: Client) -> None:
         # The new partitions take writes.  In a cluster each broker learns of them on its own (Kafka's
         # UpdateMetadata, our ZooKeeper watches), so a fresh producer may first ask a broker that still
         # has 1 partition; librdkafka then fails the message locally with UNKNOWN_PARTITION, nothing sent.
-        d = _produce_when_known(helper, name, partition=3)
+        d = retry_on(("UNKNOWN_PARTITION", "UNKNOWN_TOPIC_OR_PARTITION"),
+                     lambda: helper.produce(name, text_msgs(2, partition=3)), timeout=20)
         assert [x.partition for x in d] == [3, 3]
         # Kafka cannot shrink a topic.
         expect_error("INVALID_PARTITIONS", client.create_partitions, name, 2)

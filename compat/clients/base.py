@@ -10,9 +10,9 @@ from __future__ import annotations
 import base64
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -526,6 +526,24 @@ def _authenticate_child(arg: str) -> None:
 def norm_state(s: str) -> str:
     """Group and transaction states as one spelling: "Stable", "STABLE", "COMPLETE_COMMIT" -> "stable", ..."""
     return str(s).lower().replace("_", "").replace(" ", "")
+
+
+T = TypeVar("T")
+
+
+def retry_on(names: Collection[str], fn: Callable[[], T], timeout: float, interval: float = 0.2,
+             attempts: int = 100) -> T:
+    """``fn()``, called again while it raises a ClientError named in ``names`` (errors Kafka documents as
+    transient), for at most ``timeout`` seconds and ``attempts`` calls; then the last error stands."""
+    deadline = time.monotonic() + timeout
+    for attempt in range(1, attempts + 1):
+        try:
+            return fn()
+        except ClientError as e:
+            if e.name not in names or attempt == attempts or time.monotonic() > deadline:
+                raise
+        time.sleep(interval)
+    raise ValueError(f"attempts must be at least 1, not {attempts}")
 
 
 def wait_until(cond: Callable[[], bool], timeout: float, interval: float = 0.1, what: str = "condition") -> None:

@@ -29,7 +29,7 @@ from confluent_kafka.admin import (
 
 from compat import scenario
 from compat.clients import base
-from compat.clients.base import ClientError, Delivery, Member, Msg, Record
+from compat.clients.base import ClientError, Delivery, Member, Msg, Record, retry_on
 
 CLIENT_ID = "compat-confluent"
 
@@ -469,18 +469,15 @@ class ConfluentClient(base.Client):
         retriable: librdkafka returns them from a manual commit instead of retrying, and a fresh Kafka gives
         NOT_COORDINATOR while it creates and loads ``__consumer_offsets`` for its first group."""
         c = Consumer(self._conf(**{"group.id": group, "enable.auto.commit": False}))
-        deadline = time.monotonic() + 15
+
+        def commit() -> None:
+            try:
+                c.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
+            except KafkaException as e:
+                raise to_client_error(e) from None
+
         try:
-            for _ in range(100):
-                try:
-                    c.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
-                    return
-                except KafkaException as e:
-                    err = to_client_error(e)
-                    if err.name not in _RETRIABLE_COORDINATOR_ERRORS or time.monotonic() > deadline:
-                        raise err from None
-                time.sleep(0.15)
-            raise ClientError("REQUEST_TIMED_OUT", "the commit kept meeting coordinator errors")
+            retry_on(_RETRIABLE_COORDINATOR_ERRORS, commit, timeout=15, interval=0.15)
         finally:
             c.close()
 
