@@ -33,7 +33,7 @@ from kazoo.exceptions import (
     RolledBackError,
     RuntimeInconsistency,
 )
-from kazoo.protocol.states import KazooState, WatchedEvent
+from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 
 from pykbroker.config import BrokerConfig
 from pykbroker.controller import election
@@ -61,6 +61,11 @@ _CHILD_EVENTS = {
     zl.ISR_CHANGE_NOTIFICATION: ISR_CHANGE, zl.CONTROLLED_SHUTDOWN: CONTROLLED_SHUTDOWN, ELECTIONS: ELECTION_REQUESTS,
     zl.CONFIG_CHANGES: CONFIG_CHANGE,
 }
+
+
+def _is_session_event(event: WatchedEvent) -> bool:
+    """A connection-state notification kazoo delivers to every pending watch, not a znode change."""
+    return event.type == EventType.NONE or event.path is None
 
 
 class ControllerMoved(Exception):
@@ -182,24 +187,30 @@ class ZkController:
         elif state == KazooState.CONNECTED:
             self._enqueue(ELECT)
 
+    # Every watch first drops session events: when the connection drops, kazoo calls each pending watch
+    # once with an event of type NONE and no path. The session listener (``_on_session_state``) handles
+    # that: it resigns, and the election after the reconnection re-reads everything with fresh watches.
+
     def _watch_controller(self, event: WatchedEvent) -> None:
-        self._enqueue(CONTROLLER_CHANGE)
+        if not _is_session_event(event):
+            self._enqueue(CONTROLLER_CHANGE)
 
     def _watch_children(self, event: WatchedEvent) -> None:
-        kind = _CHILD_EVENTS.get(event.path)
+        kind = None if _is_session_event(event) else _CHILD_EVENTS.get(event.path)
         if kind is not None:
             self._enqueue(kind)
 
     def _watch_topic(self, event: WatchedEvent) -> None:
-        topic = event.path.rsplit("/", 1)[-1]
-        if event.type in ("CHANGED", "CREATED"):
-            self._enqueue(PARTITION_MODIFICATION, topic)
+        if not _is_session_event(event) and event.type in (EventType.CHANGED, EventType.CREATED):
+            self._enqueue(PARTITION_MODIFICATION, event.path.rsplit("/", 1)[-1])
 
     def _watch_preferred(self, event: WatchedEvent) -> None:
-        self._enqueue(ELECTION_REQUESTS)
+        if not _is_session_event(event):
+            self._enqueue(ELECTION_REQUESTS)
 
     def _watch_reassign(self, event: WatchedEvent) -> None:
-        self._enqueue(LEGACY_REASSIGNMENT)
+        if not _is_session_event(event):
+            self._enqueue(LEGACY_REASSIGNMENT)
 
     # --- the event thread ---------------------------------------------------------------------
 

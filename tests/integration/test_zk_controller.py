@@ -7,6 +7,7 @@ is the broker's death. Each test works under its own chroot of one module-wide Z
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -591,3 +592,35 @@ def test_topic_without_an_id_gets_one(cluster: Cluster) -> None:
     assert (s.leader, s.isr) == (1, [1])
     a = zl.decode_topic_assignment(cluster.admin.get(zl.topic_path("old-tool"))[0])
     assert a.topic_id.int != 0 and a.partitions == {0: [1]}
+
+
+def test_connection_loss_reaches_every_watch_without_errors(tmp_path: Path,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    """kazoo calls every pending watch with a session event (no path) when the connection drops; the
+    controller's watches (controller, children, topic, preferred election, reassignment) take it quietly,
+    and the controller carries on after the reconnection."""
+    ensemble = ZooKeeperEnsemble(tmp_path / "zk", 1).start()
+    cluster = Cluster(ensemble.connect)
+    try:
+        cluster.broker_up(1)
+        standby_zk = cluster._client()
+        a = cluster.controller(1)
+        wait_for("controller", a.is_active)
+        standby = ZkController(standby_zk, 2, BrokerConfig({"broker.id": "2", "zookeeper.connect": cluster.connect,
+                                                            "zookeeper.session.timeout.ms": "4000"}))
+        standby.start()  # watches /controller
+        cluster.controllers.append((standby, standby_zk))
+        cluster.create_topic("watched", {0: [1]})  # a topic watch
+        cluster.wait_state("watched", 0, lambda s: s.leader == 1)
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG):
+            ensemble.restart()
+            wait_for("a controller again after the reconnection", lambda: a.is_active() or standby.is_active(),
+                     timeout=30)
+            cluster.create_topic("after-reconnect", {0: [1]})
+            cluster.wait_state("after-reconnect", 0, lambda s: s.leader == 1, timeout=30)
+        errors = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+        assert not errors, [(r.name, r.getMessage(), r.exc_text) for r in errors]
+    finally:
+        cluster.close()
+        ensemble.stop()
