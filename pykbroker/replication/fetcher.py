@@ -25,7 +25,7 @@ from kio.schema.errors import ErrorCode
 from pykbroker.protocol.records import InvalidRecords
 from pykbroker.replication.client import BrokerClient, BrokerConnectionError
 from pykbroker.replication.rules import follower_truncation_offset
-from pykbroker.storage.log import KafkaStorageError, OffsetOutOfRange
+from pykbroker.storage.log import KafkaStorageError, LogStartOffsetIncrementReason, OffsetOutOfRange
 
 if TYPE_CHECKING:
     from pykbroker.config import BrokerConfig
@@ -267,7 +267,8 @@ class ReplicaFetcherManager:
             leader_start = int(pd.log_start_offset)
             if leader_start > p.log.log_start_offset:
                 try:
-                    p.log.delete_records_before(min(leader_start, p.log.log_end_offset))
+                    p.log.delete_records_before(min(leader_start, p.log.log_end_offset),
+                                                reason=LogStartOffsetIncrementReason.LEADER_OFFSET_INCREMENTED)
                 except OffsetOutOfRange:
                     pass
         except InvalidRecords as exc:

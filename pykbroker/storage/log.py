@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import enum
 import errno
 import functools
 import logging
@@ -82,6 +83,14 @@ SNAPSHOTS_TO_KEEP = 3  # newest producer snapshots kept (plus the one recovery w
 
 def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+class LogStartOffsetIncrementReason(enum.Enum):
+    """Why a log's start offset moved up (Kafka's LogStartOffsetIncrementReason), for its log line."""
+
+    CLIENT_RECORD_DELETION = "DeleteRecords"
+    LEADER_OFFSET_INCREMENTED = "following the leader's log start offset"
+    SEGMENT_DELETION = "segment deletion"
 
 
 class OffsetOutOfRange(Exception):
@@ -1020,8 +1029,10 @@ class Log:
     # -- deletion of old data ------------------------------------------------------------------------
 
     @_on_disk("deleting records of")
-    def delete_records_before(self, offset: int, *, high_watermark: int | None = None) -> int:
-        """DeleteRecords: advance the log start offset to ``offset``; drop whole segments below it."""
+    def delete_records_before(self, offset: int, *, reason: LogStartOffsetIncrementReason,
+                              high_watermark: int | None = None) -> int:
+        """Advance the log start offset to ``offset`` (a DeleteRecords request, or a follower following its
+        leader's log start); drop whole segments below it."""
         with self._lock:
             self._check_open()
             limit = self.log_end_offset if high_watermark is None else min(high_watermark, self.log_end_offset)
@@ -1029,7 +1040,7 @@ class Log:
                 raise OffsetOutOfRange(f"cannot delete records before {offset}: the limit is {limit}")
             if offset > self.log_start_offset:
                 self.log_start_offset = offset
-                log.info("Incremented log start offset of %s to %d (DeleteRecords)", self.dir.name, offset)
+                log.info("Incremented log start offset of %s to %d (%s)", self.dir.name, offset, reason.value)
                 self.leader_epoch_cache.truncate_from_start(offset)
                 self._delete_segments_locked(self._deletable(self._below_log_start), "log start offset breach")
             return self.log_start_offset
@@ -1113,7 +1124,10 @@ class Log:
             seg.delete()
             names.append(seg.name)
         self._bases = [s.base_offset for s in self._segments]
-        self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+        if self._segments[0].base_offset > self.log_start_offset:
+            self.log_start_offset = self._segments[0].base_offset
+            log.info("Incremented log start offset of %s to %d (%s: %s)", self.dir.name, self.log_start_offset,
+                     LogStartOffsetIncrementReason.SEGMENT_DELETION.value, reason)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         self._dir_dirty = True
         self._prune_snapshots_locked()

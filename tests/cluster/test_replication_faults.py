@@ -246,6 +246,12 @@ def test_paused_followers_leave_and_rejoin_the_isr(tmp_path: Path) -> None:
                 {"name": topic, "partitions": [{"partition_index": 0, "offset": end}]}]})
             assert int(resp.topics[0].partitions[0].low_watermark) == end
             produce(-1, 5)
+            # Each replica's log line gives its own reason: the request on the leader, the leader's log
+            # start on the follower that follows it.
+            assert f"Incremented log start offset of {topic}-0 to {end} (DeleteRecords)" in cluster.broker(leader).log()
+            wait_for(lambda: f"Incremented log start offset of {topic}-0 to {end} (following the leader's log start "
+                             "offset)" in cluster.broker(f2).log(), timeout=20, what="the follower's log start line")
+            assert "(DeleteRecords)" not in cluster.broker(f2).log()
         finally:
             cluster.resume(f1)
         _wait_isr(cluster, topic, [1, 2, 3], timeout=30)

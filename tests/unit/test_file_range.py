@@ -12,11 +12,13 @@ import pytest
 
 from pykbroker.protocol.records import build_batch, iter_batches, validate_for_append
 from pykbroker.storage.file_range import FileRange, SegmentFile, StaleRange
-from pykbroker.storage.log import Log
+from pykbroker.storage.log import Log, LogStartOffsetIncrementReason
 from pykbroker.storage.log_config import LogConfig
 from pykbroker.storage.segment import FILE_RANGE_MIN_BYTES
 
 T0 = 1_700_000_000_000
+
+DELETE_RECORDS = LogStartOffsetIncrementReason.CLIENT_RECORD_DELETION
 
 
 def _append(lg: Log, n: int, value_size: int, rng: random.Random) -> None:
@@ -96,7 +98,7 @@ def test_range_survives_retention_deleting_its_segment(tmp_path: Path, logs: lis
     rng_range = _long_range(lg)
     expected = lg.read(0, 10_000_000).records
     first = lg.segments[0]
-    lg.delete_records_before(lg.segments[1].base_offset)
+    lg.delete_records_before(lg.segments[1].base_offset, reason=DELETE_RECORDS)
     assert first not in lg.segments and not first.log_path.exists()
     assert rng_range.read() == expected  # the unlinked inode is still readable through the range
 

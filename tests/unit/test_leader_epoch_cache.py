@@ -13,10 +13,12 @@ from pykbroker.storage.leader_epoch_cache import (
     LeaderEpochCache,
     parse_checkpoint,
 )
-from pykbroker.storage.log import Log
+from pykbroker.storage.log import Log, LogStartOffsetIncrementReason
 from pykbroker.storage.log_config import LogConfig
 
 T0 = 1_700_000_000_000
+
+DELETE_RECORDS = LogStartOffsetIncrementReason.CLIENT_RECORD_DELETION
 
 
 def entries(cache: LeaderEpochCache) -> list[tuple[int, int]]:
@@ -116,7 +118,7 @@ def test_log_stamps_epochs_and_keeps_the_cache(tmp_path: Path) -> None:
     assert lg.end_offset_for_epoch(-1) is None
     lg.truncate_to(5)  # a batch boundary, as follower truncation is
     assert entries(lg.leader_epoch_cache) == [(0, 0), (2, 3)]
-    lg.delete_records_before(2)
+    lg.delete_records_before(2, reason=DELETE_RECORDS)
     assert entries(lg.leader_epoch_cache) == [(0, 2), (2, 3)]
     lg.close()
     again = Log.open(path, cfg, recover=False, now_ms=lambda: T0)

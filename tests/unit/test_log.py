@@ -20,12 +20,14 @@ from pykbroker.protocol.records import (
     iter_batches,
     validate_for_append,
 )
-from pykbroker.storage.log import SNAPSHOTS_TO_KEEP, AppendResult, Log, OffsetOutOfRange
+from pykbroker.storage.log import SNAPSHOTS_TO_KEEP, AppendResult, Log, LogStartOffsetIncrementReason, OffsetOutOfRange
 from pykbroker.storage.log_config import LogConfig
 from pykbroker.storage.log_manager import LogManager
 from pykbroker.storage.producer_state import ProducerStateError, end_txn_marker_record
 
 T0 = 1_700_000_000_000
+
+DELETE_RECORDS = LogStartOffsetIncrementReason.CLIENT_RECORD_DELETION
 
 
 class Clock:
@@ -224,7 +226,7 @@ def test_offset_for_timestamp(tmp_path: Path, clock: Clock, opened: list[Log]) -
     assert lg.offset_for_timestamp(T0 + 1950) == (58, T0 + 1950)
     assert lg.offset_for_timestamp(T0 + 1951) is None
     assert lg.max_timestamp_and_offset() == (58, T0 + 1950)
-    lg.delete_records_before(31)
+    lg.delete_records_before(31, reason=DELETE_RECORDS)
     assert lg.offset_for_timestamp(0) == (31, T0 + 1050)
 
 
@@ -244,7 +246,12 @@ def test_retention_by_time(tmp_path: Path, clock: Clock, opened: list[Log], capl
     assert deleted == [segs[0].name]
     assert lg.log_start_offset == segs[1].base_offset
     assert not segs[0].log_path.exists()
-    assert sum("retention time" in r.getMessage() for r in caplog.records) == 1
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum(m.startswith("Deleting segment") and "retention time" in m for m in messages) == 1
+    # The log start offset moved for retention, and its line says so (not DeleteRecords).
+    assert [m for m in messages if m.startswith("Incremented log start offset")] == [
+        f"Incremented log start offset of t-0 to {segs[1].base_offset} (segment deletion: retention time 1000ms "
+        "breach)"]
     with pytest.raises(OffsetOutOfRange):
         lg.read(0, 100)
     # Everything expired: the log rolls, keeps an empty active segment at the LEO.
@@ -287,18 +294,18 @@ def test_delete_records_before(tmp_path: Path, clock: Clock, opened: list[Log]) 
     for _ in range(12):
         append(lg, 2)
     seg2 = lg.segments[2].base_offset
-    assert lg.delete_records_before(seg2 + 1) == seg2 + 1
+    assert lg.delete_records_before(seg2 + 1, reason=DELETE_RECORDS) == seg2 + 1
     assert lg.segments[0].base_offset == seg2
     r = lg.read(seg2 + 1, 100)  # mid-batch read at the log start offset
     assert r.first_offset == seg2
     with pytest.raises(OffsetOutOfRange):
         lg.read(seg2, 100)
-    assert lg.delete_records_before(3) == seg2 + 1  # never moves backwards
+    assert lg.delete_records_before(3, reason=DELETE_RECORDS) == seg2 + 1  # never moves backwards
     with pytest.raises(OffsetOutOfRange):
-        lg.delete_records_before(25)
+        lg.delete_records_before(25, reason=DELETE_RECORDS)
     with pytest.raises(OffsetOutOfRange):
-        lg.delete_records_before(20, high_watermark=10)
-    assert lg.delete_records_before(24) == 24
+        lg.delete_records_before(20, reason=DELETE_RECORDS, high_watermark=10)
+    assert lg.delete_records_before(24, reason=DELETE_RECORDS) == 24
     assert lg.read(24, 100).records == b""
 
 
@@ -798,7 +805,7 @@ def test_snapshot_retention(tmp_path: Path, clock: Clock, opened: list[Log]) -> 
     assert 2 <= len(snaps) <= SNAPSHOTS_TO_KEEP + 1
     assert snaps[-1] == lg.active_segment.base_offset
     lg.flush()
-    lg.delete_records_before(lg.log_end_offset)
+    lg.delete_records_before(lg.log_end_offset, reason=DELETE_RECORDS)
     assert len(lg.segments) == 1
     assert snapshot_offsets(lg.dir) == [snaps[-1]]  # below the log start offset, but the newest is kept
     assert produce(lg, 1, seq=59).duplicate  # the state itself is not tied to the log start offset

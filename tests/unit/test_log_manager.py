@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pykbroker.protocol.records import build_batch, validate_for_append
-from pykbroker.storage.log import Log
+from pykbroker.storage.log import Log, LogStartOffsetIncrementReason
 from pykbroker.storage.log_config import LogConfig
 from pykbroker.storage.log_manager import (
     CLEAN_SHUTDOWN_FILE,
@@ -22,6 +22,8 @@ from pykbroker.storage.log_manager import (
 )
 
 T0 = 1_700_000_000_000
+
+DELETE_RECORDS = LogStartOffsetIncrementReason.CLIENT_RECORD_DELETION
 
 
 def append(lg: Log, n: int = 1, ts: int = T0) -> None:
@@ -63,7 +65,7 @@ def test_lifecycle(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     for lg in logs:
         for _ in range(10):
             append(lg, 2)
-    logs[1].delete_records_before(7)
+    logs[1].delete_records_before(7, reason=DELETE_RECORDS)
     assert mgr.get_log("a-b.c_d", 9) is None
     assert set(mgr.all_logs()) == {("a-b.c_d", p) for p in range(4)}
     mgr.shutdown()

@@ -8,12 +8,14 @@ import shutil
 from pathlib import Path
 
 from pykbroker.protocol.records import build_batch, validate_for_append
-from pykbroker.storage.log import Log
+from pykbroker.storage.log import Log, LogStartOffsetIncrementReason
 from pykbroker.storage.log_config import LogConfig
 from pykbroker.storage.log_manager import FUTURE_DIR_SUFFIX, MOVED_MARKER_FILE, LogManager
 
 T0 = 1_700_000_000_000
 CFG = LogConfig(segment_bytes=2000)
+
+DELETE_RECORDS = LogStartOffsetIncrementReason.CLIENT_RECORD_DELETION
 
 
 def append(lg: Log, i: int) -> None:
@@ -65,7 +67,7 @@ def test_move_copies_in_rounds_then_swaps(tmp_path: Path) -> None:
     assert future.is_future and future.tp == ("t", 0) and future.log_end_offset <= lg.log_end_offset
     for i in range(60, 90):  # appends, a roll, and retention meanwhile
         append(lg, i)
-    lg.delete_records_before(20)
+    lg.delete_records_before(20, reason=DELETE_RECORDS)
     lg.apply_retention(T0)
     assert mv.copy_round(volatile=lg.active_indexes()) > 0
     assert mv.copy_round(volatile=lg.active_indexes()) == 0

@@ -24,7 +24,7 @@ from pykbroker.protocol.framing import FrameDecoder
 from pykbroker.protocol.records import build_batch, validate_for_append
 from pykbroker.server.broker import Broker
 from pykbroker.server.replica_manager import Partition, ReplicaManager
-from pykbroker.storage.log import Log
+from pykbroker.storage.log import Log, LogStartOffsetIncrementReason
 from pykbroker.storage.log_config import LogConfig
 from pykbroker.storage.log_manager import REPLICATION_OFFSET_CHECKPOINT_FILE, LogManager, read_offset_checkpoint
 from tests.unit.test_dispatcher import frame_for
@@ -32,6 +32,8 @@ from tests.unit.test_dispatcher import frame_for
 T0 = 1_700_000_000_000
 FAST = {"replica.fetch.wait.max.ms": "100", "replica.fetch.backoff.ms": "50", "replica.lag.time.max.ms": "300",
         "replica.socket.timeout.ms": "3000", "replica.high.watermark.checkpoint.interval.ms": "200"}
+
+DELETE_RECORDS = LogStartOffsetIncrementReason.CLIENT_RECORD_DELETION
 
 
 async def acall(b: Broker, api_key: int, version: int, body: dict[str, Any]) -> Any:
@@ -267,7 +269,8 @@ def test_follower_out_of_range_truncates_into_the_leaders_range(tmp_path: Path) 
                     leaders["u"].log.append(batch, validate_for_append(batch, max_batch_bytes=1 << 20, now_ms=T0,
                                                                        timestamp_type=0))
                     b.replicas.on_appended(leaders["u"])
-                assert leaders["t"].log.delete_records_before(6, high_watermark=leaders["t"].high_watermark) == 6
+                t = leaders["t"]
+                assert t.log.delete_records_before(6, reason=DELETE_RECORDS, high_watermark=t.high_watermark) == 6
 
                 f = Follower(tmp_path, port, tg)
                 follower_lm.append(f.lm)

@@ -19,9 +19,12 @@ from pykbroker.config import BrokerConfig
 from pykbroker.protocol.records import build_batch
 from pykbroker.server.broker import Broker
 from pykbroker.server.dispatcher import supported_features
+from pykbroker.storage.log import LogStartOffsetIncrementReason
 from tests.unit.test_dispatcher import call
 
 TS = 1_700_000_000_000
+
+DELETE_RECORDS = LogStartOffsetIncrementReason.CLIENT_RECORD_DELETION
 
 
 @pytest.fixture
@@ -183,7 +186,7 @@ def test_list_offsets_v9_v10_tiered_and_local_specs(broker: Broker) -> None:
                                                                                 timestamp_ms=TS + i)}]}]})
     p0 = broker.replicas.partition("t", 0)
     assert p0 is not None
-    p0.log.delete_records_before(1, high_watermark=p0.high_watermark)
+    p0.log.delete_records_before(1, reason=DELETE_RECORDS, high_watermark=p0.high_watermark)
 
     def lo(version: int, ts: int, partition: int = 0) -> tuple[int, int, int, int]:
         body: dict[str, Any] = {"replica_id": -1, "isolation_level": 0, "timeout": datetime.timedelta(seconds=1),

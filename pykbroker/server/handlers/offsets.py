@@ -17,7 +17,7 @@ from pykbroker.server.authz import denied_names
 from pykbroker.server.context import RequestContext, Services
 from pykbroker.server.handlers.legacy_offsets import handle_list_offsets_v0
 from pykbroker.server.replica_manager import Partition
-from pykbroker.storage.log import KafkaStorageError, OffsetOutOfRange
+from pykbroker.storage.log import KafkaStorageError, LogStartOffsetIncrementReason, OffsetOutOfRange
 
 LATEST = -1
 EARLIEST = -2
@@ -166,7 +166,9 @@ async def handle_delete_records(svc: Services, ctx: RequestContext, req: Any) ->
                 entry["error_code"] = ErrorCode.offset_out_of_range
                 continue
             try:
-                entry["low_watermark"] = p.log.delete_records_before(offset, high_watermark=p.high_watermark)
+                entry["low_watermark"] = p.log.delete_records_before(
+                    offset, reason=LogStartOffsetIncrementReason.CLIENT_RECORD_DELETION,
+                    high_watermark=p.high_watermark)
             except OffsetOutOfRange:
                 entry["error_code"] = ErrorCode.offset_out_of_range
             except KafkaStorageError:
