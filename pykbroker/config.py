@@ -219,6 +219,19 @@ def _valid_zk_connect(v: Any) -> str | None:
     return None
 
 
+def _valid_security_protocol(v: Any) -> str | None:
+    if str(v).strip().upper() not in SECURITY_PROTOCOLS:
+        return f"{v!r} is not one of {', '.join(SECURITY_PROTOCOLS)}"
+    return None
+
+
+def _valid_ibp_version(v: Any) -> str | None:
+    """Kafka's MetadataVersion names as inter.broker.protocol.version takes them: 0.10.2, 2.8, 3.9-IV0."""
+    if not re.fullmatch(r"\d+\.\d+(\.\d+)?(-IV\d+)?", str(v).strip()):
+        return f"{v!r} is not a Kafka version such as 3.9 or 3.9-IV0"
+    return None
+
+
 def _valid_listeners(v: Any) -> str | None:
     for item in v:
         try:
@@ -279,8 +292,23 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
            "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
            "Security protocol of each listener name; only PLAINTEXT listeners can be served.",
            _valid_protocol_map),
-        _D("inter.broker.listener.name", "string", "", "The listener other brokers (followers) connect to; "
-           "defaults to the first listener."),
+        _D("inter.broker.listener.name", "string", "", "The listener other brokers (followers) connect to. "
+           "Set this or security.inter.broker.protocol, not both; with neither, the listener named PLAINTEXT, or "
+           "else the first listener."),
+        _D("security.inter.broker.protocol", "string", "PLAINTEXT", "Security protocol between brokers: the "
+           "inter-broker listener is the listener named after it (PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL). "
+           "Set this or inter.broker.listener.name, not both.", _valid_security_protocol),
+        _D("control.plane.listener.name", "string", "", "Kafka: a listener of its own for controller-to-broker "
+           "requests; when set it must name a listener other than the inter-broker one.",
+           no_effect="the controller sends no requests to brokers (they follow ZooKeeper's state themselves), "
+           "so there is no control-plane traffic to separate; the listener is served like any other"),
+        _D("early.start.listeners", "string", "", "Kafka: listeners that may start before the authorizer is "
+           "ready; when set, names listeners of 'listeners'.",
+           no_effect="the authorizer is ready before any listener starts"),
+        _D("inter.broker.protocol.version", "string", "3.9-IV0", "Kafka: the inter-broker protocol version of a "
+           "rolling upgrade (for example 3.9 or 3.9-IV0).", _valid_ibp_version,
+           no_effect="brokers of a pykbroker cluster speak every request version they implement to each other; "
+           "there is no protocol-version step in an upgrade"),
         _D("log.dirs", "list", [], "Directories holding partition logs."),
         _D("log.dir", "string", "/tmp/kafka-logs", "Used when log.dirs is unset."),
         _D("zookeeper.connect", "string", "", "host:port[,host:port...][/chroot] of the ZooKeeper ensemble "
@@ -818,9 +846,18 @@ class BrokerConfig:
                 raise ConfigError(f"listener {name} has no entry in 'listener.security.protocol.map'")
             if proto not in SECURITY_PROTOCOLS:  # TLS: pykbroker.security.tls; SASL: pykbroker.security.sasl
                 raise ConfigError(f"listener {name} uses unknown security protocol {proto}")
-        inter = self["inter.broker.listener.name"].strip().upper()
-        if inter and inter not in names:
-            raise ConfigError(f"configuration 'inter.broker.listener.name' names {inter}, which is not in 'listeners'")
+        inter = self.inter_broker_listener  # Kafka's rules, checked there
+        control = self["control.plane.listener.name"].strip().upper()
+        if control and control not in names:
+            raise ConfigError(f"configuration 'control.plane.listener.name' names {control}, which is not in "
+                              "'listeners'")
+        if control and control == inter:
+            raise ConfigError("configuration 'control.plane.listener.name', when set, must differ from the "
+                              f"inter-broker listener ({inter})")
+        early = {x.strip().upper() for x in self["early.start.listeners"].split(",") if x.strip()}
+        if not early <= set(names):
+            raise ConfigError(f"configuration 'early.start.listeners' names {', '.join(sorted(early - set(names)))}, "
+                              "not in 'listeners'")
         if self["zookeeper.connect"].strip() and self.broker_id < 0:
             raise ConfigError("configuration 'broker.id' must be set (0 or more) when 'zookeeper.connect' is set: "
                               "broker id generation is not implemented")
@@ -878,6 +915,35 @@ class BrokerConfig:
     @property
     def listeners(self) -> list[Listener]:
         return [parse_listener(x) for x in self["listeners"]]
+
+    @property
+    def inter_broker_listener(self) -> str:
+        """The listener other brokers connect to, by Kafka's rules: inter.broker.listener.name, or else the
+        listener named after security.inter.broker.protocol; setting both is an error. With neither set,
+        the PLAINTEXT listener, or else (unlike Kafka, which would refuse to start) the first listener."""
+        names = [lst.name for lst in self.listeners]
+        by_name = self["inter.broker.listener.name"].strip().upper()
+        if by_name and self.is_explicit("security.inter.broker.protocol"):
+            raise ConfigError("only one of 'inter.broker.listener.name' and 'security.inter.broker.protocol' "
+                              "should be set")
+        if by_name:
+            if by_name not in names:
+                raise ConfigError(f"configuration 'inter.broker.listener.name' names {by_name}, which is not in "
+                                  f"'listeners' (listeners: {', '.join(names)})")
+            return by_name
+        protocol = self["security.inter.broker.protocol"].strip().upper()
+        if self.is_explicit("security.inter.broker.protocol"):
+            if protocol not in names:
+                raise ConfigError(f"configuration 'security.inter.broker.protocol' is {protocol}: the inter-broker "
+                                  f"listener is then the listener named {protocol}, which is not in 'listeners' "
+                                  f"(listeners: {', '.join(names)}); name one that way, or set "
+                                  "'inter.broker.listener.name' instead")
+            if self.security_protocols.get(protocol) != protocol:
+                raise ConfigError(f"configuration 'security.inter.broker.protocol' is {protocol}, but listener "
+                                  f"{protocol} uses {self.security_protocols.get(protocol)} "
+                                  "('listener.security.protocol.map'); set 'inter.broker.listener.name' instead")
+            return protocol
+        return protocol if protocol in names else names[0]
 
     @property
     def advertised_listeners(self) -> list[Listener]:

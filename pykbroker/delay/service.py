@@ -154,8 +154,7 @@ class DelayService(PartitionLoader):
         self._retry_at: dict[tuple[str, int], float] = {}  # targets whose last attempt failed: not before
         self._forwards: ProduceClients | None = None  # to __delayed_records leaders (produce path)
         self._deliveries: ProduceClients | None = None  # to target leaders (timer task)
-        self._inter_broker_listener = (str(config["inter.broker.listener.name"]).strip().upper()
-                                       or config.listeners[0].name)
+        self._inter_broker_listener = config.inter_broker_listener
         if self.cluster:
             store.add_listener(self._on_metadata_change)
 

@@ -139,7 +139,7 @@ def plan_processes(config: BrokerConfig, processes: int, hostname: str) -> list[
 def _with_local_endpoints(config: BrokerConfig, plans: list[ProcessPlan]) -> list[ProcessPlan]:
     if len(plans) < 2:
         return plans
-    inter = str(config["inter.broker.listener.name"]).strip().upper() or config.listeners[0].name
+    inter = config.inter_broker_listener
     if config.security_protocols[inter] not in ("PLAINTEXT", "SASL_PLAINTEXT"):
         return plans
     position = [lst.name for lst in config.listeners].index(inter)

@@ -89,7 +89,7 @@ def _listener_tls(config: Any) -> dict[str, Any]:
 def _inter_broker_ssl_context(config: Any) -> Any:
     """The TLS client context of inter-broker connections when the inter-broker listener is SSL/SASL_SSL."""
     from pykbroker.security.tls import TLS_PROTOCOLS, TlsConfigError, client_context
-    inter = str(config["inter.broker.listener.name"]).strip().upper() or config.listeners[0].name
+    inter = config.inter_broker_listener
     if config.security_protocols.get(inter) not in TLS_PROTOCOLS:
         return None
     try:
@@ -295,8 +295,7 @@ class Broker:
 
     @property
     def _inter_broker_listener(self) -> str:
-        name = str(self.config["inter.broker.listener.name"]).strip().upper()
-        return name or self.config.listeners[0].name
+        return self.config.inter_broker_listener
 
     def _write_isr(self, topic: str, index: int, leader_epoch: int, isr: list[int], zk_version: int
                    ) -> Awaitable[int]:

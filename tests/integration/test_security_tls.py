@@ -242,16 +242,19 @@ def test_bad_keystores_stop_the_start(tmp_path: Path, pki: Pki) -> None:
 
 @pytest.mark.timeout(240)
 @pytest.mark.xdist_group("replication")
-def test_cluster_replicates_over_an_ssl_inter_broker_listener(tmp_path: Path, pki: Pki) -> None:
-    """Three brokers whose inter-broker listener is SSL with mTLS replicate an RF 3 topic."""
+@pytest.mark.parametrize("chosen_by", ["inter.broker.listener.name", "security.inter.broker.protocol"])
+def test_cluster_replicates_over_an_ssl_inter_broker_listener(tmp_path: Path, pki: Pki, chosen_by: str) -> None:
+    """Three brokers whose inter-broker listener is SSL with mTLS replicate an RF 3 topic; the listener is
+    named by inter.broker.listener.name, or is the one named after security.inter.broker.protocol."""
     from tests.support.cluster import Cluster
     from tests.support.cluster import wait_for as cluster_wait
     from tests.support.zookeeper import zookeeper_available
     if not zookeeper_available():
         raise RuntimeError("ZooKeeper (Debian package zookeeper) is needed: run scripts/install.sh --test")
+    inter = "INTERNAL" if chosen_by == "inter.broker.listener.name" else "SSL"
     common = {
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SSL",
-        "inter.broker.listener.name": "INTERNAL",
+        "listener.security.protocol.map": f"PLAINTEXT:PLAINTEXT,{inter}:SSL",
+        chosen_by: inter,
         "ssl.keystore.type": "PKCS12", "ssl.keystore.location": str(pki.server.p12),
         "ssl.keystore.password": PASSWORD,
         "ssl.truststore.type": "PKCS12", "ssl.truststore.location": str(pki.ca.p12_path),
@@ -259,7 +262,7 @@ def test_cluster_replicates_over_an_ssl_inter_broker_listener(tmp_path: Path, pk
     }
     cluster = Cluster(tmp_path, 3, overrides=common)
     for b in cluster.brokers.values():  # PLAINTEXT first (health checks), SSL for replication
-        b.overrides["listeners"] = f"PLAINTEXT://127.0.0.1:{b.port},INTERNAL://127.0.0.1:{free_port()}"
+        b.overrides["listeners"] = f"PLAINTEXT://127.0.0.1:{b.port},{inter}://127.0.0.1:{free_port()}"
     with cluster:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         admin.create_topics([NewTopic("rf3", 1, 3)])["rf3"].result(TIMEOUT)
@@ -273,7 +276,7 @@ def test_cluster_replicates_over_an_ssl_inter_broker_listener(tmp_path: Path, pk
                      what="all three replicas in the ISR")
         logs = cluster.logs()
         assert "TLS handshake failed" not in logs, logs
-        assert "listener=INTERNAL principal=User:CN=localhost,O=pykbroker tests" in logs
+        assert f"listener={inter} principal=User:CN=localhost,O=pykbroker tests" in logs
 
 
 KAFKAJS_SCRIPT = r"""

@@ -81,3 +81,45 @@ def test_topic_configs() -> None:
         validate_topic_configs({"cleanup.policy": "forever"})
     lc = log_config_for(BrokerConfig({"log.segment.bytes": "2048"}), {"retention.bytes": "10"})
     assert lc.segment_bytes == 2048 and lc.retention_bytes == 10
+
+
+def test_inter_broker_listener_by_kafkas_rules() -> None:
+    two = {"listeners": "PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093"}
+    assert BrokerConfig(two).inter_broker_listener == "PLAINTEXT"  # Kafka's default protocol
+    assert BrokerConfig({**two, "security.inter.broker.protocol": "SSL"}).inter_broker_listener == "SSL"
+    assert BrokerConfig({**two, "security.inter.broker.protocol": "ssl"}).inter_broker_listener == "SSL"
+    assert BrokerConfig({**two, "inter.broker.listener.name": "ssl"}).inter_broker_listener == "SSL"
+    # Not both (Kafka: "Only one of inter.broker.listener.name and security.inter.broker.protocol should be set").
+    with pytest.raises(ConfigError, match="only one of 'inter.broker.listener.name' and 'security.inter.broker"):
+        BrokerConfig({**two, "inter.broker.listener.name": "SSL", "security.inter.broker.protocol": "SSL"})
+    # The protocol names the listener; there must be one of that name, using that protocol.
+    with pytest.raises(ConfigError, match="listener named SASL_SSL, which is not in 'listeners'"):
+        BrokerConfig({**two, "security.inter.broker.protocol": "SASL_SSL"})
+    with pytest.raises(ConfigError, match="listener SSL uses PLAINTEXT"):
+        BrokerConfig({**two, "security.inter.broker.protocol": "SSL",
+                      "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:PLAINTEXT"})
+    with pytest.raises(ConfigError, match="security.inter.broker.protocol"):
+        BrokerConfig({**two, "security.inter.broker.protocol": "KERBEROS"})
+    with pytest.raises(ConfigError, match="names INTERNAL, which is not in 'listeners'"):
+        BrokerConfig({**two, "inter.broker.listener.name": "INTERNAL"})
+    # Neither set and no PLAINTEXT listener: the first listener (Kafka would refuse to start).
+    named = {"listeners": "EXTERNAL://127.0.0.1:9092,INTERNAL://127.0.0.1:9093",
+             "listener.security.protocol.map": "EXTERNAL:PLAINTEXT,INTERNAL:PLAINTEXT"}
+    assert BrokerConfig(named).inter_broker_listener == "EXTERNAL"
+
+
+def test_other_listener_keys_of_kafka() -> None:
+    two = {"listeners": "PLAINTEXT://127.0.0.1:9092,CONTROL://127.0.0.1:9093",
+           "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROL:PLAINTEXT"}
+    cfg = BrokerConfig({**two, "control.plane.listener.name": "CONTROL", "early.start.listeners": "CONTROL",
+                        "inter.broker.protocol.version": "3.9-IV0"})
+    assert cfg["control.plane.listener.name"] == "CONTROL"
+    assert BrokerConfig({"inter.broker.protocol.version": "2.8"})["inter.broker.protocol.version"] == "2.8"
+    with pytest.raises(ConfigError, match="must differ from the inter-broker listener"):
+        BrokerConfig({**two, "control.plane.listener.name": "PLAINTEXT"})
+    with pytest.raises(ConfigError, match="'control.plane.listener.name' names NOPE"):
+        BrokerConfig({**two, "control.plane.listener.name": "NOPE"})
+    with pytest.raises(ConfigError, match="'early.start.listeners' names NOPE"):
+        BrokerConfig({**two, "early.start.listeners": "CONTROL,NOPE"})
+    with pytest.raises(ConfigError, match="inter.broker.protocol.version"):
+        BrokerConfig({"inter.broker.protocol.version": "latest"})

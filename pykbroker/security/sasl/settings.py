@@ -90,7 +90,7 @@ def check_config(config: Any) -> None:
                 raise ValueError(f"listener {listener} enables OAUTHBEARER but has no {OAUTHBEARER_LOGIN_MODULE} "
                                  f"JAAS configuration (set '{prefix}oauthbearer.sasl.jaas.config'); only unsecured "
                                  "JWS tokens are validated (Kafka's default validator)")
-    inter = inter_broker_listener(config)
+    inter: str = config.inter_broker_listener
     if config.security_protocols.get(inter) in ("SASL_PLAINTEXT", "SASL_SSL"):
         mech = str(config["sasl.mechanism.inter.broker.protocol"]).strip().upper()
         if mech not in CLIENT_MECHANISMS:
@@ -106,11 +106,6 @@ def check_config(config: Any) -> None:
                              "username and password options the broker logs in with")
 
 
-def inter_broker_listener(config: Any) -> str:
-    name = str(config["inter.broker.listener.name"]).strip().upper()
-    return name or config.listeners[0].name
-
-
 @dataclass(frozen=True)
 class ClientCredentials:
     mechanism: str
@@ -123,7 +118,7 @@ class ClientCredentials:
 
 def inter_broker_credentials(config: Any) -> ClientCredentials | None:
     """What this broker logs in with on the inter-broker listener, or None when it is not SASL."""
-    inter = inter_broker_listener(config)
+    inter: str = config.inter_broker_listener
     if config.security_protocols.get(inter) not in ("SASL_PLAINTEXT", "SASL_SSL"):
         return None
     mech = str(config["sasl.mechanism.inter.broker.protocol"]).strip().upper()
