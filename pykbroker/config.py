@@ -679,6 +679,9 @@ def _check_supported(d: ConfigDef, value: Any) -> None:
 # Kafka keys of features pykbroker does not have at all: named in the "unknown configuration" error.
 _UNIMPLEMENTED_PREFIXES = {
     "ssl.": "of the ssl.* keys only those listed in docs/security.md are implemented",
+    "sasl.kerberos.": "Kerberos (GSSAPI) is not implemented",
+    "sasl.oauthbearer.": "OAUTHBEARER with an identity provider (sasl.oauthbearer.*) is not implemented: only "
+                         "unsecured tokens are validated",
     "sasl.": "of SASL only PLAIN, SCRAM and unsecured OAUTHBEARER with sasl.jaas.config are implemented",
     "process.roles": "KRaft is not implemented: pykbroker uses ZooKeeper or embedded metadata",
     "controller.": "KRaft is not implemented: pykbroker uses ZooKeeper or embedded metadata (of the "
@@ -1191,16 +1194,18 @@ def _kafka_set(names: Iterable[str]) -> str:
 def validate_dynamic_broker_configs(broker: BrokerConfig, props: Mapping[str, str | None],
                                     per_broker: bool) -> dict[str, str]:
     """Check a broker's (or the cluster default's) whole dynamic config as Kafka's DynamicBrokerConfig
-    does; returns the normalised strings. Raises ConfigRequestError: Kafka answers INVALID_REQUEST here.
+    does; returns the normalised strings. Raises ConfigRequestError where Kafka answers INVALID_REQUEST
+    (its KAFKA-13609), and ConfigError (INVALID_CONFIG, the code of a rejected config) for a key pykbroker
+    does not implement, which Kafka would store.
     """
     nulls = [k for k, v in props.items() if v is None]
     if nulls:
         raise ConfigRequestError(f"Null value not supported for : {', '.join(nulls)}")
     unknown = [k for k in props if k not in BROKER_CONFIG_DEFS]
-    if unknown:
+    if unknown:  # Kafka stores any key; pykbroker refuses what it cannot honour, as Kafka refuses a bad config
         key = sorted(unknown)[0]
-        raise ConfigRequestError(f"Unknown broker config {key}{_unknown_key_hint(key)}: pykbroker stores no "
-                                 "broker config it does not implement")
+        raise ConfigError(f"Unknown broker config {key}{_unknown_key_hint(key)}: pykbroker stores no "
+                          "broker config it does not implement")
     static = [k for k in props if not BROKER_CONFIG_DEFS[k].dynamic and k not in BROKER_DYNAMIC_NOT_APPLIED]
     if static:
         raise ConfigRequestError(f"Cannot update these configs dynamically: {_kafka_set(static)}")

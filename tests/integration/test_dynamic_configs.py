@@ -241,11 +241,27 @@ def test_errors_as_kafka_answers_them(broker: BrokerProcess) -> None:
          "Invalid value soon for configuration log.retention.ms"),
         (ResourceType.BROKER, "0", ("max.connections", AlterConfigOpType.SET, "5"), INVALID_REQUEST,
          "cannot be updated dynamically on pykbroker"),
+        # Kafka stores a key of a feature pykbroker lacks; pykbroker refuses it as a rejected config, naming
+        # the feature (validate_only too).
+        (ResourceType.BROKER, "0", ("sasl.kerberos.min.time.before.relogin", AlterConfigOpType.SET, "60000"),
+         INVALID_CONFIG, "Kerberos (GSSAPI) is not implemented"),
+        (ResourceType.BROKER, "0", ("sasl.oauthbearer.jwks.endpoint.url", AlterConfigOpType.SET, "https://idp/k"),
+         INVALID_CONFIG, "OAUTHBEARER with an identity provider"),
     ]
     for rtype, name, op, code, text in cases:
         with pytest.raises(KafkaException) as exc:
             _incremental(broker, rtype, name, op)
         assert (_error_code(exc.value), text in str(exc.value)) == (code, True), (name, op, str(exc.value))
+    with pytest.raises(KafkaException) as exc:
+        _incremental(broker, ResourceType.BROKER, "0",
+                     ("sasl.kerberos.min.time.before.relogin", AlterConfigOpType.SET, "60000"), validate_only=True)
+    assert _error_code(exc.value) == INVALID_CONFIG
+    # The legacy AlterConfigs (confluent-kafka's alter_configs) answers the same.
+    res = ConfigResource(ResourceType.BROKER, "0", set_config={"sasl.kerberos.min.time.before.relogin": "60000"})
+    legacy = admin_for(broker)  # keep a reference: a destroyed client fails its pending futures
+    with pytest.raises(KafkaException) as exc:
+        legacy.alter_configs([res], request_timeout=CLIENT_TIMEOUT)[res].result(timeout=CLIENT_TIMEOUT)
+    assert _error_code(exc.value) == INVALID_CONFIG and "Kerberos (GSSAPI)" in str(exc.value), str(exc.value)
     # CreateTopics validates topic configs the same way.
     admin = admin_for(broker)
     bad = unique_topic("dc-bad")

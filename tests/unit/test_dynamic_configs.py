@@ -105,8 +105,12 @@ def test_broker_config_validation_follows_kafka() -> None:
     assert validate_dynamic_broker_configs(cfg, {"compression.type": "gzip"}, False) == {"compression.type": "gzip"}
     with pytest.raises(ConfigRequestError, match="max.connections cannot be updated dynamically on pykbroker"):
         validate_dynamic_broker_configs(cfg, {"max.connections": "10"}, False)
-    with pytest.raises(ConfigRequestError, match="Unknown broker config ssl.keymanager.algorithm.*ssl"):
+    # Kafka stores keys it does not know; pykbroker refuses the keys of features it lacks as a rejected config.
+    with pytest.raises(ConfigError, match="Unknown broker config ssl.keymanager.algorithm.*ssl") as refused:
         validate_dynamic_broker_configs(cfg, {"ssl.keymanager.algorithm": "x"}, True)
+    assert not isinstance(refused.value, ConfigRequestError)
+    with pytest.raises(ConfigError, match="sasl.kerberos.min.time.before.relogin.*Kerberos .GSSAPI. is not impl"):
+        validate_dynamic_broker_configs(cfg, {"sasl.kerberos.min.time.before.relogin": "60000"}, True)
     # Kafka updates keystores dynamically; pykbroker reads them at start only.
     with pytest.raises(ConfigRequestError, match=r"Cannot update these configs dynamically: Set\(ssl.keystore"):
         validate_dynamic_broker_configs(cfg, {"ssl.keystore.location": "/k"}, True)
