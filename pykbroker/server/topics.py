@@ -375,18 +375,20 @@ class TopicManager:
             return cur is not None and cur.topic_id == rec.topic_id and self.has_leaders(rec.name)
         return await self.wait_until(done, timeout_s)
 
-    async def maybe_auto_create(self, name: str) -> TopicRecord | None:
-        """Metadata-triggered creation, per auto.create.topics.enable; None when not allowed."""
+    async def maybe_auto_create(self, name: str) -> bool:
+        """Metadata-triggered creation, per auto.create.topics.enable: True when the topic was created now
+        (or by another broker at the same moment), False when auto-creation is off."""
         if not self.config["auto.create.topics.enable"]:
-            return None
+            return False
         if not self.cluster:
-            return self.create(TopicSpec(name))
+            self.create(TopicSpec(name))
+            return True
         try:
             await self.create_async(TopicSpec(name))
         except TopicError as e:
             if e.code != ErrorCode.topic_already_exists:  # another broker created it meanwhile: fine
                 raise
-        return self.store.topic(name)
+        return True
 
     async def delete(self, name: str) -> TopicRecord:
         if not self.config["delete.topic.enable"]:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, KafkaError, Message, TopicPartition
+from kio.schema.errors import ErrorCode
 
 from pykbroker.protocol.records import (
     COMPRESSION_GZIP,
@@ -23,6 +24,7 @@ from tests.integration.conftest import (
     CLIENT_TIMEOUT,
     BrokerFactory,
     Delivery,
+    RawConnection,
     admin_for,
     consume_partitions,
     create_topic,
@@ -30,6 +32,7 @@ from tests.integration.conftest import (
     make_producer,
     produce_all,
     unique_topic,
+    wait_until,
     watermarks,
 )
 from tests.support.broker import BrokerProcess
@@ -284,6 +287,29 @@ def test_auto_create_when_enabled(pc_broker: BrokerProcess) -> None:
     assert sorted(md.topics[topic].partitions) == [0, 1, 2]  # num.partitions=3 on this broker
     got = consume_partitions(pc_broker, [TopicPartition(topic, p, 0) for p in range(3)], 9)
     assert sorted(m.value() or b"" for m in got) == sorted(f"auto {i}".encode() for i in range(9))
+
+
+def test_auto_created_topic_is_new_to_the_client(pc_broker: BrokerProcess) -> None:
+    """The Metadata request that creates a topic answers it as Kafka does: LEADER_NOT_AVAILABLE and no
+    partitions, so a client (kafka-go's Metadata v1 here) that deleted a topic reads its re-creation as new."""
+    topic = unique_topic("pc-new")
+
+    def metadata_v1() -> Any:
+        with RawConnection(pc_broker) as c:
+            return c.request(3, 1, {"topics": [{"name": topic}]}).topics[0]
+
+    first = metadata_v1()
+    assert (int(first.error_code), list(first.partitions)) == (int(ErrorCode.leader_not_available), [])
+    again = metadata_v1()
+    assert int(again.error_code) == 0 and len(again.partitions) == 3  # num.partitions=3 on this broker
+    admin = admin_for(pc_broker)  # keep a reference: a destroyed client fails its pending futures
+    admin.delete_topics([topic], request_timeout=CLIENT_TIMEOUT)[topic].result(timeout=CLIENT_TIMEOUT)
+    wait_until(lambda: topic not in admin.list_topics(timeout=CLIENT_TIMEOUT).topics, what="the topic deleted")
+    recreated = metadata_v1()
+    assert (int(recreated.error_code), list(recreated.partitions)) == (int(ErrorCode.leader_not_available), [])
+    # A producer relying on auto-creation retries the retriable error and delivers.
+    reports = produce_all(make_producer(pc_broker), topic, [{"value": b"after", "partition": 1}])
+    assert [r.error for r in reports] == [None]
 
 
 def test_consume_from_middle_and_from_end(pc_broker: BrokerProcess) -> None:

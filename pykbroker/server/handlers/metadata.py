@@ -190,18 +190,17 @@ async def handle_metadata(svc: Services, ctx: RequestContext, req: Any) -> dict[
                     continue
                 if allow_auto:
                     try:
-                        rec = await svc.topics.maybe_auto_create(name)
+                        created = await svc.topics.maybe_auto_create(name)
                     except TopicError as e:
                         topics.append(_error_topic(name, e.code))
                         continue
-                    if rec is None and live is not None and svc.config["auto.create.topics.enable"]:
-                        # Created in ZooKeeper, not yet back through the watch: Kafka's answer
-                        # until the topic has leaders.
+                    if created:
+                        # As Kafka answers a topic this request created: no partitions yet, and a
+                        # retriable error, so the client asks again and sees the topic as new.
                         topics.append(_error_topic(name, ErrorCode.leader_not_available))
                         continue
-                if rec is None:
-                    topics.append(_error_topic(name, ErrorCode.unknown_topic_or_partition))
-                    continue
+                topics.append(_error_topic(name, ErrorCode.unknown_topic_or_partition))
+                continue
             topics.append(topic_metadata(svc, rec, include_authorized_operations=topic_ops, live=live, ctx=ctx))
     brokers = broker_entries(svc, ctx.listener, "node_id")
     return {
