@@ -155,6 +155,9 @@ class ProxiedBroker:
         listeners = f"PLAINTEXT://127.0.0.1:{self.broker_port},{sasl}://127.0.0.1:{self.sasl_port}"
         advertised = f"PLAINTEXT://127.0.0.1:{self.proxy_port},{sasl}://127.0.0.1:{self.sasl_proxy_port}"
         extra: dict[str, str] = security.broker_overrides(authorizer)
+        # As a Kafka broker with a client telemetry reporter (metric.reporters): the KIP-714 APIs are
+        # advertised, so the telemetry scenarios can run.
+        extra["pykbroker.client.telemetry.enable"] = "true"
         if replication_port is not None:
             repl = f"{REPLICATION_LISTENER}://127.0.0.1:{replication_port}"
             listeners, advertised = f"{listeners},{repl}", f"{advertised},{repl}"

@@ -556,6 +556,10 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         # --- client telemetry (KIP-714) ---
         _D("telemetry.max.bytes", "int", 1048576, "The largest metrics payload a client may push "
            "(PushTelemetry); larger ones get TELEMETRY_TOO_LARGE.", at_least(1)),
+        _D("pykbroker.client.telemetry.enable", "string", "auto", "pykbroker: when ApiVersions advertises "
+           "GetTelemetrySubscriptions and PushTelemetry (KIP-714), as a Kafka broker does only with a client "
+           "telemetry reporter: auto (while a CLIENT_METRICS subscription exists), true (always), false (never).",
+           one_of("auto", "true", "false")),
         # --- end client telemetry ---
         # --- observability (pykbroker.observability) ---
         _D("pykbroker.metrics.listener", "string", "", "pykbroker: where the Prometheus endpoint listens, as "

@@ -22,6 +22,7 @@ from kio.schema.errors import ErrorCode
 
 from pykbroker.coordinator.group import handlers as groups
 from pykbroker.coordinator.transaction import handlers as txn
+from pykbroker.metadata.store import CLIENT_METRICS_RESOURCE
 from pykbroker.protocol import codec
 from pykbroker.protocol.bounds import BoundsError, check_request
 from pykbroker.protocol.fast_codec import FAST_ENCODERS
@@ -100,8 +101,22 @@ SHARE_APIS = frozenset({76, 77, 78, 79, 90, 91, 92})
 INTER_BROKER_APIS = frozenset({84, 85, 86})
 
 
+# Client telemetry APIs (KIP-714): Kafka advertises them only with a client telemetry reporter, and clients
+# that see them ask for a subscription at once (librdkafka logs its new client instance id at info level).
+TELEMETRY_APIS = frozenset({71, 72})
+
+
+def telemetry_advertised(svc: Services) -> bool:
+    """pykbroker.client.telemetry.enable: true, false, or auto (while a CLIENT_METRICS subscription exists)."""
+    mode = svc.config["pykbroker.client.telemetry.enable"]
+    if mode == "auto":
+        return any(svc.store.entity_configs(CLIENT_METRICS_RESOURCE).values())
+    return bool(mode == "true")
+
+
 def hidden_apis(svc: Services) -> frozenset[int]:
-    return (SHARE_APIS | INTER_BROKER_APIS) if svc.shares is None else INTER_BROKER_APIS
+    hidden = INTER_BROKER_APIS if svc.shares is not None else SHARE_APIS | INTER_BROKER_APIS
+    return hidden if telemetry_advertised(svc) else hidden | TELEMETRY_APIS
 
 
 def api_versions_body(error: ErrorCode, version: int = 0, hidden: frozenset[int] = frozenset()) -> dict[str, Any]:

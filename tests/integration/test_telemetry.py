@@ -80,14 +80,56 @@ def subscribe(b: BrokerProcess, name: str, configs: dict[str, str]) -> None:
         admin.close()
 
 
+def unsubscribe(b: BrokerProcess, name: str, keys: list[str]) -> None:
+    """Delete a subscription's configs (an entity without configs is no subscription)."""
+    with RawConnection(b) as c:  # IncrementalAlterConfigs, DELETE of each key
+        r = c.request(44, 0, {"resources": [{"resource_type": 16, "resource_name": name, "configs": [
+            {"name": k, "config_operation": 1, "value": None} for k in keys]}], "validate_only": False})
+    assert int(r.responses[0].error_code) == 0, r
+
+
 def first_pushes(b: BrokerProcess) -> dict[str, tuple[str, str, int, str]]:
     """client_id -> (instance id, software, metric count, sample names) from the broker's log."""
     return {m.group(2): (m.group(1), m.group(3), int(m.group(4)), m.group(5)) for m in FIRST_PUSH.finditer(b.log())}
 
 
+def _advertised(b: BrokerProcess) -> set[int]:
+    """The telemetry API keys a new connection's ApiVersions (v3, as clients send it) lists."""
+    with RawConnection(b) as c:
+        r = c.request(18, 3, {"client_software_name": "raw", "client_software_version": "1"})
+    return {int(k.api_key) for k in r.api_keys} & {71, 72}
+
+
+def test_telemetry_advertised_only_when_client_metrics_are_on(broker_factory: BrokerFactory) -> None:
+    """As Kafka, which advertises the KIP-714 APIs only with a client telemetry reporter: by default only while
+    a CLIENT_METRICS subscription exists, so a client logs nothing about telemetry otherwise."""
+    b = broker_factory()
+    assert _advertised(b) == set()
+    topic = unique_topic("tel-quiet")
+    create_topic(b, topic)
+    lg, log = _logger("quiet")
+    p = make_producer(b, **{"client.id": "tel-quiet", "logger": lg})
+    p.produce(topic, value=b"q", partition=0)
+    assert p.flush(CLIENT_TIMEOUT) == 0
+    got = consume_partitions(b, [TopicPartition(topic, 0)], 1, logger=lg)
+    assert [m.value() for m in got] == [b"q"]
+    p.poll(0.5)
+    assert not any("elemetry" in line for line in log.lines), log.lines
+    # A subscription turns them on for new connections; deleting it turns them off again.
+    subscribe(b, "on", {"metrics": "org.apache.kafka.producer.", "match": "client_id=nobody"})
+    assert _advertised(b) == {71, 72}
+    unsubscribe(b, "on", ["metrics", "match"])
+    wait_until(lambda: not _advertised(b), timeout=10, what="the telemetry APIs hidden again")
+    forced = broker_factory({"pykbroker.client.telemetry.enable": "true"})
+    assert _advertised(forced) == {71, 72}
+    never = broker_factory({"pykbroker.client.telemetry.enable": "false"})
+    subscribe(never, "ignored", {"metrics": "org.apache.kafka.producer.", "match": "client_id=nobody"})
+    assert _advertised(never) == set()
+
+
 def test_confluent_kafka_works_unchanged_with_telemetry_advertised(broker_factory: BrokerFactory) -> None:
     """No subscription: librdkafka fetches an empty one, pushes nothing, and produces and consumes as before."""
-    b = broker_factory()
+    b = broker_factory({"pykbroker.client.telemetry.enable": "true"})
     topic = unique_topic("tel-none")
     create_topic(b, topic)
     lg, log = _logger("none")
