@@ -86,6 +86,8 @@ if [ $WANT_TEST -eq 1 ]; then
     fi
     command -v javac >/dev/null || apt_install openjdk-17-jdk-headless
     command -v node >/dev/null || apt_install nodejs npm
+    # Go builds the Go client programs of the tests (tests/clients) from the Go module proxy.
+    command -v go >/dev/null || [ -x /usr/local/go/bin/go ] || apt_install golang-go
     pip_install -e '.[test,spark]'
 else
     pip_install -e .

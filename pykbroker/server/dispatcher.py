@@ -346,7 +346,7 @@ class Dispatcher:
                     inner(lambda answer, error: self._settled(answer, error, header, peer, session, started, usage,
                                                               done))
             return Parked(lambda: self._finish_parked(parked, header, peer, session, started, usage),
-                          replicated=parked.replicated, settle=settle)
+                          replicated=parked.replicated, long_poll=parked.long_poll, settle=settle)
         return self._respond(body, header, peer, session, started, usage)
 
     def _settled(self, body: dict[str, Any] | None, error: BaseException | None, header: RequestHeader, peer: str,

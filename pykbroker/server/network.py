@@ -319,8 +319,9 @@ class SocketServer:
                     return
                 stream_ = wrapped
                 # anyio's TLSStream may write from inside a receive (TLS 1.3 key updates), which must not
-                # meet a parked request's write: on TLS each request is answered before the next is read.
-                order = ResponseOrder(1)
+                # meet a parked request's write: on TLS each request is answered before the next is read
+                # (a long-polling fetch too).
+                order = ResponseOrder(1, read_past_long_polls=False)
             async with anyio.create_task_group() as parked:
                 if await self._read_requests(stream, stream_, conn, order, parked):
                     await self._drain(conn, order)
@@ -384,7 +385,7 @@ class SocketServer:
                         await self._write_ready(stream_, conn, order)
                         return True
                     if isinstance(result, Parked):
-                        slot = order.park(reserved, replicated=result.replicated)
+                        slot = order.park(reserved, replicated=result.replicated, long_poll=result.long_poll)
                         reserved = 0
                         if result.settle is not None:  # answered from a callback: no task of its own
                             result.settle(functools.partial(self._settled, stream_, conn, order, slot, parked))

@@ -29,12 +29,18 @@ class Parked(Generic[T]):
     ``settle``, when given, is ``finish`` as a callback: ``settle(done)`` arranges for ``done(answer, None)``
     or ``done(None, error)`` to be called once, later, on the event loop (never inside ``settle``).  The
     network edge then answers from that callback, with no task per request (a produce that waits only for
-    its fsync: pykbroker/server/group_commit.py).  Whoever takes a ``Parked`` calls one of the two, once."""
+    its fsync: pykbroker/server/group_commit.py).  Whoever takes a ``Parked`` calls one of the two, once.
 
-    __slots__ = ("finish", "replicated", "settle")
+    ``long_poll``: a fetch waiting for data (min_bytes, max_wait), not for an acknowledgement.  It answers
+    with what exists when it answers, so the requests after it may be processed first; one of them may be
+    the produce that brings its data (a client that writes while it long-polls on one connection, as
+    kafka-go's ``Conn`` does), which must not wait behind it."""
 
-    def __init__(self, finish: Callable[[], Awaitable[T]], *, replicated: bool = True,
+    __slots__ = ("finish", "long_poll", "replicated", "settle")
+
+    def __init__(self, finish: Callable[[], Awaitable[T]], *, replicated: bool = True, long_poll: bool = False,
                  settle: Callable[[Settled[T]], None] | None = None) -> None:
         self.finish = finish
         self.replicated = replicated
+        self.long_poll = long_poll
         self.settle = settle

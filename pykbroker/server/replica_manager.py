@@ -186,22 +186,14 @@ class FetchWaiters:
                     del self._by_partition[tp]
 
     async def wait(self, tps: list[TopicPartition], timeout_s: float) -> bool:
-        """Until one of ``tps`` is notified or ``timeout_s`` passes; whether it was notified.
+        """Until one of ``tps`` is notified or ``timeout_s`` passes; whether it was notified."""
+        return await self.arm(tps).wait(timeout_s)
 
-        A future and one timer on the event loop, not an ``anyio.Event`` inside ``move_on_after``: a
-        consumer at the tail long-polls once per batch produced, and the cancel scope's bookkeeping was a
-        noticeable part of each poll.  Cancellation (a closing connection) still ends the wait."""
-        loop = asyncio.get_running_loop()
-        wake = _Wake(loop.create_future())
-        timer = loop.call_at(loop.time() + timeout_s, wake.set, False)
-        self.register(tps, wake)
-        self.waiting += 1
-        try:
-            return await wake.future
-        finally:
-            timer.cancel()
-            self.waiting -= 1
-            self.unregister(tps, wake)
+    def arm(self, tps: list[TopicPartition]) -> ArmedWait:
+        """Register for ``tps`` now and await the wait later: a notify in between is not missed (a fetch
+        parked after its read, while its connection's next request appends).  An armed wait that is never
+        awaited leaves only its registration behind, which the partitions' next notify clears."""
+        return ArmedWait(self, tps)
 
     def notify(self, tp: TopicPartition) -> None:
         waiters = self._by_partition.pop(tp, None)
@@ -214,6 +206,35 @@ class FetchWaiters:
             for ev in waiters:
                 ev.set()
         self._by_partition.clear()
+
+
+class ArmedWait:
+    """One long poll's registration with :class:`FetchWaiters`; ``wait`` is awaited at most once.
+
+    A future and one timer on the event loop, not an ``anyio.Event`` inside ``move_on_after``: a consumer
+    at the tail long-polls once per batch produced, and the cancel scope's bookkeeping was a noticeable part
+    of each poll.  Cancellation (a closing connection) still ends the wait."""
+
+    __slots__ = ("_tps", "_waiters", "_wake")
+
+    def __init__(self, waiters: FetchWaiters, tps: list[TopicPartition]) -> None:
+        self._waiters = waiters
+        self._tps = tps
+        self._wake = _Wake(asyncio.get_running_loop().create_future())
+        waiters.register(tps, self._wake)
+
+    async def wait(self, timeout_s: float) -> bool:
+        """Until a notify (True, perhaps one that came before this call) or ``timeout_s`` passes (False)."""
+        wake = self._wake
+        loop = asyncio.get_running_loop()
+        timer = loop.call_at(loop.time() + timeout_s, wake.set, False)
+        self._waiters.waiting += 1
+        try:
+            return await wake.future
+        finally:
+            timer.cancel()
+            self._waiters.waiting -= 1
+            self._waiters.unregister(self._tps, wake)
 
 
 class ReplicaManager:

@@ -20,11 +20,12 @@ from pykbroker.server.transmit import ResponseParts
 class Slot:
     """One request read from the connection and not yet answered."""
 
-    __slots__ = ("close_reason", "done", "forgotten", "replicated", "reserved", "response")
+    __slots__ = ("close_reason", "done", "forgotten", "long_poll", "replicated", "reserved", "response")
 
-    def __init__(self, reserved: int, replicated: bool = False) -> None:
+    def __init__(self, reserved: int, replicated: bool = False, long_poll: bool = False) -> None:
         self.reserved = reserved  # bytes reserved from the memory pool for the request
         self.replicated = replicated  # parked for other brokers (the ISR), not only for this one's fsync
+        self.long_poll = long_poll  # a fetch parked until data arrives or its max_wait passes
         self.done = False  # processed: its response (or its close) is known
         self.response: bytes | ResponseParts | None = None  # None and no close_reason: nothing to write (acks=0)
         self.close_reason: str | None = None  # close the connection here instead of answering
@@ -40,10 +41,11 @@ class ResponseOrder:
     """
 
     __slots__ = ("_slots", "_writing", "close_reason", "max_unanswered", "max_unanswered_bytes",
-                 "max_unanswered_local", "parked", "parked_replicated", "unanswered_bytes")
+                 "max_unanswered_local", "parked", "parked_long_polls", "parked_replicated", "read_past_long_polls",
+                 "unanswered_bytes")
 
     def __init__(self, max_unanswered: int, max_unanswered_bytes: int | None = None,
-                 max_unanswered_local: int | None = None) -> None:
+                 max_unanswered_local: int | None = None, *, read_past_long_polls: bool = True) -> None:
         # Requests read but not answered beyond which the connection stops reading (at least 1) while any
         # of them waits for other brokers: each request read on behind one is one more acknowledgement for
         # the followers to bring, and a reader that stops makes producers send fewer, larger requests ...
@@ -55,6 +57,11 @@ class ResponseOrder:
         # ... or their request bytes: many small acknowledgements may wait together (one fsync covers them
         # all), few large ones (an acks=all producer of 1 MB requests needs only a few to keep replication busy).
         self.max_unanswered_bytes = max_unanswered_bytes
+        # Fetches waiting for data do not count against those limits (up to max_unanswered of them), so that
+        # a connection reads on past them even at max_unanswered 1: a fetch waiting at the log end must not
+        # keep the connection from reading the produce that would answer it.
+        self.read_past_long_polls = read_past_long_polls
+        self.parked_long_polls = 0
         self.unanswered_bytes = 0
         self._slots: deque[Slot] = deque()
         self._writing = False
@@ -74,8 +81,13 @@ class ResponseOrder:
     def full(self) -> bool:
         """Read no further request until an answer is written (one unanswered request is always allowed)."""
         n = len(self._slots)
-        return n >= (self.max_unanswered if self.parked_replicated else self.max_unanswered_local) or (
-            n > 0 and self.max_unanswered_bytes is not None and self.unanswered_bytes >= self.max_unanswered_bytes)
+        if n and self.max_unanswered_bytes is not None and self.unanswered_bytes >= self.max_unanswered_bytes:
+            return True
+        polls = self.parked_long_polls if self.read_past_long_polls else 0
+        if polls > self.max_unanswered:
+            return True
+        strict = self.parked_replicated or self.parked_long_polls
+        return n - polls >= (self.max_unanswered if strict else self.max_unanswered_local)
 
     def _add(self, slot: Slot) -> Slot:
         self._slots.append(slot)
@@ -95,12 +107,13 @@ class ResponseOrder:
         slot.close_reason = reason
         return slot
 
-    def park(self, reserved: int, *, replicated: bool = True) -> Slot:
+    def park(self, reserved: int, *, replicated: bool = True, long_poll: bool = False) -> Slot:
         """A request waiting for its acknowledgement (``replicated``: from other brokers too, not only this
-        one's fsync); ``complete`` or ``fail`` it later."""
-        slot = Slot(reserved, replicated)
+        one's fsync), or a fetch waiting for data (``long_poll``); ``complete`` or ``fail`` it later."""
+        slot = Slot(reserved, replicated and not long_poll, long_poll)
         self.parked += 1
-        self.parked_replicated += replicated
+        self.parked_replicated += slot.replicated
+        self.parked_long_polls += long_poll
         return self._add(slot)
 
     def complete(self, slot: Slot, response: bytes | ResponseParts | None) -> None:
@@ -121,6 +134,7 @@ class ResponseOrder:
         slot.done = True
         self.parked -= 1
         self.parked_replicated -= slot.replicated
+        self.parked_long_polls -= slot.long_poll
         return True
 
     def take(self) -> Slot | None:
@@ -150,5 +164,6 @@ class ResponseOrder:
         self._slots.clear()
         self.parked = 0
         self.parked_replicated = 0
+        self.parked_long_polls = 0
         self.unanswered_bytes = 0
         return reserved

@@ -391,3 +391,47 @@ def test_acks_zero_produce_gets_no_response(net_broker: BrokerProcess) -> None:
         conn.send(_produce_v9(unique_topic("net-nowhere"), batch, 502, acks=0))
         assert conn.wait_closed(5)
     assert watermarks(net_broker, topic) == (0, 1)
+
+
+FETCH = 1
+MAX_WAIT_FOREVER_MS = 2**31 - 1  # kafka-go's Conn asks for this
+
+
+def _fetch_v4_at(topic: str, offset: int, correlation_id: int) -> bytes:
+    return request_frame(FETCH, 4, {
+        "replica_id": -1, "max_wait": MAX_WAIT_FOREVER_MS, "min_bytes": 1, "max_bytes": 1 << 20,
+        "isolation_level": 0,
+        "topics": [{"topic": topic, "partitions": [{"partition": 0, "fetch_offset": offset,
+                                                     "partition_max_bytes": 1 << 20}]}],
+    }, correlation_id)
+
+
+def _produce_v3(topic: str, records: bytes, correlation_id: int) -> bytes:
+    return request_frame(PRODUCE, 3, {
+        "transactional_id": None, "acks": 1, "timeout": 5000,
+        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": records}]}],
+    }, correlation_id)
+
+
+@pytest.mark.parametrize("max_inflight", ["5", "1"])
+def test_fetch_waiting_at_the_log_end_does_not_block_the_produce_behind_it(
+        broker_factory: BrokerFactory, max_inflight: str) -> None:
+    """One connection: a Fetch at the log end that may wait ~25 days, then at once the Produce that writes at
+    that offset (kafka-go's Conn reads and writes concurrently on one socket).  The produce is read and
+    appended while the fetch waits, the fetch answers with its data, and the responses keep request order."""
+    b = broker_factory({"pykbroker.max.inflight.requests.per.connection": max_inflight})
+    topic = unique_topic("net-longpoll")
+    create_topic(b, topic)
+    produce_all(make_producer(b), topic, [{"value": b"before", "partition": 0}])
+    batch = build_batch([(None, b"wakes the fetch", [])], timestamp_ms=int(time.time() * 1000))
+    with RawConnection(b, timeout=10) as conn:
+        conn.send(_fetch_v4_at(topic, 1, 1) + _produce_v3(topic, batch, 2))
+        fetched = conn.read_response(FETCH, 4, 1)  # first: request order
+        (part,) = fetched.responses[0].partitions
+        assert part.error_code == ErrorCode.none and part.high_watermark == 2
+        assert part.records, "the fetch answered with the record the produce behind it wrote"
+        (tresp,) = conn.read_response(PRODUCE, 3, 2).responses
+        assert tresp.partition_responses[0].error_code == ErrorCode.none
+        assert tresp.partition_responses[0].base_offset == 1
+        # The connection goes on serving in order.
+        _assert_still_usable(conn)

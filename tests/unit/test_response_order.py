@@ -223,3 +223,40 @@ def test_the_byte_bound_also_holds_for_fsync_waits() -> None:
     assert not order.full
     order.park(1 << 20, replicated=False)
     assert order.full  # 4 MiB of requests wait, however few
+
+
+def test_a_waiting_fetch_does_not_stop_the_reading_even_at_one() -> None:
+    """A long-polling fetch waits for data, not an acknowledgement: the connection reads on past it, so the
+    produce that brings its data is not stuck behind it; the answers still leave in request order."""
+    order = ResponseOrder(1, max_unanswered_local=1024)
+    fetch = order.park(0, long_poll=True)
+    assert not order.full
+    order.ready(b"produce", 0)  # read and processed while the fetch waits
+    assert order.full  # one request beyond the waiting fetch, at max_unanswered 1
+    assert _drain(order) == []  # the produce's answer waits behind the fetch
+    order.complete(fetch, b"fetch")
+    assert [s.response for s in _drain(order)] == [b"fetch", b"produce"]
+    assert order.idle and not order.full
+
+
+def test_waiting_fetches_are_bounded_too() -> None:
+    order = ResponseOrder(2, max_unanswered_local=1024)
+    polls = [order.park(0, long_poll=True) for _ in range(2)]
+    assert not order.full
+    polls.append(order.park(0, long_poll=True))
+    assert order.full  # more waiting fetches than max_unanswered
+    for p in polls:
+        order.complete(p, b"f")
+    _drain(order)
+    # Requests read behind a waiting fetch are bounded by max_unanswered, not the fsync-only limit.
+    order.park(0, long_poll=True)
+    order.ready(b"a", 0)
+    assert not order.full
+    order.ready(b"b", 0)
+    assert order.full
+
+
+def test_on_tls_a_waiting_fetch_counts_like_any_request() -> None:
+    order = ResponseOrder(1, read_past_long_polls=False)
+    order.park(0, long_poll=True)
+    assert order.full

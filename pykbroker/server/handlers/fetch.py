@@ -37,7 +37,8 @@ from pykbroker.server.fetch_session import (
     SessionTopic,
     next_epoch,
 )
-from pykbroker.server.replica_manager import Partition
+from pykbroker.server.parked import Parked
+from pykbroker.server.replica_manager import ArmedWait, FetchWaiters, Partition
 from pykbroker.storage.file_range import FileRange
 from pykbroker.storage.log import KafkaStorageError, OffsetOutOfRange
 
@@ -314,7 +315,7 @@ def _topic_name(svc: Services, topic_id: uuid.UUID) -> str | None:
     return rec.name if rec is not None else None
 
 
-async def handle_fetch(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_fetch(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any] | Parked[dict[str, Any] | None]:
     v = ctx.version
     by_id = v >= 13
     session_epoch = int(getattr(req, "session_epoch", FINAL_EPOCH))
@@ -351,18 +352,48 @@ async def handle_fetch(svc: Services, ctx: RequestContext, req: Any) -> dict[str
         tps = _fetched_partitions(svc, source, by_id)
         # A follower waits for appends, a consumer for the high watermark to move.
         waiters = svc.replicas.replica_fetch_waiters if replica_id >= 0 else svc.replicas.fetch_waiters
-        while plan.bytes < min_bytes and not plan.errors and not svc.shutting_down.is_set():
-            remaining = deadline - anyio.current_time()
-            if remaining <= 0:
-                break
-            if not await waiters.wait(tps, remaining):
-                # max_wait passed and none of the partitions was notified: no high watermark moved
-                # (nor an append, for a follower), no leader changed, no log dir failed, so the
-                # first pass still answers.  Only a log start offset moved by retention meanwhile
-                # is left for the next fetch.  A consumer of thousands of idle partitions long-polls
-                # all the time; this halves what each poll costs.
-                break
-            plan = _read_all(svc, ctx, source, by_id, replica_id, first_pass=False, denied=denied)
+        armed = waiters.arm(tps)  # now, right after the read: an append before the wait starts still wakes it
+
+        async def wait_then_answer() -> dict[str, Any]:
+            waited = await _long_poll(svc, ctx, source, by_id, replica_id, denied, plan, min_bytes, deadline,
+                                      waiters, tps, armed)
+            return _answer(svc, req, v, session, session_epoch, by_id, source, replica_id, waited)
+
+        if session is None and not (v >= 7 and session_epoch == INITIAL_EPOCH):
+            # Sessionless: wait with the connection's next requests processed meanwhile (a fetch answers
+            # with what exists when it answers).  A fetch session's state (its epoch, the partitions it
+            # remembers) changes with each answer, so those fetches still wait in place.
+            parked: Parked[dict[str, Any] | None] = Parked(wait_then_answer, long_poll=True)
+            return parked
+        return await wait_then_answer()
+    return _answer(svc, req, v, session, session_epoch, by_id, source, replica_id, plan)
+
+
+async def _long_poll(svc: Services, ctx: RequestContext, source: Any, by_id: bool, replica_id: int,
+                     denied: frozenset[str] | bool, plan: _Plan, min_bytes: int, deadline: float,
+                     waiters: FetchWaiters, tps: list[tuple[str, int]], armed: ArmedWait) -> _Plan:
+    """Read again each time a fetched partition is notified, until min_bytes or the deadline; the first
+    wait is ``armed`` when the first read was made."""
+    first: ArmedWait | None = armed
+    while plan.bytes < min_bytes and not plan.errors and not svc.shutting_down.is_set():
+        remaining = deadline - anyio.current_time()
+        if remaining <= 0:
+            break
+        wait, first = (first or waiters.arm(tps)), None
+        if not await wait.wait(remaining):
+            # max_wait passed and none of the partitions was notified: no high watermark moved
+            # (nor an append, for a follower), no leader changed, no log dir failed, so the
+            # first pass still answers.  Only a log start offset moved by retention meanwhile
+            # is left for the next fetch.  A consumer of thousands of idle partitions long-polls
+            # all the time; this halves what each poll costs.
+            break
+        plan = _read_all(svc, ctx, source, by_id, replica_id, first_pass=False, denied=denied)
+    return plan
+
+
+def _answer(svc: Services, req: Any, v: int, session: FetchSession | None, session_epoch: int, by_id: bool,
+            source: Any, replica_id: int, plan: _Plan) -> dict[str, Any]:
+    """The response from the last read pass; a session remembers what it answered."""
     if v <= 3:  # clients from before Kafka 0.11 read message format v0/v1; never on the modern path
         _down_convert(svc, req, plan.topics, 0 if v <= 1 else 1)
     if plan.bytes:
