@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sys
 import time
 from typing import Any
@@ -79,3 +80,27 @@ def configure(level: str = "INFO", fmt: str = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+
+
+class RateLimitedLog:
+    """At most one line per ``interval_s`` for a recurring event, saying how often it happened meanwhile."""
+
+    __slots__ = ("_interval_s", "_last", "_logger", "_suppressed")
+
+    def __init__(self, logger: logging.Logger, interval_s: float = 10.0) -> None:
+        self._logger = logger
+        self._interval_s = interval_s
+        self._last = -math.inf
+        self._suppressed = 0
+
+    def log(self, now: float, level: int, msg: str, *args: object) -> bool:
+        if now - self._last < self._interval_s:
+            self._suppressed += 1
+            return False
+        if self._suppressed:
+            msg += " (%d more since the last such line)"
+            args = (*args, self._suppressed)
+        self._last = now
+        self._suppressed = 0
+        self._logger.log(level, msg, *args)
+        return True

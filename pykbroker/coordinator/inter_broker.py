@@ -24,7 +24,8 @@ log = logging.getLogger("pykbroker.txn")
 WRITE_TXN_MARKERS = 27
 WRITE_TXN_MARKERS_VERSION = 1  # flexible
 ADD_PARTITIONS_TO_TXN = 24
-ADD_PARTITIONS_TO_TXN_VERSION = 5  # v4 has verify_only (KIP-890); v5 answers TRANSACTION_ABORTABLE, as the local check does
+# v4 has verify_only (KIP-890); v5 answers TRANSACTION_ABORTABLE, as the local check does.
+ADD_PARTITIONS_TO_TXN_VERSION = 5
 
 TopicPartition = tuple[str, int]
 # How a connection opened before the peer restarted fails on its next request.

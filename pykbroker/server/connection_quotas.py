@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-import logging
-import math
 import socket
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -292,30 +290,6 @@ def normalise_ip(ip: str) -> str:
     if ip.startswith("::ffff:") and "." in ip:
         return ip[len("::ffff:"):]
     return ip
-
-
-class RateLimitedLog:
-    """At most one line per ``interval_s`` for a recurring event, saying how often it happened meanwhile."""
-
-    __slots__ = ("_interval_s", "_last", "_logger", "_suppressed")
-
-    def __init__(self, logger: logging.Logger, interval_s: float = 10.0) -> None:
-        self._logger = logger
-        self._interval_s = interval_s
-        self._last = -math.inf
-        self._suppressed = 0
-
-    def log(self, now: float, level: int, msg: str, *args: object) -> bool:
-        if now - self._last < self._interval_s:
-            self._suppressed += 1
-            return False
-        if self._suppressed:
-            msg += " (%d more since the last such line)"
-            args = (*args, self._suppressed)
-        self._last = now
-        self._suppressed = 0
-        self._logger.log(level, msg, *args)
-        return True
 
 
 def resolve_ip_overrides(overrides: Mapping[str, int]) -> dict[str, int]:

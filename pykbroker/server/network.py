@@ -37,11 +37,12 @@ import anyio
 from anyio.abc import ByteStream, Listener, SocketAttribute, SocketListener, SocketStream, TaskGroup
 from anyio.streams.tls import TLSAttribute, TLSStream
 
+from pykbroker.logsetup import RateLimitedLog
 from pykbroker.protocol.framing import FrameDecoder, FrameError
 from pykbroker.security.principal_mapping import MappingError
 from pykbroker.security.session import Session
 from pykbroker.security.tls import ListenerTls
-from pykbroker.server.connection_quotas import ConnectionQuotas, RateLimitedLog, normalise_ip
+from pykbroker.server.connection_quotas import ConnectionQuotas, normalise_ip
 from pykbroker.server.context import CloseConnection
 from pykbroker.server.memory_pool import MemoryPool
 from pykbroker.server.parked import Parked
