@@ -1,4 +1,5 @@
-"""The ``pykbroker`` command: ``serve`` runs a broker, ``healthcheck`` asks one if it is alive."""
+"""The ``pykbroker`` command: ``serve`` runs a broker, ``healthcheck`` asks one if it is alive, ``zookeeper``
+sets up and runs the ZooKeeper a cluster needs."""
 
 from __future__ import annotations
 
@@ -161,6 +162,33 @@ def _recv_exact(sock: socket.socket, n: int, where: str) -> bytes:
     return buf
 
 
+def _zookeeper(args: argparse.Namespace) -> int:
+    import os
+    import sys
+    from pathlib import Path
+
+    from pykbroker import zookeeper_server as zs
+
+    dir_ = Path(args.dir).resolve()
+    try:
+        if args.zk_command == "init":
+            settings = zs.ZooKeeperSettings(dir_, args.address, args.client_port, zs.parse_servers(args.servers),
+                                            args.myid, admin_port=args.admin_port)
+            cfg = zs.write_config(settings)
+            print(f"wrote {cfg}; clients connect to {settings.connect} "
+                  f"(zookeeper.connect={settings.connect}/pykbroker); run: pykbroker zookeeper start --dir {dir_}")
+            return 0
+        cmd = zs.command(dir_, args.heap_mb)
+        if args.zk_command == "systemd-unit":
+            sys.stdout.write(zs.systemd_unit(dir_, args.user, args.heap_mb))
+            return 0
+    except zs.ZooKeeperSetupError as e:
+        print(f"pykbroker zookeeper: {e}", file=sys.stderr)
+        return 2
+    sys.stdout.flush()
+    os.execv(cmd[0], cmd)  # the server in the foreground, in this process (signals reach it directly)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pykbroker", description="A Kafka-compatible broker in Python")
     parser.add_argument("--version", action="version", version=f"pykbroker {__version__}")
@@ -180,9 +208,28 @@ def main(argv: list[str] | None = None) -> int:
     health = sub.add_parser("healthcheck", help="exit 0 if the broker answers ApiVersions")
     health.add_argument("--bootstrap", default="127.0.0.1:9092")
     health.add_argument("--timeout", type=float, default=5.0)
+    zk = sub.add_parser("zookeeper", help="set up and run ZooKeeper (Debian's package) for a cluster "
+                                          "(docs/deploy.md, 'ZooKeeper')")
+    zk_sub = zk.add_subparsers(dest="zk_command", required=True)
+    zk_init = zk_sub.add_parser("init", help="write zoo.cfg (and myid) into a directory")
+    zk_init.add_argument("--dir", required=True, help="holds zoo.cfg, the data directory and the logs")
+    zk_init.add_argument("--address", default="127.0.0.1", help="the one address clients connect to")
+    zk_init.add_argument("--client-port", type=int, default=2181)
+    zk_init.add_argument("--servers", default="", help="an ensemble: 1=host:2888:3888,2=...,3=... (odd count)")
+    zk_init.add_argument("--myid", type=int, help="this server's id in --servers")
+    zk_init.add_argument("--admin-port", type=int, help="ZooKeeper's admin HTTP server on --address (off if unset)")
+    for name, text in (("start", "run the server of --dir in the foreground"),
+                       ("systemd-unit", "print a systemd service for the server of --dir")):
+        one = zk_sub.add_parser(name, help=text)
+        one.add_argument("--dir", required=True)
+        one.add_argument("--heap-mb", type=int, default=512)
+        if name == "systemd-unit":
+            one.add_argument("--user", default="zookeeper")
     args = parser.parse_args(argv)
     if args.command == "serve":
         return _serve(args)
+    if args.command == "zookeeper":
+        return _zookeeper(args)
     problem = check_health(args.bootstrap, args.timeout)
     print("healthy" if problem is None else f"unhealthy: {problem}")
     return 0 if problem is None else 1

@@ -18,6 +18,7 @@ import anyio
 from kio.schema.errors import ErrorCode
 
 from pykbroker.config import BrokerConfig
+from pykbroker.logsetup import RateLimitedLog
 from pykbroker.metadata.store import MetadataStore
 from pykbroker.protocol.records import BatchHeader, build_batch, decode_records, iter_batches, validate_for_append
 from pykbroker.server import group_commit
@@ -143,13 +144,41 @@ def min_insync_replicas(store: MetadataStore, topic: str, default: int) -> int:
     return int(value) if value else default
 
 
+# The settings that size each internal topic, for the warning when its min ISR can never be met.
+_SIZED_BY = {
+    "__consumer_offsets": ("offsets.topic.replication.factor", "min.insync.replicas"),
+    "__transaction_state": ("transaction.state.log.replication.factor", "transaction.state.log.min.isr"),
+}
+_unmeetable_logs: dict[str, RateLimitedLog] = {}
+UNMEETABLE_LOG_INTERVAL_S = 60.0
+
+
+def unmeetable_min_isr(topic: str, replication_factor: int, min_isr: int) -> str | None:
+    """The warning for an internal topic whose replication factor is below its min ISR: its coordinator can
+    never write (every commit, SyncGroup or transaction answers COORDINATOR_NOT_AVAILABLE), or None."""
+    if replication_factor >= min_isr:
+        return None
+    rf_key, isr_key = _SIZED_BY.get(topic, ("its replication factor", "min.insync.replicas"))
+    return (f"internal topic {topic} has replication factor {replication_factor} but min.insync.replicas "
+            f"{min_isr}: its coordinator can never write, so clients get COORDINATOR_NOT_AVAILABLE (consumer "
+            f"groups never finish joining, transactions never start). Fix: set {rf_key} to at least {min_isr} "
+            f"before the topic is created (3 in a cluster of 3 or more brokers), or lower {isr_key} to at most "
+            f"{replication_factor}; a topic that already exists keeps its replicas: add some with "
+            "kafka-reassign-partitions, or set its min.insync.replicas topic config")
+
+
 def can_append(replicas: ReplicaManager, topic: str, partition: int, min_isr: int) -> ErrorCode:
     """Kafka's checks before an acks=all append: this broker leads the partition and its ISR is large enough
-    (NOT_ENOUGH_REPLICAS: nothing is written, the coordinator answers COORDINATOR_NOT_AVAILABLE)."""
+    (NOT_ENOUGH_REPLICAS: nothing is written, the coordinator answers COORDINATOR_NOT_AVAILABLE).  A partition
+    with fewer replicas than its min ISR is said, rate-limited, at WARN: it would fail forever."""
     p = replicas.partition(topic, partition)
     if p is None or p.offline or p.leader_id != replicas.broker_id:
         return ErrorCode.not_leader_or_follower
     if len(p.isr) < min_isr:
+        warning = unmeetable_min_isr(topic, len(p.replicas), min_isr)
+        if warning is not None:
+            limiter = _unmeetable_logs.setdefault(topic, RateLimitedLog(log, UNMEETABLE_LOG_INTERVAL_S))
+            limiter.log(time.monotonic(), logging.WARNING, "%s (partition %d)", warning, partition)
         return ErrorCode.not_enough_replicas
     return ErrorCode.none
 

@@ -14,15 +14,14 @@ import subprocess
 import time
 from pathlib import Path
 
+from pykbroker.zookeeper_server import DEBIAN_JAR, ZooKeeperSettings, command, write_config
 from tests.support.broker import free_port
 
-ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 JAVA = "/usr/bin/java"
-MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 
 
 def zookeeper_available() -> bool:
-    return ZOOKEEPER_JAR.exists() and Path(JAVA).exists()
+    return DEBIAN_JAR.exists() and Path(JAVA).exists()
 
 
 def _free_port() -> int:
@@ -56,36 +55,18 @@ class ZooKeeperServer:
         self.peers = peers  # myid -> (quorum port, election port); None for standalone
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def _write_config(self) -> Path:
-        data = self.dir / "data"
-        data.mkdir(parents=True, exist_ok=True)
-        lines = [
-            "tickTime=500", "initLimit=20", "syncLimit=10",
-            f"dataDir={data}", f"clientPort={self.port}", "clientPortAddress=127.0.0.1",
-            "4lw.commands.whitelist=srvr,ruok,stat,mntr", "admin.enableServer=false",
-            "maxSessionTimeout=60000", "minSessionTimeout=1000",
-        ]
-        if self.peers:
-            (data / "myid").write_text(f"{self.myid}\n")
-            for sid, (qport, eport) in sorted(self.peers.items()):
-                lines.append(f"server.{sid}=127.0.0.1:{qport}:{eport}")
-        cfg = self.dir / "zoo.cfg"
-        cfg.write_text("\n".join(lines) + "\n")
-        (self.dir / "log4j.properties").write_text(
-            "log4j.rootLogger=INFO, F\nlog4j.appender.F=org.apache.log4j.FileAppender\n"
-            f"log4j.appender.F.File={self.dir / 'zookeeper.log'}\n"
-            "log4j.appender.F.layout=org.apache.log4j.PatternLayout\n"
-            "log4j.appender.F.layout.ConversionPattern=%d %p [%t] %c{1}: %m%n\n")
-        return cfg
+    def _settings(self) -> ZooKeeperSettings:
+        servers = {sid: f"127.0.0.1:{q}:{e}" for sid, (q, e) in (self.peers or {}).items()}
+        return ZooKeeperSettings(self.dir, "127.0.0.1", self.port, servers, self.myid if servers else None,
+                                 tick_time_ms=500, max_session_timeout_ms=60000)
 
     def start(self) -> ZooKeeperServer:
-        cfg = self._write_config()
+        """The server as `pykbroker zookeeper init` and `start` run it (pykbroker/zookeeper_server.py), with a
+        short tick and a small, quick-starting JVM."""
+        write_config(self._settings())
         out = open(self.dir / "stdout.log", "ab")  # noqa: SIM115 - owned by the process
         self.proc = subprocess.Popen(
-            [JAVA, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-             f"-Dlog4j.configuration=file:{self.dir / 'log4j.properties'}",
-             "-Dzookeeper.jmx.log4j.disable=true",
-             "-cp", f"{self.dir}:{ZOOKEEPER_JAR}", MAIN, str(cfg)],
+            command(self.dir, 256, ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")),
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         out.close()
         return self

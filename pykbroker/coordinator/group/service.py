@@ -59,6 +59,11 @@ class GroupCoordinator(PartitionLoader):
                  topics: TopicManager) -> None:
         super().__init__(config, store, replicas, topics)
         self.manager = GroupManager(group_config_from(config), self._write, now_ms)
+        if store.is_cluster():  # __consumer_offsets takes the broker's min.insync.replicas, as in Kafka
+            warning = internal_topic.unmeetable_min_isr(
+                OFFSETS_TOPIC, config["offsets.topic.replication.factor"], config["min.insync.replicas"])
+            if warning is not None:
+                log.warning("%s", warning)
         self.manager.on_timers_changed = self._timers_changed
         self.manager.topic_partitions = self._topic_partitions
         self._wake = anyio.Event()
