@@ -65,7 +65,10 @@ class ConfigDef:
     def parse(self, raw: str) -> Any:
         raw = raw.strip()
         if self.type in ("int", "long"):
-            value: Any = int(raw)
+            try:
+                value: Any = int(raw)
+            except ValueError:
+                raise ValueError(f"expected an integer ({self.type}), got {raw!r}") from None
             if self.type == "int" and not -(2**31) <= value < 2**31:
                 raise ValueError(f"{value} is out of range for an int")
             if not -(2**63) <= value < 2**63:
@@ -75,7 +78,10 @@ class ConfigDef:
         elif self.type == "list":
             value = _parse_list(raw)
         elif self.type == "double":
-            value = float(raw)
+            try:
+                value = float(raw)
+            except ValueError:
+                raise ValueError(f"expected a number, got {raw!r}") from None
         else:
             value = raw
         if self.validator is not None:
@@ -284,6 +290,9 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
     d.name: d
     for d in [
         _D("broker.id", "int", 0, "This broker's id.", at_least(-1)),
+        _D("broker.id.generation.enable", "bool", True, "Kafka: generate a broker id when broker.id is -1.",
+           no_effect="ids are never generated: broker.id must be set (0 or more) with zookeeper.connect, and a "
+           "broker.id of -1 is refused there"),
         _D("node.id", "int", -1, "Alias of broker.id (KRaft naming); -1 means use broker.id."),
         _D("listeners", "list", ["PLAINTEXT://127.0.0.1:9092"], "Addresses to listen on.", _valid_listeners),
         _D("advertised.listeners", "list", [], "Addresses given to clients; defaults to listeners.",
@@ -739,7 +748,7 @@ def settings_from_env(environ: Mapping[str, str]) -> dict[str, str]:
 class BrokerConfig:
     """Validated broker settings. Attribute access is by Kafka key: ``cfg["log.dirs"]``."""
 
-    def __init__(self, raw: Mapping[str, str] | None = None) -> None:
+    def __init__(self, raw: Mapping[str, str] | None = None, sources: Mapping[str, str] | None = None) -> None:
         # Effective values: defaults, then the static (file/env/override) values, then the dynamic
         # cluster default and the dynamic per-broker values from the metadata store (Kafka's order).
         self._values: dict[str, Any] = {k: d.default for k, d in BROKER_CONFIG_DEFS.items()}
@@ -751,7 +760,12 @@ class BrokerConfig:
         self._dynamic_broker_raw: dict[str, str] = {}
         self._listener_values: dict[tuple[str, str], Any] = {}  # (LISTENER, key) -> value
         for key, value in (raw or {}).items():
-            self.set(key, value)
+            try:
+                self.set(key, value)
+            except ConfigError as e:  # say where the key came from: a file, a variable, an --override
+                if sources is None or key not in sources:
+                    raise
+                raise ConfigError(f"{e} (from {sources[key]})") from None
         self._check_consistency()
 
     def set(self, key: str, value: str) -> None:
@@ -866,8 +880,10 @@ class BrokerConfig:
             raise ConfigError(f"configuration 'early.start.listeners' names {', '.join(sorted(early - set(names)))}, "
                               "not in 'listeners'")
         if self["zookeeper.connect"].strip() and self.broker_id < 0:
-            raise ConfigError("configuration 'broker.id' must be set (0 or more) when 'zookeeper.connect' is set: "
-                              "broker id generation is not implemented")
+            raise ConfigError(f"broker.id={self.broker_id} is refused with zookeeper.connect: broker id generation "
+                              f"(broker.id.generation.enable) is not implemented, set broker.id to 0 or more "
+                              f"({NOT_IMPLEMENTED_HINT})")
+        self._check_tls_store_types(names)
         if self["pykbroker.delay.ms"] > 0 and not self["pykbroker.delay.enable"]:
             raise ConfigError("configuration 'pykbroker.delay.ms' needs 'pykbroker.delay.enable=true'")
         if self["zookeeper.connect"].strip() and any(a.port == 0 for a in self.advertised_listeners):
@@ -889,6 +905,25 @@ class BrokerConfig:
             check_sasl(self)
         except ValueError as e:
             raise ConfigError(str(e)) from None
+
+    def _check_tls_store_types(self, names: list[str]) -> None:
+        """JKS (Kafka's default store type) is refused where an SSL or SASL_SSL listener would read it."""
+        protocols = self.security_protocols
+        for name in names:
+            if protocols.get(name) not in ("SSL", "SASL_SSL"):
+                continue
+
+            def value(key: str, listener: str = name) -> Any:
+                own = self.listener_value(listener, key)
+                return own if own is not None else self[key]
+
+            stores = (("keystore", True),  # a TLS listener always needs its keystore
+                      ("truststore", bool(value("ssl.truststore.location") or value("ssl.truststore.certificates"))))
+            for store, used in stores:
+                if used and str(value(f"ssl.{store}.type")).strip().upper() == "JKS":
+                    raise ConfigError(f"ssl.{store}.type=JKS (Kafka's default) is refused for listener {name}: JKS "
+                                      f"is not implemented, set ssl.{store}.type=PKCS12 or PEM "
+                                      f"({NOT_IMPLEMENTED_HINT})")
 
     def __getitem__(self, key: str) -> Any:
         return self._values[key]
@@ -1484,15 +1519,23 @@ def load_config(
 ) -> BrokerConfig:
     """File, then PYKBROKER_* environment, then ``--override key=value``; later wins."""
     raw: dict[str, str] = {}
+    sources: dict[str, str] = {}
     if path is not None:
         try:
-            raw.update(parse_properties(Path(path).read_text()))
+            from_file = parse_properties(Path(path).read_text())
         except OSError as e:
             raise ConfigError(f"cannot read config file {path}: {e}") from None
-    raw.update(settings_from_env(environ if environ is not None else os.environ))
+        raw.update(from_file)
+        sources.update(dict.fromkeys(from_file, f"config file {path}"))
+    env = environ if environ is not None else os.environ
+    for name in env:
+        if name.startswith(ENV_PREFIX) and len(name) > len(ENV_PREFIX):
+            raw[env_to_key(name)] = env[name]
+            sources[env_to_key(name)] = f"environment variable {name}"
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"--override {item!r} is not of the form key=value")
         k, v = item.split("=", 1)
         raw[k.strip()] = v
-    return BrokerConfig(raw)
+        sources[k.strip()] = f"--override {k.strip()}=..."
+    return BrokerConfig(raw, sources)

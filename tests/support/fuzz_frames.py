@@ -30,8 +30,9 @@ from tests.support.hostile import ISSUE_FRAME, mutated_frames
 
 def run(frames: int, seed: int) -> dict[str, Any]:
     # parse() reads only which optional APIs are served (an unsupported ApiVersions is answered with the
-    # advertised list): a broker without share groups.
-    dispatcher = Dispatcher(cast(Services, SimpleNamespace(shares=None)))
+    # advertised list): a broker without share groups, with the client telemetry APIs.
+    dispatcher = Dispatcher(cast(Services, SimpleNamespace(
+        shares=None, config={"pykbroker.client.telemetry.enable": "true"})))
     outcome: Counter[str] = Counter()
     failures: list[str] = []
     started = time.monotonic()

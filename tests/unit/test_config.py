@@ -84,7 +84,7 @@ def test_topic_configs() -> None:
 
 
 def test_inter_broker_listener_by_kafkas_rules() -> None:
-    two = {"listeners": "PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093"}
+    two = {"listeners": "PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093", "ssl.keystore.type": "PEM"}
     assert BrokerConfig(two).inter_broker_listener == "PLAINTEXT"  # Kafka's default protocol
     assert BrokerConfig({**two, "security.inter.broker.protocol": "SSL"}).inter_broker_listener == "SSL"
     assert BrokerConfig({**two, "security.inter.broker.protocol": "ssl"}).inter_broker_listener == "SSL"

@@ -34,7 +34,7 @@ def test_zookeeper_connect_is_a_cluster_and_its_syntax_is_checked() -> None:
                      ("a:70000", "invalid port")]:
         with pytest.raises(ConfigError, match=f"zookeeper.connect.*{why}"):
             BrokerConfig({"zookeeper.connect": bad})
-    with pytest.raises(ConfigError, match="'broker.id' must be set"):
+    with pytest.raises(ConfigError, match="broker.id=-1 is refused with zookeeper.connect"):
         BrokerConfig({"zookeeper.connect": "127.0.0.1:2181", "broker.id": "-1"})
     with pytest.raises(ConfigError, match="port 0 .* cannot be registered in ZooKeeper"):
         BrokerConfig({"zookeeper.connect": "127.0.0.1:2181", "listeners": "PLAINTEXT://127.0.0.1:0"})
@@ -42,8 +42,12 @@ def test_zookeeper_connect_is_a_cluster_and_its_syntax_is_checked() -> None:
 
 
 def test_tls_listeners_accepted_and_unimplemented_ssl_keys_refused() -> None:
-    # Keystores are checked at start (pykbroker.security.tls); the config only parses the keys.
-    c = BrokerConfig({"listeners": "SSL://127.0.0.1:9093", "listener.name.ssl.ssl.client.auth": "required"})
+    # Keystores are read at start (pykbroker.security.tls); the config refuses JKS, Kafka's default type.
+    with pytest.raises(ConfigError, match="ssl.keystore.type=JKS .* is refused for listener SSL") as jks:
+        BrokerConfig({"listeners": "SSL://127.0.0.1:9093"})
+    assert str(jks.value).endswith("see README 'Settings not implemented')")
+    c = BrokerConfig({"listeners": "SSL://127.0.0.1:9093", "listener.name.ssl.ssl.client.auth": "required",
+                      "ssl.keystore.type": "PEM"})
     assert c.security_protocols == {"SSL": "SSL"}
     assert c.listener_value("SSL", "ssl.client.auth") == "required"
     with pytest.raises(ConfigError, match="ssl.keymanager.algorithm.*does not implement") as e:

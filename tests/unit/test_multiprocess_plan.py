@@ -144,7 +144,7 @@ def test_siblings_are_reached_on_loopback_when_the_inter_broker_listener_allows(
 
 @pytest.mark.parametrize("overrides", [
     {"listeners": "PLAINTEXT://10.0.0.1:9092"},  # bound to one address: loopback does not reach it
-    {"listeners": "SSL://0.0.0.0:9092"},  # TLS: the certificate names the host, not 127.0.0.1
+    {"listeners": "SSL://0.0.0.0:9092", "ssl.keystore.type": "PEM"},  # TLS: the certificate names the host
 ])
 def test_no_loopback_endpoints_when_the_listener_does_not_allow(overrides: dict[str, str]) -> None:
     c = BrokerConfig({"zookeeper.connect": ZK, "log.dirs": "/d", **overrides})
