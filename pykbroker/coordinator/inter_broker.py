@@ -24,8 +24,7 @@ log = logging.getLogger("pykbroker.txn")
 WRITE_TXN_MARKERS = 27
 WRITE_TXN_MARKERS_VERSION = 1  # flexible
 ADD_PARTITIONS_TO_TXN = 24
-# v4 has verify_only (KIP-890); v5 answers TRANSACTION_ABORTABLE, as the local check does.
-ADD_PARTITIONS_TO_TXN_VERSION = 5
+ADD_PARTITIONS_TO_TXN_VERSION = 4  # the first with verify_only (KIP-890)
 
 TopicPartition = tuple[str, int]
 # How a connection opened before the peer restarted fails on its next request.

@@ -11,7 +11,6 @@ from kio.schema.errors import ErrorCode
 from pykbroker.coordinator.group.handlers import commit_entries, partition_errors
 from pykbroker.coordinator.internal_topic import min_insync_replicas, wait_replicated
 from pykbroker.coordinator.transaction.state import STATE_BY_NAME, TxnState
-from pykbroker.coordinator.transaction.verification import offset_commit_error, verify_offsets_partition
 from pykbroker.metadata.store import StoreUnavailable
 from pykbroker.server.authorizer import AclOperation, ResourceType
 from pykbroker.server.authz import allowed, cluster_allowed, denied_names
@@ -270,21 +269,25 @@ async def handle_txn_offset_commit(svc: Services, ctx: RequestContext, req: Any)
     tc = _tc(svc)
     entries, unknown = commit_entries(svc, req.topics, denied)
     results: dict[tuple[str, int], ErrorCode] = {}
+    # The producer must be the transactional id's current one, with the offsets partition in its transaction.
+    err, md = tc.sm._check_producer(req.transactional_id, int(req.producer_id), int(req.producer_epoch))
     groups = getattr(svc, "groups", None)
-    err = ErrorCode.none
-    if groups is not None and entries and svc.config["transaction.partition.verification.enable"]:
-        # KIP-890, as Kafka's group coordinator (usually not the transaction's coordinator) does it: the
-        # offsets partition must be in the producer's ongoing transaction (AddOffsetsToTxn added it), asked
-        # of the transaction's coordinator wherever it is.  A completed transaction has no partitions left,
-        # so a late commit is refused too.  Without verification, as in Kafka, only the offsets partition's
-        # producer state checks the producer (its epoch) when the offsets are appended.
-        err = offset_commit_error(await verify_offsets_partition(
-            svc, req.transactional_id, int(req.producer_id), int(req.producer_epoch),
-            ("__consumer_offsets", groups.partition_for(req.group_id))), v)
+    if md is not None and err == ErrorCode.none and groups is not None \
+            and svc.config["transaction.partition.verification.enable"] \
+            and ("__consumer_offsets", groups.partition_for(req.group_id)) not in md.partitions:
+        # KIP-890: the offsets partition must have been added (AddOffsetsToTxn) before the group
+        # coordinator writes the transaction's offsets, as Kafka verifies it since 3.6; a completed
+        # transaction has no partitions left, so a late commit is refused the same way.
+        err = abortable_compat(ErrorCode.transaction_abortable, v, 4)
+    elif md is not None and err == ErrorCode.none and groups is not None and md.state != TxnState.ONGOING:
+        err = ErrorCode.invalid_txn_state
+    if err in (ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress):
+        err = ErrorCode.none  # TxnOffsetCommit goes to the group coordinator; only fencing matters here
+        md = tc.sm.txns.get(req.transactional_id)
     if groups is None or tc.txn_offsets is None:
         results = {(e.topic, e.partition): ErrorCode.coordinator_not_available for e in entries}
     elif err != ErrorCode.none:
-        results = {(e.topic, e.partition): err for e in entries}
+        results = {(e.topic, e.partition): _compat(err, v, 3) for e in entries}
     else:
         results = tc.txn_offsets.commit(req.group_id, int(req.producer_id), int(req.producer_epoch),
                                         int(getattr(req, "generation_id", -1)), getattr(req, "member_id", "") or "",

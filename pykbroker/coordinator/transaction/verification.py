@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 
 _ATTR_TRANSACTIONAL = 0x10
 PRODUCE_ABORTABLE_SINCE = 11  # Produce v11 knows TRANSACTION_ABORTABLE
-TXN_OFFSET_COMMIT_ABORTABLE_SINCE = 4  # ... and TxnOffsetCommit v4
 
 # Coordinator-side conditions a producer from before KIP-890 would not retry correctly on Produce:
 # Kafka answers NOT_ENOUGH_REPLICAS, which every producer retries without a metadata refresh.
@@ -124,40 +123,3 @@ def verify_transactional_batch(svc: Services, p: Partition, header: BatchHeader,
     if code != ErrorCode.none:
         err, message = produce_error(code, produce_version)
         raise ProducerStateError(int(err), message)
-
-
-async def verify_offsets_partition(svc: Services, transactional_id: str, producer_id: int, producer_epoch: int,
-                                   offsets_partition: tuple[str, int]) -> ErrorCode:
-    """TxnOffsetCommit, KIP-890: the transaction's coordinator answers whether the group's offsets partition is
-    in the producer's ongoing transaction (checking the producer id and epoch too), as Kafka's group
-    coordinator asks it before writing transactional offsets.  The same question on every broker: the state
-    machine here when this broker coordinates the transactional id, else AddPartitionsToTxn v4 ``verify_only``
-    to the broker that does."""
-    tc = getattr(svc, "txn_coordinator", None)
-    if tc is None:
-        return ErrorCode.coordinator_not_available
-    node = svc.broker_id if tc.remote is None else tc.coordinator_node(transactional_id)
-    if node == svc.broker_id:
-        return tc.sm.verify_partitions(transactional_id, producer_id, producer_epoch,
-                                       [offsets_partition])[offsets_partition]
-    if node is None:
-        return ErrorCode.coordinator_not_available
-    return await tc.remote.verify(node, transactional_id, producer_id, producer_epoch, offsets_partition)
-
-
-def offset_commit_error(code: ErrorCode, version: int) -> ErrorCode:
-    """A failed verification as Kafka answers TxnOffsetCommit: the verification client's translations
-    (a fenced epoch is INVALID_PRODUCER_EPOCH; TRANSACTION_ABORTABLE only for v4+, else INVALID_TXN_STATE)
-    and then the offset commit's (a coordinator that cannot answer now is COORDINATOR_NOT_AVAILABLE, one that
-    could not be reached COORDINATOR_LOAD_IN_PROGRESS: both retried without a coordinator lookup)."""
-    if code == ErrorCode.producer_fenced:
-        return ErrorCode.invalid_producer_epoch
-    if code == ErrorCode.transaction_abortable and version < TXN_OFFSET_COMMIT_ABORTABLE_SINCE:
-        return ErrorCode.invalid_txn_state
-    if code == ErrorCode.network_exception:
-        return ErrorCode.coordinator_load_in_progress
-    if code in (ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress,
-                ErrorCode.coordinator_not_available):
-        return ErrorCode.coordinator_not_available
-    return code
-
