@@ -2,8 +2,9 @@
 
 A transaction spans partitions led by several brokers: its coordinator writes the markers of
 the partitions it does not lead with WriteTxnMarkers to their leaders, and a partition leader
-checks a transaction's first batch with its coordinator (AddPartitionsToTxn v4, ``verify_only``,
-KIP-890) when that coordinator is another broker, as Kafka's brokers do. One connection per
+checks a transaction's first batch with its coordinator (AddPartitionsToTxn v5, ``verify_only``,
+KIP-890) when that coordinator is another broker, as Kafka's brokers do (so does a group coordinator
+before a transaction's first offsets). One connection per
 broker, one request at a time on it; a failure closes it and the caller's retry reconnects, except
 that a kept connection the peer closed (it restarted) is retried at once on a new one.
 """
@@ -24,7 +25,9 @@ log = logging.getLogger("pykbroker.txn")
 WRITE_TXN_MARKERS = 27
 WRITE_TXN_MARKERS_VERSION = 1  # flexible
 ADD_PARTITIONS_TO_TXN = 24
-ADD_PARTITIONS_TO_TXN_VERSION = 4  # the first with verify_only (KIP-890)
+# As Kafka's brokers, the latest version: 4 brought verify_only (KIP-890), 5 answers TRANSACTION_ABORTABLE
+# (a version 4 answer turns it into INVALID_TXN_STATE, which the caller could no longer tell apart).
+ADD_PARTITIONS_TO_TXN_VERSION = 5
 
 TopicPartition = tuple[str, int]
 # How a connection opened before the peer restarted fails on its next request.
@@ -78,13 +81,22 @@ class InterBrokerClients:
 
     async def verify(self, broker_id: int, transactional_id: str, producer_id: int, producer_epoch: int,
                      tp: TopicPartition) -> ErrorCode:
-        """Ask the coordinator whether ``tp`` is in the producer's transaction (changes nothing there)."""
+        """Ask the coordinator whether ``tp`` is in the producer's transaction (changes nothing there).
+
+        As Kafka's AddPartitionsToTxnManager: COORDINATOR_NOT_AVAILABLE when the coordinator has no
+        endpoint, NETWORK_EXCEPTION when the request failed, INVALID_TXN_STATE when this broker was not
+        allowed to ask (CLUSTER_AUTHORIZATION_FAILED is not the client's error).
+        """
+        if self._endpoint_of(broker_id) is None:
+            return ErrorCode.coordinator_not_available
         body = {"transactions": [{"transactional_id": transactional_id, "producer_id": producer_id,
                                   "producer_epoch": producer_epoch, "verify_only": True,
                                   "topics": [{"name": tp[0], "partitions": [tp[1]]}]}]}
         resp = await self._request(broker_id, ADD_PARTITIONS_TO_TXN, ADD_PARTITIONS_TO_TXN_VERSION, body)
         if resp is None:
-            return ErrorCode.coordinator_not_available
+            return ErrorCode.network_exception
+        if int(resp.error_code) == ErrorCode.cluster_authorization_failed:
+            return ErrorCode.invalid_txn_state
         if int(resp.error_code) != 0:
             return ErrorCode(int(resp.error_code))
         for result in resp.results_by_transaction:

@@ -136,7 +136,7 @@ class Broker:
         self.cleaner = LogCleaner(self.log_manager.all_logs, self._delete_retention_ms,
                                   self._topic_config)
         self.txn = TransactionCoordinator(config, self.store, self.replicas, self.topics)
-        self.txn.txn_offsets = self.groups.txn_offsets = TxnOffsets(self.groups)
+        self.txn.txn_offsets = self.groups.txn_offsets = TxnOffsets(self.groups, verify=self.txn.verify_partition)
         self.services.txn_coordinator = self.txn
         # Client quotas are read from the store on every check, so changes apply without a restart.
         self.services.quotas = QuotaManager(self.store.client_quotas, samples=config["quota.window.num"],

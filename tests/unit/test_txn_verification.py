@@ -16,11 +16,12 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from pykbroker.config import BrokerConfig
+from pykbroker.coordinator.transaction.state import TxnState
 from pykbroker.protocol.records import build_batch
 from pykbroker.server.broker import Broker
 from pykbroker.server.dispatcher import supported_features
 from pykbroker.storage.log import LogStartOffsetIncrementReason
-from tests.unit.test_dispatcher import call
+from tests.unit.test_dispatcher import call, frame_for
 
 TS = 1_700_000_000_000
 
@@ -243,3 +244,86 @@ def test_txn_offset_commit_needs_the_offsets_partition_in_the_transaction(broker
     r = call(broker, 25, 4, {"transactional_id": "oc", "producer_id": pid, "producer_epoch": epoch, "group_id": "g"})
     assert r.error_code == ErrorCode.none
     assert commit(4) == ErrorCode.none
+
+
+def txn_offset_commit(b: Broker, version: int, tid: str, pid: int, epoch: int, *, group: str = "g",
+                      offset: int = 5, generation: int = -1, member: str = "", instance: str | None = None) -> int:
+    r = call(b, 28, version, {"transactional_id": tid, "group_id": group, "producer_id": pid, "producer_epoch": epoch,
+                              "generation_id": generation, "member_id": member, "group_instance_id": instance,
+                              "topics": [{"name": "t", "partitions": [{
+                                  "partition_index": 0, "committed_offset": offset, "committed_leader_epoch": -1,
+                                  "committed_metadata": ""}]}]})
+    return int(r.topics[0].partitions[0].error_code)
+
+
+def fetch_stable(b: Broker, group: str = "g") -> tuple[int, int]:
+    """OffsetFetch with require_stable: (error, committed offset) of t-0."""
+    r = call(b, 9, 8, {"groups": [{"group_id": group, "topics": [{"name": "t", "partition_indexes": [0]}]}],
+                       "require_stable": True})
+    g = r.groups[0]
+    part = g.topics[0].partitions[0]
+    return int(g.error_code or part.error_code), int(part.committed_offset)
+
+
+@pytest.mark.parametrize("version", [3, 4])
+def test_txn_offset_commit_is_verified_with_the_transaction_coordinator(broker: Broker, version: int) -> None:
+    pid, epoch = init(broker, "v")
+    # The coordinator's verify_only answers, as a partition leader reports them.
+    assert txn_offset_commit(broker, version, "never-initialized", pid, epoch) == ErrorCode.invalid_producer_id_mapping
+    assert txn_offset_commit(broker, version, "v", pid + 1000, epoch) == ErrorCode.invalid_producer_id_mapping
+    assert txn_offset_commit(broker, version, "v", pid, epoch + 1) == ErrorCode.invalid_producer_epoch
+    assert fetch_stable(broker) == (ErrorCode.none, -1), "nothing refused was staged in the group"
+    r = call(broker, 25, 4, {"transactional_id": "v", "producer_id": pid, "producer_epoch": epoch, "group_id": "g"})
+    assert r.error_code == ErrorCode.none
+    # KIP-447: a generation or member the group does not have is refused once the producer passed.
+    assert txn_offset_commit(broker, version, "v", pid, epoch, generation=3, member="m") == ErrorCode.unknown_member_id
+    assert txn_offset_commit(broker, version, "v", pid, epoch, generation=0, instance="i1") \
+        == ErrorCode.unknown_member_id
+    assert txn_offset_commit(broker, version, "v", pid, epoch) == ErrorCode.none
+    assert fetch_stable(broker) == (ErrorCode.unstable_offset_commit, -1)
+    # The transaction is open on the offsets partition: a stale epoch meets the partition's producer state.
+    assert txn_offset_commit(broker, version, "v", pid, epoch - 1 if epoch else epoch + 1) \
+        == ErrorCode.invalid_producer_epoch
+    r = call(broker, 26, 4, {"transactional_id": "v", "producer_id": pid, "producer_epoch": epoch, "committed": True})
+    assert r.error_code == ErrorCode.none
+    assert fetch_stable(broker) == (ErrorCode.none, 5)
+    # A late commit of the finished transaction: its offsets partition is no longer in a transaction.
+    late = ErrorCode.transaction_abortable if version >= 4 else ErrorCode.invalid_txn_state
+    assert txn_offset_commit(broker, version, "v", pid, epoch, offset=9) == late
+    assert fetch_stable(broker) == (ErrorCode.none, 5)
+    offsets = broker.replicas.partition("__consumer_offsets", 0)
+    assert offsets is not None and offsets.last_stable_offset == offsets.high_watermark
+
+
+def test_txn_offset_commit_without_verification_checks_only_the_producer_state(broker: Broker) -> None:
+    broker.config.set("transaction.partition.verification.enable", "false")
+    # As Kafka with verification off: the transaction coordinator is not asked at all.
+    assert txn_offset_commit(broker, 4, "nobody", 4242, 3, offset=7) == ErrorCode.none
+    assert fetch_stable(broker) == (ErrorCode.unstable_offset_commit, -1)
+    assert txn_offset_commit(broker, 4, "nobody", 4242, 2) == ErrorCode.invalid_producer_epoch
+
+
+def test_a_marker_between_verification_and_append_refuses_the_commit(broker: Broker) -> None:
+    """The transaction verified for a TxnOffsetCommit ends (its marker reaches the offsets partition)
+    before the offsets are appended: the append would open a transaction no marker ends, so it is refused."""
+    pid, epoch = init(broker, "race")
+    r = call(broker, 25, 4, {"transactional_id": "race", "producer_id": pid, "producer_epoch": epoch, "group_id": "g"})
+    assert r.error_code == ErrorCode.none
+    offsets = broker.groups.txn_offsets
+    assert offsets is not None and offsets.verify is not None
+    verify = offsets.verify
+
+    async def verify_then_commit(tid: str, p: int, e: int, tp: tuple[str, int]) -> ErrorCode:
+        code = await verify(tid, p, e, tp)
+        # The transaction is committed by its producer while this answer is on its way back.
+        resp = await broker.dispatcher.handle(frame_for(26, 4, {"transactional_id": "race", "producer_id": pid,
+                                                                "producer_epoch": epoch, "committed": True}))
+        assert resp is not None
+        return code
+
+    offsets.verify = verify_then_commit
+    assert txn_offset_commit(broker, 4, "race", pid, epoch) == ErrorCode.invalid_txn_state
+    assert broker.txn.sm.txns["race"].state == TxnState.COMPLETE_COMMIT
+    p = broker.replicas.partition("__consumer_offsets", 0)
+    assert p is not None and p.last_stable_offset == p.high_watermark, "no transaction left open"
+    assert fetch_stable(broker) == (ErrorCode.none, -1)

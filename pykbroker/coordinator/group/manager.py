@@ -811,7 +811,7 @@ class GroupManager:
             g = ClassicGroup(group_id, self.partition_for(group_id), state_timestamp=self.clock())
             self.groups[group_id] = g
         else:
-            code = self._validate_classic_commit(g, generation_id, member_id, instance_id)
+            code = self.validate_classic_commit(g, generation_id, member_id, instance_id)
             if code is not None:
                 return all_(code)
         now = self.clock()
@@ -839,11 +839,14 @@ class GroupManager:
                 result[tp] = ErrorCode.none
         return result, values
 
-    def _validate_classic_commit(self, g: ClassicGroup, generation_id: int, member_id: str,
-                                 instance_id: str | None) -> ErrorCode | None:
+    def validate_classic_commit(self, g: ClassicGroup, generation_id: int, member_id: str,
+                                instance_id: str | None, *, transactional: bool = False) -> ErrorCode | None:
         """Kafka's ClassicGroup.validateOffsetCommit, in its order: the member and its generation are
         checked before the state, so a commit from an older generation gets ILLEGAL_GENERATION even while
-        the group completes a rebalance (REBALANCE_IN_PROGRESS only for the current generation)."""
+        the group completes a rebalance (REBALANCE_IN_PROGRESS only for the current generation).
+
+        A transactional commit (TxnOffsetCommit) is checked only when it names a generation, member or
+        instance (KIP-447): versions before 3 name none, so without them it is accepted in any state."""
         if g.state == GroupState.DEAD:
             return ErrorCode.coordinator_not_available
         if generation_id < 0 and g.state == GroupState.EMPTY:
@@ -854,8 +857,12 @@ class GroupManager:
                 return err
             if generation_id != g.generation_id:
                 return ErrorCode.illegal_generation
+        elif transactional:
+            return None
         elif g.state != GroupState.EMPTY:
             return ErrorCode.unknown_member_id
+        if transactional:
+            return None
         if g.state == GroupState.COMPLETING_REBALANCE:
             return ErrorCode.rebalance_in_progress
         m = g.members.get(member_id)

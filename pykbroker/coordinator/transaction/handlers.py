@@ -268,34 +268,24 @@ async def handle_txn_offset_commit(svc: Services, ctx: RequestContext, req: Any)
     denied = denied_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in req.topics))
     tc = _tc(svc)
     entries, unknown = commit_entries(svc, req.topics, denied)
-    results: dict[tuple[str, int], ErrorCode] = {}
-    # The producer must be the transactional id's current one, with the offsets partition in its transaction.
-    err, md = tc.sm._check_producer(req.transactional_id, int(req.producer_id), int(req.producer_epoch))
     groups = getattr(svc, "groups", None)
-    if md is not None and err == ErrorCode.none and groups is not None \
-            and svc.config["transaction.partition.verification.enable"] \
-            and ("__consumer_offsets", groups.partition_for(req.group_id)) not in md.partitions:
-        # KIP-890: the offsets partition must have been added (AddOffsetsToTxn) before the group
-        # coordinator writes the transaction's offsets, as Kafka verifies it since 3.6; a completed
-        # transaction has no partitions left, so a late commit is refused the same way.
-        err = abortable_compat(ErrorCode.transaction_abortable, v, 4)
-    elif md is not None and err == ErrorCode.none and groups is not None and md.state != TxnState.ONGOING:
-        err = ErrorCode.invalid_txn_state
-    if err in (ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress):
-        err = ErrorCode.none  # TxnOffsetCommit goes to the group coordinator; only fencing matters here
-        md = tc.sm.txns.get(req.transactional_id)
+    results: dict[tuple[str, int], ErrorCode] = {}
     if groups is None or tc.txn_offsets is None:
         results = {(e.topic, e.partition): ErrorCode.coordinator_not_available for e in entries}
-    elif err != ErrorCode.none:
-        results = {(e.topic, e.partition): _compat(err, v, 3) for e in entries}
-    else:
-        results = tc.txn_offsets.commit(req.group_id, int(req.producer_id), int(req.producer_epoch),
-                                        int(getattr(req, "generation_id", -1)), getattr(req, "member_id", "") or "",
-                                        getattr(req, "group_instance_id", None), entries)
+    elif entries:  # as Kafka, nothing reaches the group coordinator when no partition is left
+        # The group coordinator answers; the producer is checked by the transaction coordinator
+        # (KIP-890 verification), wherever that is, and by the offsets partition's producer state.
+        results = await tc.txn_offsets.commit(
+            req.transactional_id, req.group_id, int(req.producer_id), int(req.producer_epoch),
+            int(getattr(req, "generation_id", -1)), getattr(req, "member_id", "") or "",
+            getattr(req, "group_instance_id", None), entries, v)
         if any(c == ErrorCode.none for c in results.values()):
             code = await groups.flush(req.group_id)
             if code != ErrorCode.none:  # not replicated: the producer retries the commit
                 results = {tp: code if c == ErrorCode.none else c for tp, c in results.items()}
+    if v < 2:  # clients before Kafka 2.0 do not retry COORDINATOR_LOAD_IN_PROGRESS here (KAFKA-7296)
+        results = {tp: ErrorCode.coordinator_not_available if c == ErrorCode.coordinator_load_in_progress else c
+                   for tp, c in results.items()}
     return {"throttle_time": 0, "topics": partition_errors(req.topics, unknown, results, denied)}
 
 

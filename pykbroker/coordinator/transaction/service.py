@@ -107,6 +107,19 @@ class TransactionCoordinator(PartitionLoader):
     def coordinator_node(self, transactional_id: str) -> int | None:
         return internal_topic.coordinator_node(self.store, TXN_TOPIC, self.partition_for(transactional_id))
 
+    async def verify_partition(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                               tp: tuple[str, int]) -> ErrorCode:
+        """KIP-890: is ``tp`` in the producer's ongoing transaction?  The coordinator's answer to
+        AddPartitionsToTxn ``verify_only``: this broker's state machine when it coordinates the id (or is
+        alone), else asked of the coordinating broker, as Kafka's brokers always ask it."""
+        if self.remote is not None:
+            node = self.coordinator_node(transactional_id)
+            if node is None:
+                return ErrorCode.coordinator_not_available
+            if node != self.replicas.broker_id:
+                return await self.remote.verify(node, transactional_id, producer_id, producer_epoch, tp)
+        return self.sm.verify_partitions(transactional_id, producer_id, producer_epoch, [tp])[tp]
+
     def _topic_configs(self, rf: int) -> dict[str, str | None]:
         return {"cleanup.policy": "compact", "compression.type": "uncompressed",
                 "min.insync.replicas": str(min(rf, self.config["transaction.state.log.min.isr"])),

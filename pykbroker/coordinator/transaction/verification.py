@@ -10,10 +10,12 @@ pinning the last stable offset (``hanging transaction``).
 On one broker the coordinator is local, so the question is a method call; it is asked and the
 batch appended with no await in between, so no marker can slip in (Kafka needs a verification
 guard in the producer state for that).  In a cluster the coordinator may be another broker: the
-produce path then asks it first (:func:`verify_with_coordinator`, AddPartitionsToTxn v4) and the
-answer is used at the append.  ``transaction.partition.verification.enable`` (default
-true, dynamic) turns it off.  Transactional records in a Produce request without a transactional id
-are refused either way (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), as Kafka's authorization refuses them.
+produce path then asks it first (:func:`verify_with_coordinator`, AddPartitionsToTxn v5) and the
+answer is used at the append.  The group coordinator verifies a transaction's offsets partition the
+same way before a TxnOffsetCommit (``offsets.TxnOffsets``).
+``transaction.partition.verification.enable`` (default true, dynamic) turns it off.  Transactional
+records in a Produce request without a transactional id are refused either way
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED), as Kafka's authorization refuses them.
 """
 
 from __future__ import annotations
@@ -55,19 +57,24 @@ def produce_error(code: ErrorCode, produce_version: int) -> tuple[ErrorCode, str
     return code, f"Transaction verification failed: {code.name.upper()}"
 
 
+def opens_transaction(p: Partition, producer_id: int, producer_epoch: int) -> bool:
+    """Whether a transactional batch of this producer would begin a transaction on ``p``: it has none
+    open there at this epoch (an open one was verified when it began)."""
+    entry = p.log.producer_state.last_entry(producer_id)
+    return not (entry is not None and entry.current_txn_first_offset is not None and entry.epoch == producer_epoch)
+
+
 def _needs_verification(svc: Services, p: Partition, header: BatchHeader, transactional_id: str | None) -> bool:
     if not header.attributes & _ATTR_TRANSACTIONAL or transactional_id is None or header.producer_id < 0:
         return False
     if not svc.config["transaction.partition.verification.enable"]:
         return False
-    entry = p.log.producer_state.last_entry(header.producer_id)
-    return not (entry is not None and entry.current_txn_first_offset is not None
-                and entry.epoch == header.producer_epoch)
+    return opens_transaction(p, header.producer_id, header.producer_epoch)
 
 
 async def verify_with_coordinator(svc: Services, p: Partition, records: bytes, transactional_id: str) -> None:
     """Cluster mode, before the append: when the transaction's coordinator is another broker, ask it
-    (AddPartitionsToTxn v4 ``verify_only``) and keep its answer for :func:`verify_transactional_batch`.
+    (AddPartitionsToTxn v5 ``verify_only``) and keep its answer for :func:`verify_transactional_batch`.
 
     The caller re-checks its leadership after this await; a marker that lands in between is caught
     by the partition's producer state, as on one broker.
@@ -109,9 +116,8 @@ def verify_transactional_batch(svc: Services, p: Partition, header: BatchHeader,
         return
     if not svc.config["transaction.partition.verification.enable"]:
         return
-    entry = p.log.producer_state.last_entry(header.producer_id)
-    if entry is not None and entry.current_txn_first_offset is not None and entry.epoch == header.producer_epoch:
-        return  # a transaction of this producer is already open here: verified when it began
+    if not opens_transaction(p, header.producer_id, header.producer_epoch):
+        return
     tc = getattr(svc, "txn_coordinator", None)
     if tc is None:
         code = ErrorCode.coordinator_not_available
