@@ -63,6 +63,8 @@ class Snapshot:
     partitions: list[PartitionRow] = field(default_factory=list)
     offline_partitions: int | None = None
     active_controller: int = 0
+    isr_shrinks: int = 0
+    isr_expands: int = 0
     groups: Counter[tuple[str, str]] = field(default_factory=Counter)
     rebalances: dict[str, int] = field(default_factory=dict)
     transactions: Counter[str] = field(default_factory=Counter)
@@ -88,6 +90,7 @@ def take_snapshot(broker: Broker) -> Snapshot:
     replicas = svc.replicas
     snap.purgatory = {"Produce": replicas.produce_waiters.waiting,
                       "Fetch": replicas.fetch_waiters.waiting + replicas.replica_fetch_waiters.waiting}
+    snap.isr_shrinks, snap.isr_expands = replicas.isr_shrinks, replicas.isr_expands
     end_offsets: dict[tuple[str, int], int] = {}
     for tp, p in replicas.partitions().items():
         lg = p.log
@@ -195,6 +198,10 @@ def families(snap: Snapshot) -> Iterator[Metric]:
                             "whose ISR is smaller than their replica set.", value=urp)
     yield GaugeMetricFamily("kafka_server_replicamanager_offlinereplicacount", "Replicas here whose log dir "
                             "failed.", value=offline_replicas)
+    yield CounterMetricFamily("kafka_server_replicamanager_isrshrinks", "ISR shrinks this broker made as a leader "
+                              "(followers dropped for lagging or leaving).", value=snap.isr_shrinks)
+    yield CounterMetricFamily("kafka_server_replicamanager_isrexpands", "ISR expansions this broker made as a "
+                              "leader (followers caught up).", value=snap.isr_expands)
     yield GaugeMetricFamily("kafka_controller_kafkacontroller_activecontrollercount", "1 on the active controller.",
                             value=snap.active_controller)
     if snap.offline_partitions is not None:

@@ -251,6 +251,9 @@ class ReplicaManager:
         self.produce_waiters = FetchWaiters()
         # Bytes appended as a follower, per topic (ReplicationBytesInPerSec, for the metrics).
         self.replication_bytes_in: dict[str, int] = {}
+        # ISR changes this broker made as a leader (Kafka's IsrShrinksPerSec / IsrExpandsPerSec meters).
+        self.isr_shrinks = 0
+        self.isr_expands = 0
         # AlterReplicaLogDirs: moves run in this task group (see run_log_dir_moves).
         self._move_group: anyio.abc.TaskGroup | None = None
         self._moves: dict[TopicPartition, LogMove] = {}
@@ -343,6 +346,10 @@ class ReplicaManager:
         finally:
             p.isr_change_pending = False
         if self._partitions.get(p.tp) is p and p.is_leader and p.leader_epoch == epoch and p.zk_version <= new_version:
+            if len(new_isr) < len(p.isr):
+                self.isr_shrinks += 1
+            elif len(new_isr) > len(p.isr):
+                self.isr_expands += 1
             p.isr = list(new_isr)
             p.zk_version = new_version
             self._hw_maybe_moved(p)

@@ -73,6 +73,7 @@ def test_cluster_metrics(tmp_path: Path) -> None:
             lead = scrape(ports[leader])
             assert value(lead, "kafka_server_replicamanager_underreplicatedpartitions") >= 1
             assert value(lead, "kafka_cluster_partition_underreplicated", topic=topic, partition="0") == 1
+            assert value(lead, "kafka_server_replicamanager_isrshrinks_total") >= 1
         finally:
             cluster.resume(followers[0])
         _wait_isr(cluster, topic, [1, 2, 3], timeout=30)
@@ -82,3 +83,5 @@ def test_cluster_metrics(tmp_path: Path) -> None:
             time.sleep(0.2)
         assert value(scrape(ports[leader]), "kafka_cluster_partition_underreplicated", topic=topic,
                      partition="0") == 0
+        # The ISR churn the pause caused: the leader counted the shrink and the expansion that undid it.
+        assert value(scrape(ports[leader]), "kafka_server_replicamanager_isrexpands_total") >= 1

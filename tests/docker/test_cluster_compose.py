@@ -165,6 +165,16 @@ def _up_and_healthy(cluster: Cluster) -> None:
     _wait_for_brokers(cluster)
 
 
+# Each named broker's kafka_controller_kafkacontroller_activecontrollercount, from its /metrics on port 9404.
+CONTROLLER_GAUGE_SNIPPET = """
+import sys, urllib.request
+for host in sys.argv[1:]:
+    body = urllib.request.urlopen(f"http://{host}:9404/metrics", timeout=10).read().decode()
+    print(next(line.split()[1] for line in body.splitlines()
+               if line.startswith("kafka_controller_kafkacontroller_activecontrollercount ")).split(".")[0])
+"""
+
+
 def test_cluster_profile_round_trip(cluster: Cluster) -> None:
     """compose --profile cluster up: ZooKeeper and 3 brokers, a RF-3 topic, every partition produced to
     (acks=all) and consumed back through each broker's bootstrap address, then down -v."""
@@ -202,6 +212,13 @@ def test_cluster_profile_round_trip(cluster: Cluster) -> None:
                         "--entrypoint", "python3", cluster.env["PYKB_IMAGE"], "-c", METADATA_V0_SNIPPET,
                         "broker-2", "29092", timeout=60).stdout
         assert sorted(out.strip().splitlines()) == [f"{i} broker-{i} 29092" for i in BROKER_IDS], out
+
+        # Every broker serves its metrics on the compose network, where the monitoring profile's
+        # Prometheus scrapes them (docker/monitoring/prometheus.yml); one of them is the controller.
+        out = pm.podman("run", "--rm", "--pull=never", "--network", f"{cluster.project}_pykbroker",
+                        "--entrypoint", "python3", cluster.env["PYKB_IMAGE"], "-c", CONTROLLER_GAUGE_SNIPPET,
+                        *(f"broker-{i}" for i in BROKER_IDS), timeout=60).stdout
+        assert sorted(out.split()) == ["0", "0", "1"], out
     except Exception as e:
         raise AssertionError(f"{e}\n{cluster.all_logs()}") from e
 
