@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,7 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.support.broker import BrokerProcess, _bindable, free_port
 from tests.support.cluster import metadata, wait_for
-from tests.support.zookeeper import zookeeper_available
+from tests.support.zookeeper import four_letter_word, zookeeper_available
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("replication")]
 
@@ -29,25 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PYKBROKER = [sys.executable, "-m", "pykbroker"]
 
 
-def _srvr(address: str, port: int) -> str:
-    """ZooKeeper's `srvr` four-letter word; empty when nothing answers."""
-    try:
-        with socket.create_connection((address, port), timeout=2) as s:
-            s.sendall(b"srvr")
-            s.settimeout(2)
-            data = b""
-            for _ in range(20):
-                chunk = s.recv(4096)
-                if not chunk:
-                    break
-                data += chunk
-            return data.decode(errors="replace")
-    except OSError:
-        return ""
-
-
 def _mode(address: str, port: int) -> str | None:
-    m = re.search(r"^Mode: (\w+)", _srvr(address, port), re.M)
+    m = re.search(r"^Mode: (\w+)", four_letter_word(address, port, timeout=2), re.M)
     return m.group(1) if m else None
 
 
@@ -103,7 +85,7 @@ def test_zookeeper_one_node_listens_where_told(tmp_path: Path, procs: Processes)
     procs.start([*PYKBROKER, "zookeeper", "start", "--dir", str(tmp_path / "zk")], ROOT, tmp_path / "zk.out")
     wait_for(lambda: _mode("127.0.0.1", port) == "standalone", timeout=60, what="ZooKeeper serving")
     # Only on the address it was given: another loopback address of this host finds nothing there.
-    assert _srvr("127.0.0.2", port) == ""
+    assert four_letter_word("127.0.0.2", port, timeout=2) == ""
     unit = subprocess.run([*PYKBROKER, "zookeeper", "systemd-unit", "--dir", str(tmp_path / "zk")], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert unit.returncode == 0 and "ExecStart=" in unit.stdout and "QuorumPeerMain" in unit.stdout

@@ -28,11 +28,11 @@ def _free_port() -> int:
     return free_port()
 
 
-def _ruok(port: int, timeout: float = 1.0) -> bool:
-    """ZooKeeper's four-letter `srvr` answers once the server serves clients (ruok answers earlier)."""
+def four_letter_word(address: str, port: int, word: str = "srvr", timeout: float = 1.0) -> str:
+    """ZooKeeper's answer to a four-letter word (``srvr``: "Mode: ..." once it serves); empty if none."""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-            s.sendall(b"srvr")
+        with socket.create_connection((address, port), timeout=timeout) as s:
+            s.sendall(word.encode())
             s.settimeout(timeout)
             data = b""
             for _ in range(20):
@@ -40,9 +40,14 @@ def _ruok(port: int, timeout: float = 1.0) -> bool:
                 if not chunk:
                     break
                 data += chunk
-            return b"Mode:" in data
+            return data.decode(errors="replace")
     except OSError:
-        return False
+        return ""
+
+
+def _ruok(port: int, timeout: float = 1.0) -> bool:
+    """Serving clients: `srvr` answers with the server's mode (ruok answers earlier)."""
+    return "Mode:" in four_letter_word("127.0.0.1", port, "srvr", timeout)
 
 
 class ZooKeeperServer:
