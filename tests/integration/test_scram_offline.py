@@ -131,8 +131,8 @@ def test_a_broker_does_not_start_on_a_data_directory_another_process_holds(tmp_p
     """The same lock keeps a second broker off a running broker's data directory."""
     data = tmp_path / "data"
     first = BrokerProcess(tmp_path / "one", {"log.dirs": str(data)}).start()
+    second = BrokerProcess(tmp_path / "two", {"log.dirs": str(data)})
     try:
-        second = BrokerProcess(tmp_path / "two", {"log.dirs": str(data)})
         try:
             second.start(timeout=30)
         except RuntimeError as e:
@@ -141,6 +141,7 @@ def test_a_broker_does_not_start_on_a_data_directory_another_process_holds(tmp_p
             raise AssertionError("a second broker started on the same data directory")
         assert f"cannot start: Failed to acquire lock on file .lock in {data}" in second.log()
     finally:
+        second.kill()
         first.stop()
 
 
