@@ -1,5 +1,5 @@
 """The ``pykbroker`` command: ``serve`` runs a broker, ``healthcheck`` asks one if it is alive, ``zookeeper``
-sets up and runs the ZooKeeper a cluster needs."""
+sets up and runs the ZooKeeper a cluster needs, ``scram`` writes SCRAM users where the brokers read them."""
 
 from __future__ import annotations
 
@@ -7,12 +7,14 @@ import argparse
 import logging
 import socket
 import struct
+import sys
 from typing import TYPE_CHECKING, Any
 
 from pykbroker import __version__
 
 if TYPE_CHECKING:
     from pykbroker.config import BrokerConfig
+    from pykbroker.metadata.scram_admin import CredentialRequest
 
 log = logging.getLogger("pykbroker")
 
@@ -164,7 +166,6 @@ def _recv_exact(sock: socket.socket, n: int, where: str) -> bytes:
 
 def _zookeeper(args: argparse.Namespace) -> int:
     import os
-    import sys
     from pathlib import Path
 
     from pykbroker import zookeeper_server as zs
@@ -187,6 +188,107 @@ def _zookeeper(args: argparse.Namespace) -> int:
         return 2
     sys.stdout.flush()
     os.execv(cmd[0], cmd)  # the server in the foreground, in this process (signals reach it directly)
+
+
+# --- pykbroker scram: SCRAM users written into the metadata store, without a broker ------------------
+
+def _add_scram_parser(sub: Any) -> None:
+    scram = sub.add_parser("scram", help="add, list or delete SCRAM users in the metadata store the brokers read "
+                                         "(the first users of a SASL-only cluster; docs/security.md)")
+    actions = scram.add_subparsers(dest="scram_command", required=True)
+    where = argparse.ArgumentParser(add_help=False)
+    target = where.add_mutually_exclusive_group(required=True)
+    target.add_argument("--config", metavar="FILE", help="the broker's server.properties: its zookeeper.connect, "
+                                                         "else the first of its log.dirs (a stopped broker)")
+    target.add_argument("--log-dirs", metavar="DIR", help="the data directory of a stopped broker with embedded "
+                                                          "metadata")
+    target.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]",
+                        help="the cluster's zookeeper.connect (brokers may be running)")
+    mechanisms = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+    add = actions.add_parser("add", parents=[where], help="create or replace a user's credentials")
+    add.add_argument("--user", required=True)
+    add.add_argument("--mechanism", action="append", type=str.upper, choices=mechanisms,
+                     help="repeatable; or name them in --add-config")
+    add.add_argument("--iterations", type=int, help="default 4096 (4096..16384)")
+    add.add_argument("--add-config", metavar="'SCRAM-SHA-512=[iterations=8192,password=SECRET],...'",
+                     help="kafka-configs' form; a mechanism without password= takes the one given otherwise")
+    secret = add.add_mutually_exclusive_group()
+    secret.add_argument("--password", help="visible to other local users in the process list: prefer a file")
+    secret.add_argument("--password-file", metavar="FILE", help="its first line is the password ('-': stdin)")
+    listing = actions.add_parser("list", parents=[where], help="users and their mechanisms and iterations")
+    listing.add_argument("--user")
+    delete = actions.add_parser("delete", parents=[where], help="delete some or all of a user's credentials")
+    delete.add_argument("--user", required=True)
+    delete.add_argument("--mechanism", action="append", type=str.upper, choices=mechanisms,
+                        help="repeatable; default: every mechanism of the user")
+    delete.add_argument("--delete-config", metavar="'SCRAM-SHA-512'", help="kafka-configs' form")
+
+
+def _scram(args: argparse.Namespace) -> int:
+    from pykbroker.metadata import scram_admin as sa
+
+    logging.getLogger("kazoo").setLevel(logging.CRITICAL)  # its retries are noise: the outcome is printed below
+    try:
+        requests = _scram_requests(args) if args.scram_command == "add" else []
+        with sa.open_store(config_file=args.config, log_dirs=args.log_dirs, zookeeper=args.zookeeper,
+                           create=args.scram_command == "add") as store:
+            if args.scram_command == "add":
+                out = [sa.add(store, args.user, requests)]
+            elif args.scram_command == "delete":
+                named = (args.mechanism or []) + (sa.parse_delete_config(args.delete_config)
+                                                  if args.delete_config else [])
+                out = [sa.delete(store, args.user, named or None)]
+            else:
+                out = sa.describe(store, args.user)
+    except sa.ScramAdminError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if out:
+        print("\n".join(out))
+    return 0
+
+
+def _scram_requests(args: argparse.Namespace) -> list[CredentialRequest]:
+    """The credentials to write; the password is read before the store is opened (a prompt may wait)."""
+    from pykbroker.metadata import scram_admin as sa
+
+    named = sa.parse_add_config(args.add_config) if args.add_config else []
+    named += [(m, None, None) for m in args.mechanism or []]
+    if not named:
+        raise sa.ScramAdminError("name the mechanisms: --mechanism SCRAM-SHA-512 (repeatable) or --add-config")
+    password: str | None = None
+    if any(pw is None for _, pw, _ in named):
+        password = _read_password(args)
+    return [sa.CredentialRequest(m, pw if pw is not None else password or "",
+                                 it if it is not None else
+                                 args.iterations if args.iterations is not None else sa.DEFAULT_ITERATIONS)
+            for m, pw, it in named]
+
+
+def _read_password(args: argparse.Namespace) -> str:
+    import getpass
+
+    from pykbroker.metadata.scram_admin import ScramAdminError
+
+    if args.password is not None:
+        return str(args.password)
+    if args.password_file is not None:
+        try:
+            if args.password_file == "-":
+                text = sys.stdin.readline()
+            else:
+                with open(args.password_file, encoding="utf-8") as f:
+                    text = f.readline()
+        except OSError as e:
+            raise ScramAdminError(f"--password-file: {e}") from None
+        return text.rstrip("\r\n")
+    if not sys.stdin.isatty():
+        raise ScramAdminError("no password: give --password-file FILE ('-' for stdin), --password, or run on a "
+                              "terminal to be asked")
+    first = getpass.getpass(f"Password for {args.user}: ")
+    if getpass.getpass("Again: ") != first:
+        raise ScramAdminError("the passwords differ")
+    return first
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -225,11 +327,14 @@ def main(argv: list[str] | None = None) -> int:
         one.add_argument("--heap-mb", type=int, default=512)
         if name == "systemd-unit":
             one.add_argument("--user", default="zookeeper")
+    _add_scram_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "serve":
         return _serve(args)
     if args.command == "zookeeper":
         return _zookeeper(args)
+    if args.command == "scram":
+        return _scram(args)
     problem = check_health(args.bootstrap, args.timeout)
     print("healthy" if problem is None else f"unhealthy: {problem}")
     return 0 if problem is None else 1

@@ -6,6 +6,8 @@ rewriting the whole document with write-temp, fsync, rename is simple and safe.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import logging
 import os
@@ -28,6 +30,31 @@ log = logging.getLogger("pykbroker.metadata")
 
 METADATA_FILE = "__pykbroker_metadata.json"
 META_PROPERTIES = "meta.properties"
+LOCK_FILE = ".lock"  # Kafka's name for the lock file of a log dir
+
+
+class DataDirInUse(Exception):
+    """Another process holds the data directory's lock: a broker runs on it."""
+
+
+def lock_data_dir(data_dir: Path) -> int:
+    """Lock ``<data_dir>/.lock`` for this process and return the descriptor that holds the lock (closing it
+    releases it; so does the process's exit, however it ends).
+
+    Why: the metadata file is rewritten whole, so a second broker or an offline tool (``pykbroker scram``)
+    writing it beside a running broker would lose one side's changes; each is refused instead. A POSIX lock
+    belongs to the process, so one process may open several stores over one directory (tests do).
+    """
+    fd = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        os.close(fd)
+        if e.errno not in (errno.EACCES, errno.EAGAIN):
+            raise OSError(e.errno, f"cannot lock {data_dir / LOCK_FILE}: {e.strerror}") from None
+        raise DataDirInUse(f"Failed to acquire lock on file {LOCK_FILE} in {data_dir}. A broker in another "
+                           "process is using this directory.") from None
+    return fd
 
 
 def write_atomically(path: Path, data: bytes) -> None:
@@ -65,14 +92,37 @@ class EmbeddedMetadataStore(MetadataStore):
         # resource type -> entity name -> dynamic configs (brokers, client metrics, groups)
         self._entity_configs: dict[int, dict[str, dict[str, str]]] = {t: {} for t in ENTITY_RESOURCES}
         self.cluster_id = ""
+        self._lock_fd: int | None = None
+
+    @classmethod
+    def offline(cls, data_dir: Path) -> EmbeddedMetadataStore:
+        """The metadata of a stopped broker's data directory, for offline tools (``pykbroker scram``); raises
+        DataDirInUse while a broker runs on it. meta.properties is left to the broker's first start. Call
+        close() to release the lock."""
+        store = cls(data_dir, -1, [])
+        data_dir.mkdir(parents=True, exist_ok=True)
+        store._lock_fd = lock_data_dir(data_dir)
+        try:
+            store._load_document()
+        except BaseException:
+            store.close()
+            raise
+        return store
 
     @property
     def path(self) -> Path:
         return self._dir / METADATA_FILE
 
     def start(self) -> None:
+        """Raises DataDirInUse when another process (a broker, ``pykbroker scram``) holds the directory."""
         self._dir.mkdir(parents=True, exist_ok=True)
+        if self._lock_fd is None:
+            self._lock_fd = lock_data_dir(self._dir)
         self._load_meta_properties()
+        self._load_document()
+        log.debug("metadata loaded: cluster_id=%s topics=%d", self.cluster_id, len(self._topics))
+
+    def _load_document(self) -> None:
         if self.path.exists():
             doc = json.loads(self.path.read_text())
             self._topics = {t["name"]: TopicRecord.from_json(t) for t in doc.get("topics", [])}
@@ -85,7 +135,6 @@ class EmbeddedMetadataStore(MetadataStore):
             self._scram = {str(u): {str(m): str(c) for m, c in creds.items()}
                            for u, creds in (doc.get("scram_credentials") or {}).items() if creds}
             self._acls = [binding_from_json(a) for a in doc.get("acls") or []]
-        log.debug("metadata loaded: cluster_id=%s topics=%d", self.cluster_id, len(self._topics))
 
     def _load_meta_properties(self) -> None:
         path = self._dir / META_PROPERTIES
@@ -118,7 +167,9 @@ class EmbeddedMetadataStore(MetadataStore):
         write_atomically(self.path, json.dumps(doc, indent=1, sort_keys=True).encode())
 
     def close(self) -> None:
-        pass
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     def live_brokers(self) -> dict[int, list[tuple[str, str, int]]]:
         return {self._broker_id: self._endpoints}

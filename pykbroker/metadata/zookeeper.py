@@ -103,6 +103,110 @@ class DuplicateBrokerId(Exception):
     """Another live broker holds /brokers/ids/<broker.id>."""
 
 
+_RETRY = {"max_tries": -1, "delay": 0.05, "backoff": 2, "max_delay": 1.0}
+
+
+def start_client(connect: str, session_timeout_ms: int, connection_timeout_ms: int,
+                 listener: Callable[[str], None] | None = None) -> KazooClient:
+    """A started kazoo client rooted at the chroot of ``connect`` (created first when missing, as Kafka's
+    brokers do); raises ZkConnectError when ZooKeeper is not reached within ``connection_timeout_ms``."""
+    hosts, chroot = parse_connect(connect)
+    deadline = time.monotonic() + connection_timeout_ms / 1000.0
+    if chroot:
+        _create_chroot(connect, session_timeout_ms, connection_timeout_ms, deadline)
+    zk = KazooClient(hosts=hosts + chroot, timeout=session_timeout_ms / 1000.0, connection_retry=_RETRY,
+                     logger=logging.getLogger("kazoo.client"))
+    if listener is not None:
+        zk.add_listener(listener)
+    _start(zk, connect, connection_timeout_ms, deadline)
+    return zk
+
+
+def _start(zk: KazooClient, connect: str, connection_timeout_ms: int, deadline: float) -> None:
+    try:
+        zk.start(timeout=max(deadline - time.monotonic(), 0.05))
+    except KazooTimeoutError:
+        raise ZkConnectError(
+            f"Timed out waiting for connection while in state: CONNECTING (zookeeper.connect={connect}, "
+            f"waited {connection_timeout_ms} ms: zookeeper.connection.timeout.ms)") from None
+    except KazooException as e:
+        zk.stop()
+        zk.close()
+        raise ZkConnectError(f"cannot connect to ZooKeeper {connect}: {e}") from None
+
+
+def _create_chroot(connect: str, session_timeout_ms: int, connection_timeout_ms: int, deadline: float) -> None:
+    """Create the chroot path, as Kafka does, with a client not rooted there."""
+    hosts, chroot = parse_connect(connect)
+    boot = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000.0, connection_retry=_RETRY)
+    _start(boot, connect, connection_timeout_ms, deadline)
+    try:
+        boot.ensure_path(chroot)
+    except _UNAVAILABLE as e:
+        raise ZkConnectError(f"cannot create the chroot {chroot} in ZooKeeper {hosts}: "
+                             f"{type(e).__name__}") from None
+    finally:
+        boot.stop()
+        boot.close()
+
+
+def commit(tx: Any, timeout: float) -> list[Any]:
+    """Commit a multi; raise the first failed operation's exception."""
+    results = list(tx.commit_async().get(timeout=timeout))
+    for r in results:
+        if isinstance(r, Exception) and not isinstance(r, RolledBackError):
+            raise r
+    return results
+
+
+def edit_entity_configs(zk: KazooClient, changes: dict[str, dict[str, str | None]], timeout: float) -> bool:
+    """Set (or, for None, remove) keys of entity config znodes (/config/users/<u>...) in one multi with a
+    /config/changes notification each, as Kafka's tools write them, keeping the keys not named (quotas and
+    SCRAM credentials share a user's znode); retried when it lost a race. False when it kept losing."""
+    for _ in range(_WRITE_RETRIES):
+        tx = zk.transaction()
+        for path, ops in changes.items():
+            try:
+                data, stat = zk.get(path)
+                current = zl.decode_entity_config(data)
+                version: int | None = stat.version
+            except NoNodeError:
+                current, version = {}, None
+            for key, value in ops.items():
+                if value is None:
+                    current.pop(key, None)
+                else:
+                    current[key] = value
+            if version is None:
+                tx.create(path, zl.encode_entity_config(current))
+            else:
+                tx.set_data(path, zl.encode_entity_config(current), version=version)
+            tx.create(zl.CONFIG_CHANGE_PREFIX, zl.encode_config_change(zl.config_change_entity(path)),
+                      sequence=True)
+        try:
+            commit(tx, timeout)
+        except (BadVersionError, NodeExistsError, NoNodeError):
+            continue
+        return True
+    return False
+
+
+def scram_edits(upserts: dict[tuple[str, str], ScramCredential],
+                deletions: list[tuple[str, str]]) -> dict[str, dict[str, str | None]]:
+    """user -> SCRAM config key -> Kafka's credential string (None: delete), for edit_entity_configs."""
+    changes: dict[str, dict[str, str | None]] = {}
+    for user, mech in deletions:
+        changes.setdefault(user, {})[mech] = None
+    for (user, mech), cred in upserts.items():
+        changes.setdefault(user, {})[mech] = cred.to_kafka_string()
+    return changes
+
+
+def scram_entries(configs: dict[str, str]) -> dict[str, str]:
+    """The SCRAM credentials among a /config/users/<u> znode's configs (the rest are quotas)."""
+    return {k: v for k, v in configs.items() if k.startswith("SCRAM-SHA-")}
+
+
 # --- what the watcher thread hands to the event loop ----------------------------------------------
 
 @dataclass
@@ -164,7 +268,7 @@ class ZkMetadataStore(MetadataStore):
         self._endpoints = list(endpoints)
         self._rack = rack
         self._connect = str(config["zookeeper.connect"])
-        self._hosts, self._chroot = parse_connect(self._connect)
+        self._chroot = parse_connect(self._connect)[1]
         self._session_timeout_ms = int(config["zookeeper.session.timeout.ms"])
         conn = config["zookeeper.connection.timeout.ms"]
         self._connection_timeout_ms = int(conn) if conn is not None else self._session_timeout_ms
@@ -237,15 +341,7 @@ class ZkMetadataStore(MetadataStore):
     # --- start / stop -------------------------------------------------------------------------
 
     def start(self) -> None:
-        deadline = time.monotonic() + self._connection_timeout_ms / 1000.0
-        if self._chroot:
-            self._create_chroot(deadline)
-        zk = KazooClient(
-            hosts=self._hosts + self._chroot, timeout=self._session_timeout_ms / 1000.0,
-            connection_retry={"max_tries": -1, "delay": 0.05, "backoff": 2, "max_delay": 1.0},
-            logger=logging.getLogger("kazoo.client"))
-        zk.add_listener(self._on_state)
-        self._start_client(zk, deadline)
+        zk = start_client(self._connect, self._session_timeout_ms, self._connection_timeout_ms, self._on_state)
         self._zk = zk
         self._connected.set()
         self._had_connection = True
@@ -270,34 +366,6 @@ class ZkMetadataStore(MetadataStore):
                  len(snap.brokers), snap.controller)
         self._watcher = threading.Thread(target=self._watch_loop, name="zk-metadata-watcher", daemon=True)
         self._watcher.start()
-
-    def _timeout_message(self) -> str:
-        return (f"Timed out waiting for connection while in state: CONNECTING (zookeeper.connect={self._connect}, "
-                f"waited {self._connection_timeout_ms} ms: zookeeper.connection.timeout.ms)")
-
-    def _start_client(self, zk: KazooClient, deadline: float) -> None:
-        try:
-            zk.start(timeout=max(deadline - time.monotonic(), 0.05))
-        except KazooTimeoutError:
-            raise ZkConnectError(self._timeout_message()) from None
-        except KazooException as e:
-            zk.stop()
-            zk.close()
-            raise ZkConnectError(f"cannot connect to ZooKeeper {self._connect}: {e}") from None
-
-    def _create_chroot(self, deadline: float) -> None:
-        """Create the chroot path, as Kafka does, with a client not rooted there."""
-        boot = KazooClient(hosts=self._hosts, timeout=self._session_timeout_ms / 1000.0,
-                           connection_retry={"max_tries": -1, "delay": 0.05, "backoff": 2, "max_delay": 1.0})
-        self._start_client(boot, deadline)
-        try:
-            boot.ensure_path(self._chroot)
-        except _UNAVAILABLE as e:
-            raise ZkConnectError(f"cannot create the chroot {self._chroot} in ZooKeeper {self._hosts}: "
-                                 f"{type(e).__name__}") from None
-        finally:
-            boot.stop()
-            boot.close()
 
     def _read_or_create_cluster_id(self) -> str:
         zk = self.zk
@@ -814,7 +882,7 @@ class ZkMetadataStore(MetadataStore):
         read = self._get_many(nodes)
         out: dict[str, dict[str, str]] = {}
         for u, path in zip(users, nodes, strict=True):
-            creds = {k: v for k, v in _decode_configs(read[path]).items() if k.startswith("SCRAM-SHA-")}
+            creds = scram_entries(_decode_configs(read[path]))
             if creds:
                 out[zl.desanitize(u)] = creds
         return out
@@ -1049,12 +1117,7 @@ class ZkMetadataStore(MetadataStore):
             raise StoreUnavailable(f"ZooKeeper {self._connect}: {type(e).__name__}") from e
 
     def _commit(self, tx: Any) -> list[Any]:
-        """Commit a multi; raise the first failed operation's exception."""
-        results = list(tx.commit_async().get(timeout=self._request_timeout))
-        for r in results:
-            if isinstance(r, Exception) and not isinstance(r, RolledBackError):
-                raise r
-        return results
+        return commit(tx, self._request_timeout)
 
     def _read_assignment(self, name: str) -> tuple[zl.TopicAssignment, int]:
         try:
@@ -1213,34 +1276,10 @@ class ZkMetadataStore(MetadataStore):
              for e, ops in changes.items()}, "client quotas")
 
     def _edit_entity_configs(self, changes: dict[str, dict[str, str | None]], what: str) -> None:
-        """Set (or, for None, remove) keys of entity config znodes (/config/users/<u>...) in one multi with a
-        /config/changes notification each, keeping the keys not named (quotas and SCRAM credentials share
-        a user's znode); retried when it lost a race."""
+        """edit_entity_configs from a worker thread: StoreUnavailable when ZooKeeper is unreachable or the
+        znodes kept changing."""
         with self._unavailable():
-            for _ in range(_WRITE_RETRIES):
-                tx = self.zk.transaction()
-                for path, ops in changes.items():
-                    try:
-                        data, stat = self.zk.get(path)
-                        current = zl.decode_entity_config(data)
-                        version: int | None = stat.version
-                    except NoNodeError:
-                        current, version = {}, None
-                    for key, value in ops.items():
-                        if value is None:
-                            current.pop(key, None)
-                        else:
-                            current[key] = value
-                    if version is None:
-                        tx.create(path, zl.encode_entity_config(current))
-                    else:
-                        tx.set_data(path, zl.encode_entity_config(current), version=version)
-                    tx.create(zl.CONFIG_CHANGE_PREFIX, zl.encode_config_change(zl.config_change_entity(path)),
-                              sequence=True)
-                try:
-                    self._commit(tx)
-                except (BadVersionError, NodeExistsError, NoNodeError):
-                    continue
+            if edit_entity_configs(self.zk, changes, self._request_timeout):
                 self._purge_config_changes()
                 return
         raise StoreUnavailable(f"{what} kept changing; not written")
@@ -1349,17 +1388,13 @@ class ZkMetadataStore(MetadataStore):
                 got = self.zk.get(path)
             except NoNodeError:
                 return set()
-        return {k for k in _decode_configs(got) if k.startswith("SCRAM-SHA-")}
+        return set(scram_entries(_decode_configs(got)))
 
     def alter_scram_credentials(self, upserts: dict[tuple[str, str], ScramCredential],
                                 deletions: list[tuple[str, str]]) -> None:
         """Kafka's layout: /config/users/<u> config keys SCRAM-SHA-256 / SCRAM-SHA-512, written with a
         read-modify-write that keeps the user's quota keys, plus a /config/changes notification."""
-        changes: dict[str, dict[str, str | None]] = {}
-        for user, mech in deletions:
-            changes.setdefault(user, {})[mech] = None
-        for (user, mech), cred in upserts.items():
-            changes.setdefault(user, {})[mech] = cred.to_kafka_string()
+        changes = scram_edits(upserts, deletions)
         self._edit_entity_configs({zl.quota_entity_path((("user", u),)): ops for u, ops in changes.items()},
                                   "SCRAM credentials")
         # Our own write shows up through the watch too; update the cache now so the caller
@@ -1556,4 +1591,5 @@ def _decode_configs(got: tuple[bytes, ZnodeStat] | None) -> dict[str, str]:
         return {}
 
 
-__all__ = ["DuplicateBrokerId", "ZkConnectError", "ZkMetadataStore", "parse_connect", "reassign_partition"]
+__all__ = ["DuplicateBrokerId", "ZkConnectError", "ZkMetadataStore", "commit", "edit_entity_configs", "parse_connect",
+           "reassign_partition", "scram_edits", "scram_entries", "start_client"]

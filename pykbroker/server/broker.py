@@ -37,7 +37,7 @@ from pykbroker.coordinator.share.service import ShareCoordinator
 from pykbroker.coordinator.transaction.offsets import TxnOffsets
 from pykbroker.coordinator.transaction.service import TXN_TOPIC, TransactionCoordinator
 from pykbroker.delay.service import DelayService
-from pykbroker.metadata.embedded import META_PROPERTIES, EmbeddedMetadataStore, write_atomically
+from pykbroker.metadata.embedded import META_PROPERTIES, DataDirInUse, EmbeddedMetadataStore, write_atomically
 from pykbroker.metadata.store import MetadataStore, StoreUnavailable, run_store
 from pykbroker.multiprocess.plan import LOCAL_ENDPOINTS, parse_local_endpoints
 from pykbroker.observability.collector import Snapshot, take_snapshot
@@ -240,7 +240,10 @@ class Broker:
 
     def _start_store_only(self) -> None:
         if not self.cluster:
-            self.store.start()
+            try:
+                self.store.start()
+            except DataDirInUse as e:
+                raise StartupError(str(e)) from None
             return
         from pykbroker.metadata.zookeeper import ZkConnectError
 

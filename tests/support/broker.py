@@ -6,9 +6,12 @@ import os
 import random
 import signal
 import socket
+import ssl
+import struct
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from pykbroker.cli import healthcheck
@@ -89,6 +92,30 @@ def free_port_pair() -> int:
     return free_ports(2)
 
 
+def tls_healthcheck(bootstrap: str, cafile: Path, timeout: float = 1.0) -> bool:
+    """An ApiVersions v0 round trip over TLS (answered before any SASL login, as on SASL_PLAINTEXT)."""
+    host, _, port = bootstrap.rpartition(":")
+    ctx = ssl.create_default_context(cafile=str(cafile))
+    request = struct.pack(">hhih", 18, 0, 1, len(b"ready")) + b"ready"
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout) as raw, \
+                ctx.wrap_socket(raw, server_hostname=host) as s:
+            s.settimeout(timeout)
+            s.sendall(struct.pack(">i", len(request)) + request)
+            head = b""
+            for _ in range(16):
+                if len(head) >= 10:
+                    break
+                chunk = s.recv(10 - len(head))
+                if not chunk:
+                    return False
+                head += chunk
+    except (OSError, ssl.SSLError):
+        return False
+    size, correlation_id, error_code = struct.unpack(">iih", head[:10])
+    return size > 6 and correlation_id == 1 and error_code == 0
+
+
 class BrokerProcess:
     """A broker subprocess with its own data directory and log file."""
 
@@ -107,6 +134,9 @@ class BrokerProcess:
         self.extra_args: list[str] = []
         # More environment variables for the process.
         self.env: dict[str, str] = {}
+        # How start() knows the broker serves (default: the health check, for a PLAINTEXT or SASL_PLAINTEXT
+        # first listener; tls_healthcheck for a broker with TLS listeners only).
+        self.ready: Callable[[], bool] = lambda: healthcheck(self.bootstrap, 1.0)
 
     @property
     def bootstrap(self) -> str:
@@ -125,7 +155,7 @@ class BrokerProcess:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log()}")
-            if healthcheck(self.bootstrap, 1.0):
+            if self.ready():
                 return self
             time.sleep(0.05)
         self.kill()
