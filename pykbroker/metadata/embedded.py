@@ -12,10 +12,12 @@ import json
 import logging
 import os
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from pykbroker.metadata.store import (
     ENTITY_RESOURCES,
+    MetadataStorageError,
     MetadataStore,
     PartitionAssignment,
     QuotaEntity,
@@ -92,6 +94,8 @@ class EmbeddedMetadataStore(MetadataStore):
         # resource type -> entity name -> dynamic configs (brokers, client metrics, groups)
         self._entity_configs: dict[int, dict[str, dict[str, str]]] = {t: {} for t in ENTITY_RESOURCES}
         self.cluster_id = ""
+        # Told when the store's files cannot be written (dir, reason): the broker takes the dir offline.
+        self.on_storage_failure: Callable[[Path, str], object] | None = None
         self._lock_fd: int | None = None
 
     @classmethod
@@ -164,7 +168,15 @@ class EmbeddedMetadataStore(MetadataStore):
             "acls": [binding_to_json(a) for a in self._acls],
             "entity_configs": {str(t): e for t, e in self._entity_configs.items() if e},
         }
-        write_atomically(self.path, json.dumps(doc, indent=1, sort_keys=True).encode())
+        try:
+            write_atomically(self.path, json.dumps(doc, indent=1, sort_keys=True).encode())
+        except OSError as e:  # the data dir is gone or broken: a log-dir failure, not a request's bug
+            reason = f"writing the metadata store {self.path} failed: {e}"
+            if self.on_storage_failure is not None:
+                self.on_storage_failure(self._dir, reason)
+            else:
+                log.error("%s", reason)
+            raise MetadataStorageError(reason) from e
 
     def close(self) -> None:
         if self._lock_fd is not None:

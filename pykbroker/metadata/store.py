@@ -124,6 +124,11 @@ class StaleState(Exception):
 class StoreUnavailable(Exception):
     """The store cannot be reached (ZooKeeper down or session lost); retriable."""
 
+
+class MetadataStorageError(StoreUnavailable):
+    """The store's own files cannot be written (embedded metadata in a log dir that failed): Kafka's log-dir
+    failure of its metadata dir, on which the broker stops.  A request that met it gets KAFKA_STORAGE_ERROR."""
+
 # Kafka's ConfigResource.Type ids of the entities whose dynamic configs live in the store (topic
 # configs live with their TopicRecord). ZooKeeper keeps them at /config/brokers/<id> (and
 # /config/brokers/<default> for resource name ""), /config/client-metrics/<name>, /config/groups/<id>.

@@ -124,6 +124,8 @@ class Broker:
         advertised = config.advertised_listeners
         self.log_manager = LogManager(config.log_dirs, log_config_for(config, {}))
         self.store = store or _make_store(config, [(a.name, a.host, a.port) for a in advertised])
+        if isinstance(self.store, EmbeddedMetadataStore):  # its files live in the first log dir
+            self.store.on_storage_failure = self.log_manager.mark_dir_offline
         self.cluster = self.store.is_cluster()
         self.controller: Any = None  # the controller candidate (cluster mode), started once registered
         self.replicas = ReplicaManager(self.broker_id, self.log_manager)

@@ -26,6 +26,7 @@ from kio.schema.errors import ErrorCode
 from pykbroker.config import BrokerConfig, ConfigError, log_config_for, validate_topic_configs
 from pykbroker.metadata.store import (
     BROKER_RESOURCE,
+    MetadataStorageError,
     MetadataStore,
     PartitionAssignment,
     StoreUnavailable,
@@ -61,6 +62,12 @@ class TopicSpec:
     replication_factor: int = -1
     assignments: dict[int, list[int]] | None = None
     configs: dict[str, str | None] | None = None
+
+
+def _storage_error(e: MetadataStorageError) -> TopicError:
+    # The metadata store's log dir failed (it went offline, and the broker stops): Kafka's answer for a
+    # request that met a failed log dir.
+    return TopicError(ErrorCode.kafka_storage_error, f"The log dir holding the metadata failed: {e}")
 
 
 def _store_unavailable(e: StoreUnavailable) -> TopicError:
@@ -319,6 +326,8 @@ class TopicManager:
             self.store.create_topic(rec)
         except TopicExists:
             raise TopicError(ErrorCode.topic_already_exists, f"Topic '{spec.name}' already exists.") from None
+        except MetadataStorageError as e:
+            raise _storage_error(e) from None
         log.info("created topic=%s partitions=%d configs=%s", rec.name, len(rec.partitions), rec.configs)
         return rec
 
@@ -335,6 +344,8 @@ class TopicManager:
                 self.replicas.log_manager.delete_log(rec.name, index)
             if isinstance(e, TopicExists):
                 raise TopicError(ErrorCode.topic_already_exists, f"Topic '{spec.name}' already exists.") from None
+            if isinstance(e, MetadataStorageError):
+                raise _storage_error(e) from None
             raise _store_unavailable(e) from None
         log.info("created topic=%s topic_id=%s partitions=%d replicas=%s configs=%s", rec.name, rec.topic_id,
                  len(rec.partitions), {p: a.replicas for p, a in sorted(rec.partitions.items())[:8]}, rec.configs)
