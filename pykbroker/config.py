@@ -704,6 +704,14 @@ _UNIMPLEMENTED_PREFIXES = {
 }
 
 
+def _with_source(message: str, source: str) -> str:
+    """The message with where its key came from, before the README pointer that ends a refusal."""
+    if message.endswith(f"{NOT_IMPLEMENTED_HINT})"):
+        at = message.rfind(" (")
+        return f"{message[:at]} (from {source}){message[at:]}"
+    return f"{message} (from {source})"
+
+
 def _unknown_key_hint(key: str) -> str:
     for prefix, why in _UNIMPLEMENTED_PREFIXES.items():
         if key.startswith(prefix):
@@ -765,7 +773,7 @@ class BrokerConfig:
             except ConfigError as e:  # say where the key came from: a file, a variable, an --override
                 if sources is None or key not in sources:
                     raise
-                raise ConfigError(f"{e} (from {sources[key]})") from None
+                raise ConfigError(_with_source(str(e), sources[key])) from None
         self._check_consistency()
 
     def set(self, key: str, value: str) -> None:

@@ -33,6 +33,7 @@ import pytest
 from kafka.record import MemoryRecords
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kio.index import load_entity_module
+from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
@@ -877,6 +878,9 @@ def sweep_consumer_group_protocol(ctx: Ctx) -> None:
                            subscribed_topic_names=[topic] if epoch == 0 else None, subscribed_topic_regex=None,
                            server_assignor=None, topic_partitions=[] if epoch == 0 else
                            [{"topic_id": topic_id, "partitions": owned}])
+                if int(r.error_code) == ErrorCode.coordinator_load_in_progress:  # retriable, as clients treat it:
+                    time.sleep(0.1)  # the offsets partitions load right after the broker starts listening
+                    continue
                 ok(r.error_code, f"ConsumerGroupHeartbeat v{hv}: {r.error_message}")
                 member, epoch = r.member_id, r.member_epoch
                 if r.assignment is not None:

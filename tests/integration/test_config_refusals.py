@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.broker import free_port
 
-HINT = "(see README 'Settings not implemented')"
+HINT = "see README 'Settings not implemented')"  # the end of every refusal of a missing feature
 
 
 def _refused(tmp_path: Path, overrides: dict[str, str], env: dict[str, str] | None = None,
@@ -47,6 +47,8 @@ def test_a_setting_of_a_missing_feature_is_refused_with_the_pointer(tmp_path: Pa
 
 
 def test_every_refusal_names_where_the_key_came_from(tmp_path: Path) -> None:
+    line = _refused(tmp_path, {"ssl.keymanager.algorithm": "SunX509"})
+    assert "(from --override ssl.keymanager.algorithm=...)" in line and line.endswith(HINT), line
     line = _refused(tmp_path, {}, env={"PYKBROKER_DATA": "/srv/data"})
     assert "unknown configuration 'data'" in line and "environment variable PYKBROKER_DATA" in line, line
     line = _refused(tmp_path, {}, env={"PYKBROKER_LOG_RETENTION_HOURS": "a week"})

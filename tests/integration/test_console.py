@@ -64,8 +64,8 @@ def test_unimplemented_setting_fails_at_start_with_the_message_once(tmp_path: Pa
     assert r.returncode == 2
     lines = (r.stdout + r.stderr).splitlines()
     message = ("unknown configuration 'ssl.keymanager.algorithm': a Kafka setting pykbroker does not implement "
-               "(of the ssl.* keys only those listed in docs/security.md are implemented; "
-               "see README 'Settings not implemented')")
+               "(from --override ssl.keymanager.algorithm=...) (of the ssl.* keys only those listed in "
+               "docs/security.md are implemented; see README 'Settings not implemented')")
     assert len(lines) == 1, lines
     assert lines[0].endswith("ERROR   pykbroker: invalid configuration: " + message)
     assert list(tmp_path.iterdir()) == []  # refused before touching the data directory
