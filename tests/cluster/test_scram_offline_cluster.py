@@ -24,6 +24,7 @@ from kazoo.client import KazooClient
 from tests.support.broker import BrokerProcess, free_port, tls_healthcheck
 from tests.support.certs import Pki, make_pki
 from tests.support.cluster import CLUSTER_DEFAULTS, wait_for
+from tests.support.consume import poll_values
 from tests.support.zookeeper import ZooKeeperEnsemble
 
 TIMEOUT = 30.0
@@ -150,14 +151,8 @@ def test_admin_written_to_zookeeper_first_runs_a_sasl_ssl_cluster(secured: Secur
     assert p.flush(TIMEOUT) == 0, secured.logs()
     c = Consumer({**admin_conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
     c.subscribe([topic])
-    got: set[bytes] = set()
     try:
-        for _ in range(int(TIMEOUT / 0.2)):
-            if len(got) >= 30:
-                break
-            m = c.poll(0.2)
-            if m is not None and m.error() is None:
-                got.add(bytes(m.value() or b""))
+        got = set(poll_values(c, lambda values: len(values) >= 30, TIMEOUT))
     finally:
         c.close()
     assert got == {f"m{i}".encode() for i in range(30)}

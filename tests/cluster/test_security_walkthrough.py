@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, KafkaError, Producer
 
 import pykbroker
 from tests.support.broker import free_ports
+from tests.support.consume import poll_values
 
 ROOT = Path(pykbroker.__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "security.md"
@@ -150,15 +151,8 @@ def test_the_security_walkthrough_runs_and_its_acls_hold(tmp_path: Path, shell: 
     c = Consumer(_client(sec, "app", **{"group.id": "orders-app", "auto.offset.reset": "earliest"}))
     c.subscribe(["orders"])
     expected = {b"order-1", b"order-2"} | {f"check-{i}".encode() for i in range(5)}
-    got: set[bytes] = set()
-    deadline = time.monotonic() + TIMEOUT
     try:
-        for _ in range(int(TIMEOUT / 0.2) + 1):
-            if expected <= got or time.monotonic() > deadline:
-                break
-            m = c.poll(0.2)
-            if m is not None and m.error() is None:
-                got.add(bytes(m.value() or b""))
+        got = set(poll_values(c, lambda values: expected <= set(values), TIMEOUT))
     finally:
         c.close()
     assert expected <= got

@@ -16,6 +16,7 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.support.broker import BrokerProcess, free_port
+from tests.support.consume import poll_values
 
 TIMEOUT = 30.0
 AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
@@ -56,17 +57,10 @@ def _roundtrip(conf: dict[str, Any]) -> list[bytes]:
     assert p.flush(TIMEOUT) == 0
     c = Consumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
     c.subscribe([topic])
-    got: list[bytes] = []
     try:
-        for _ in range(int(TIMEOUT / 0.2)):
-            if len(got) >= 5:
-                break
-            m = c.poll(0.2)
-            if m is not None and m.error() is None:
-                got.append(bytes(m.value() or b""))
+        return poll_values(c, lambda got: len(got) >= 5, TIMEOUT)
     finally:
         c.close()
-    return got
 
 
 def test_first_user_written_offline_logs_in_to_a_sasl_only_broker(tmp_path: Path) -> None:

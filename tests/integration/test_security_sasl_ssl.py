@@ -36,6 +36,7 @@ from confluent_kafka.admin import (
 from tests.support.broker import BrokerProcess, free_port
 from tests.support.certs import PASSWORD, Pki, make_pki
 from tests.support.client_probes import KAFKAJS
+from tests.support.consume import poll_values
 
 TIMEOUT = 30.0
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
@@ -106,17 +107,10 @@ def _confluent_roundtrip(s: Secured, mechanism: str, user: str, password: str) -
     assert p.flush(TIMEOUT) == 0
     c = Consumer(_conf(s, mechanism, user, password, **{"group.id": group, "auto.offset.reset": "earliest"}))
     c.subscribe([topic])
-    got: list[bytes] = []
     try:
-        for _ in range(200):
-            if len(got) >= 10:
-                break
-            m = c.poll(0.2)
-            if m is not None and m.error() is None:
-                got.append(bytes(m.value() or b""))
+        return poll_values(c, lambda got: len(got) >= 10, 40)
     finally:
         c.close()
-    return got
 
 
 @pytest.mark.parametrize("mechanism,user,password", [("PLAIN", "alice", "alice-secret"),
