@@ -11,6 +11,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from pykbroker import __version__
+from pykbroker.logsetup import fields
 
 if TYPE_CHECKING:
     from pykbroker.config import BrokerConfig
@@ -31,9 +32,9 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config, args.override or [])
     except ConfigError as e:
-        log.error("invalid configuration: %s", e)
+        log.error("invalid configuration: %(error)s", {"error": e})
         return 2
-    logsetup.configure(args.log_level, config["pykbroker.log.format"])
+    logsetup.configure(args.log_level, config["pykbroker.log.format"], config["pykbroker.log.levels"])
     if args.log_broker_id is not None:  # a child of `serve --processes`
         from pykbroker.multiprocess.logtag import tag_log_lines
 
@@ -41,8 +42,8 @@ def _serve(args: argparse.Namespace) -> int:
     if args.processes is not None:
         return _serve_processes(args, config)
     if config.no_effect_keys():
-        log.info("accepted with no effect on this broker: %s (see README 'Settings not implemented')",
-                 ", ".join(config.no_effect_keys()))
+        log.info("settings accepted with no effect on this broker (see README 'Settings not implemented')",
+                 extra=fields(settings=",".join(config.no_effect_keys())))
     from pykbroker.server.allocator import tune_allocator
     from pykbroker.server.broker import Broker, StartupError
     from pykbroker.server.cpu_slice import SliceUnavailable, apply_time_slice
@@ -54,7 +55,8 @@ def _serve(args: argparse.Namespace) -> int:
         apply_time_slice(config["pykbroker.scheduler.slice.us"],
                          explicit=config.is_explicit("pykbroker.scheduler.slice.us"))
     except SliceUnavailable as e:
-        log.error("cannot start: pykbroker.scheduler.slice.us=%d: %s", config["pykbroker.scheduler.slice.us"], e)
+        log.error("cannot start: pykbroker.scheduler.slice.us cannot be applied: %(error)s", {"error": e},
+                  extra=fields(setting="pykbroker.scheduler.slice.us", value=config["pykbroker.scheduler.slice.us"]))
         return 1
 
     backend_options: dict[str, Any] = {}
@@ -70,13 +72,13 @@ def _serve(args: argparse.Namespace) -> int:
         broker = Broker(config)
         anyio.run(broker.run, backend_options=backend_options)
     except (OSError, StartupError) as e:
-        log.error("cannot start: %s", e)
+        log.error("cannot start: %(error)s", {"error": e})
         return 1
     except BaseExceptionGroup as eg:  # anyio's task group wraps a failing listener's OSError
         matched, rest = eg.split(OSError)
         if matched is None or rest is not None:
             raise
-        log.error("cannot start: %s", "; ".join(str(e) for e in _leaves(matched)))
+        log.error("cannot start: %(error)s", {"error": '; '.join(str(e) for e in _leaves(matched))})
         return 1
     return 0
 
@@ -92,10 +94,10 @@ def _serve_processes(args: argparse.Namespace, config: BrokerConfig) -> int:
         for plan in plans:  # each child's whole configuration must pass before any child starts
             load_config(args.config, [*(args.override or []), *(f"{k}={v}" for k, v in plan.overrides.items())])
     except ConfigError as e:
-        log.error("invalid configuration: %s", e)
+        log.error("invalid configuration: %(error)s", {"error": e})
         return 2
-    log.info("starting %d brokers (ids %s) under this process", len(plans),
-             ", ".join(str(p.broker_id) for p in plans))
+    log.info("starting brokers under this process",
+             extra=fields(brokers=len(plans), broker_ids=",".join(str(p.broker_id) for p in plans)))
     base = child_command(args.config, args.override or [], args.log_level)
     return Supervisor(plans, base, max_restarts=args.max_restarts).run()
 

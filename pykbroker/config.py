@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pykbroker.logsetup import fields, parse_levels
 from pykbroker.storage.log_config import LogConfig
 
 log = logging.getLogger("pykbroker.config")
@@ -111,6 +112,14 @@ def _valid_metrics_listener(value: Any) -> str | None:
 
     try:
         parse_metrics_listener(value)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def _log_levels(value: Any) -> str | None:
+    try:
+        parse_levels(value)
     except ValueError as e:
         return str(e)
     return None
@@ -578,6 +587,10 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
            "summed per topic, for brokers with thousands of partitions (each sample costs scrape time)."),
         _D("pykbroker.log.format", "string", "text", "pykbroker: log line format: text, logfmt or json.",
            one_of("text", "logfmt", "json")),
+        _D("pykbroker.log.levels", "string", "", "pykbroker: levels of single loggers on top of --log-level, "
+           "as logger=LEVEL pairs separated by commas (log4j's level names too), e.g. "
+           "pykbroker.request=DEBUG,pykbroker.network=WARN; a logger's children inherit its level.",
+           _log_levels),
         # --- end observability ---
         # --- cluster and replication (ZooKeeper mode) ---
         _D("pykbroker.local.broker.endpoints", "list", [], "pykbroker: brokers that are other processes of this "
@@ -1298,14 +1311,15 @@ def _parse_dynamic(props: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, 
     for key, value in props.items():
         d = BROKER_CONFIG_DEFS.get(key)
         if d is None or not d.dynamic:
-            log.error("dynamic broker config %s is not dynamic here; it is ignored", key)
+            log.error("dynamic broker config %(key)s is not dynamic here; it is ignored", {"key": key})
             continue
         try:
             parsed[key] = d.parse(value)
             _check_supported(d, parsed[key])
         except (ValueError, ConfigError) as e:
             parsed.pop(key, None)
-            log.error("dynamic broker config %s=%r is invalid and ignored: %s", key, value, e)
+            log.error("a dynamic broker config is invalid and ignored: %(error)s",
+                      {"error": e}, extra=fields(key=key, value=value))
             continue
         raw[key] = value
     return parsed, raw

@@ -134,7 +134,7 @@ class ZkController:
         self._queue.put((STOP, ""))
         self._thread.join(timeout)
         if self._thread.is_alive():
-            log.warning("controller event thread did not stop within %.1fs", timeout)
+            log.warning("controller event thread did not stop within %(timeout).1fs", {"timeout": timeout})
         self._thread = None
 
     def is_active(self) -> bool:
@@ -171,7 +171,8 @@ class ZkController:
             return
         if state in (KazooState.SUSPENDED, KazooState.LOST):
             if self._active:
-                log.warning("ZooKeeper session %s: controller %d stops acting", state.lower(), self.broker_id)
+                log.warning("ZooKeeper session %(state)s: controller %(broker_id)d stops acting",
+                            {"state": state.lower(), "broker_id": self.broker_id})
             self._active = False  # at once, before the event thread sees anything
             stop = False
             with self._lock:
@@ -249,15 +250,18 @@ class ZkController:
         except _NotActive:
             return
         except ControllerMoved as e:
-            log.error("controller %d epoch %d is no longer the controller (%s): resigning", self.broker_id,
-                      self._ctx.epoch, e)
+            log.error("controller %(broker_id)d epoch %(controller_epoch)d is no longer the controller (%(error)s): "
+                      "resigning",
+                      {"broker_id": self.broker_id, "controller_epoch": self._ctx.epoch, "error": e})
             self._resign(zombie=True)
             self._enqueue(CONTROLLER_CHANGE)
         except Exception as e:
             if self._stopped.is_set():
                 return
             was_active = self._active
-            log.warning("controller %d: %s: %r", self.broker_id, "reloading" if was_active else "election failed", e,
+            log.warning("controller %(broker_id)d: %(cause)s: %(error)r",
+                        {"broker_id": self.broker_id, "cause": 'reloading' if was_active else 'election failed',
+                         "error": e},
                         exc_info=not isinstance(e, KazooException))
             self._resign()
             # Re-run the election (which reloads everything) after a pause growing with each failure
@@ -349,7 +353,8 @@ class ZkController:
                 holder = zl.decode_controller(data)
                 if holder != self.broker_id or stat.ephemeralOwner != self._session_id():
                     if holder != self._controller_id:
-                        log.info("broker %d: the controller is broker %d", self.broker_id, holder)
+                        log.info("broker %(broker_id)d: the controller is broker %(holder)d",
+                                 {"broker_id": self.broker_id, "holder": holder})
                     self._controller_id = holder
                     return
                 # Still ours from before a connection loss: take it up again with a new epoch.
@@ -367,25 +372,29 @@ class ZkController:
         self._epoch = self._ctx.epoch
         self._controller_id = self.broker_id
         self._active = True
-        log.info("broker %d is the controller, epoch %d", self.broker_id, self._epoch)
+        log.info("broker %(broker_id)d is the controller, epoch %(controller_epoch)d",
+                 {"broker_id": self.broker_id, "controller_epoch": self._epoch})
         started = time.monotonic()
         self._on_elected()
-        log.info("controller %d epoch %d: failover done in %.3fs", self.broker_id, self._epoch,
-                 time.monotonic() - started)
+        log.info("controller %(broker_id)d epoch %(controller_epoch)d: failover done in %(elapsed_s).3fs",
+                 {"broker_id": self.broker_id, "controller_epoch": self._epoch,
+                  "elapsed_s": time.monotonic() - started})
 
     def _on_controller_change(self) -> None:
         stat = self._exists(zl.CONTROLLER, watch=self._watch_controller)
         if self._active:
             if stat is not None and stat.ephemeralOwner == self._session_id():
                 return
-            log.warning("controller %d epoch %d: /controller is no longer ours, resigning", self.broker_id,
-                        self._ctx.epoch)
+            log.warning("controller %(broker_id)d epoch %(controller_epoch)d: /controller is no longer ours, "
+                        "resigning",
+                        {"broker_id": self.broker_id, "controller_epoch": self._ctx.epoch})
             self._resign()
         self._elect()
 
     def _resign(self, delete_znode: bool = False, zombie: bool = False) -> None:
         if self._active:
-            log.info("controller %d epoch %d resigns", self.broker_id, self._ctx.epoch)
+            log.info("controller %(broker_id)d epoch %(controller_epoch)d resigns",
+                     {"broker_id": self.broker_id, "controller_epoch": self._ctx.epoch})
         self._active = False
         self._controller_id = -1
         self._ctx = ControllerContext()
@@ -396,7 +405,8 @@ class ZkController:
                 if zl.decode_controller(data) == self.broker_id and stat.ephemeralOwner == self._session_id():
                     self._wait(self._zk.delete_async(zl.CONTROLLER, version=stat.version))
             except Exception as e:
-                log.debug("controller %d: could not delete /controller: %r", self.broker_id, e)
+                log.debug("controller %(broker_id)d: could not delete /controller: %(error)r",
+                          {"broker_id": self.broker_id, "error": e})
 
     # --- loading everything on election -------------------------------------------------------
 
@@ -408,8 +418,11 @@ class ZkController:
             self._load_topic(topic)
         shutting = {int(c) for c in self._children(zl.CONTROLLED_SHUTDOWN, watch=self._watch_children) if c.isdigit()}
         self._ctx.shutting_down = shutting & set(self._ctx.live_brokers)
-        log.info("controller %d epoch %d: live brokers %s, %d topics, %d partitions", self.broker_id,
-                 self._ctx.epoch, sorted(self._ctx.live_brokers), len(self._ctx.topics), len(self._ctx.states))
+        log.info("controller %(broker_id)d epoch %(controller_epoch)d: live brokers %(live_brokers)s, %(topics)d "
+                 "topics, %(partitions)d partitions",
+                 {"broker_id": self.broker_id, "controller_epoch": self._ctx.epoch,
+                  "live_brokers": sorted(self._ctx.live_brokers), "topics": len(self._ctx.topics),
+                  "partitions": len(self._ctx.states)})
         self._on_topic_deletion()
         self._reconcile(self._ctx.partitions(), "controller failover")
         for b in sorted(self._ctx.shutting_down):
@@ -450,7 +463,7 @@ class ZkController:
         try:
             a = zl.decode_topic_assignment(data)
         except (ValueError, KeyError, TypeError, AttributeError) as e:
-            log.error("topic %s: unreadable assignment znode (%r); ignored", topic, e)
+            log.error("topic %(topic)s: unreadable assignment znode (%(error)r); ignored", {"topic": topic, "error": e})
             return False
         version = int(stat.version)
         if a.topic_id.int == 0:
@@ -459,7 +472,8 @@ class ZkController:
             try:
                 version = int(self._multi([_Op("set", zl.topic_path(topic), zl.encode_topic_assignment(a),
                                                version)])[0].version)
-                log.info("topic %s: assigned topic id %s", topic, zl.uuid_to_kafka(a.topic_id))
+                log.info("topic %(topic)s: assigned topic id %(topic_id)s",
+                         {"topic": topic, "topic_id": zl.uuid_to_kafka(a.topic_id)})
             except _MultiFailed:
                 return self._load_topic_again(topic)
         old = self._ctx.topics.get(topic)
@@ -488,7 +502,8 @@ class ZkController:
             try:
                 self._ctx.states[(t, p)] = zl.decode_partition_state(got[0], int(got[1].version))
             except (ValueError, KeyError, TypeError) as e:
-                log.error("%s-%d: unreadable state znode (%r)", t, p, e)
+                log.error("%(topic)s-%(partition)d: unreadable state znode (%(error)r)",
+                          {"topic": t, "partition": p, "error": e})
 
     # --- partition state writes ---------------------------------------------------------------
 
@@ -560,8 +575,9 @@ class ZkController:
             except _MultiFailed as f:
                 tp = owners[f.index]
                 op = ops[f.index]
-                log.debug("%s-%d: %s of %s failed (%r): re-reading and computing again", tp[0], tp[1], op.kind,
-                          op.path, f.error)
+                log.debug("%(topic)s-%(partition)d: %(operation)s of %(path)s failed (%(error)r): re-reading and "
+                          "computing again",
+                          {"topic": tp[0], "partition": tp[1], "operation": op.kind, "path": op.path, "error": f.error})
                 if isinstance(f.error, NodeExistsError) and not op.path.endswith("/state"):
                     existing_parents.pop(tp[0], None)  # a parent we thought missing exists: list again
                 elif isinstance(f.error, BadVersionError | NodeExistsError):
@@ -598,23 +614,33 @@ class ZkController:
                 self._log_change(tp, old, stored, reason)
                 created += old is None
             if created:
-                log.info("controller %d epoch %d: initialized %d partition states (%s)", self.broker_id,
-                         self._ctx.epoch, created, reason)
+                log.info("controller %(broker_id)d epoch %(controller_epoch)d: initialized %(created)d partition "
+                         "states (%(reason)s)",
+                         {"broker_id": self.broker_id, "controller_epoch": self._ctx.epoch, "created": created,
+                          "reason": reason})
             return len(batch)
-        log.warning("controller %d: gave up writing %d partition states (%s) after %d conflicting rounds",
-                    self.broker_id, len(batch), reason, MAX_WRITE_ROUNDS)
+        log.warning("controller %(broker_id)d: gave up writing %(batch)d partition states (%(reason)s) after "
+                    "%(max_write_rounds)d conflicting rounds",
+                    {"broker_id": self.broker_id, "batch": len(batch), "reason": reason,
+                     "max_write_rounds": MAX_WRITE_ROUNDS})
         return 0
 
     def _log_change(self, tp: TopicPartition, old: PartitionState | None, new: PartitionState, reason: str) -> None:
         if old is None:  # one summary line per batch at INFO
-            log.debug("%s-%d: initial leader %d, leader epoch %d, isr %s (%s)", tp[0], tp[1], new.leader,
-                     new.leader_epoch, new.isr, reason)
+            log.debug("%(topic)s-%(partition)d: initial leader %(leader)d, leader epoch %(leader_epoch)d, isr "
+                      "%(isr)s (%(reason)s)",
+                      {"topic": tp[0], "partition": tp[1], "leader": new.leader, "leader_epoch": new.leader_epoch,
+                       "isr": new.isr, "reason": reason})
         elif old.leader != new.leader:
-            log.info("%s-%d: leader %d -> %d, leader epoch %d, isr %s (%s)", tp[0], tp[1], old.leader, new.leader,
-                     new.leader_epoch, new.isr, reason)
+            log.info("%(topic)s-%(partition)d: leader %(old_leader)d -> %(leader)d, leader epoch %(leader_epoch)d, "
+                     "isr %(isr)s (%(reason)s)",
+                     {"topic": tp[0], "partition": tp[1], "old_leader": old.leader, "leader": new.leader,
+                      "leader_epoch": new.leader_epoch, "isr": new.isr, "reason": reason})
         else:
-            log.info("%s-%d: leader %d, leader epoch %d, isr %s -> %s (%s)", tp[0], tp[1], new.leader,
-                     new.leader_epoch, old.isr, new.isr, reason)
+            log.info("%(topic)s-%(partition)d: leader %(leader)d, leader epoch %(leader_epoch)d, isr %(old_isr)s -> "
+                     "%(isr)s (%(reason)s)",
+                     {"topic": tp[0], "partition": tp[1], "leader": new.leader, "leader_epoch": new.leader_epoch,
+                      "old_isr": old.isr, "isr": new.isr, "reason": reason})
 
     # --- reconciliation: new partitions, offline leaders, offline replicas --------------------
 
@@ -654,8 +680,10 @@ class ZkController:
                 if state is None:
                     live = [b for b in replicas if b in online_now]
                     if not live:
-                        log.warning("%s-%d: no assigned replica is alive (replicas %s, live brokers %s); it stays "
-                                    "offline until one is", tp[0], tp[1], replicas, sorted(online_now))
+                        log.warning("%(topic)s-%(partition)d: no assigned replica is alive (replicas %(replicas)s, "
+                                    "live brokers %(online_now)s); it stays offline until one is",
+                                    {"topic": tp[0], "partition": tp[1], "replicas": replicas,
+                                     "online_now": sorted(online_now)})
                         return None
                     return PartitionState(live[0], 0, live, self._ctx.epoch)
                 leader = state.leader if state.leader in replicas else election.NO_LEADER
@@ -667,8 +695,8 @@ class ZkController:
                 if leaderless and any(b in online_now for b in replicas) and self._unclean_allowed(tp[0], unclean):
                     result = election.on_replicas_offline(replicas, leader, isr, live_now, True, online_now)
                     if result is not None and result.leader != election.NO_LEADER:
-                        log.warning("%s-%d: unclean leader election of %d (isr was %s)", tp[0], tp[1],
-                                    result.leader, state.isr)
+                        log.warning("%(topic)s-%(partition)d: unclean leader election of %(leader)d (isr was %(isr)s)",
+                                    {"topic": tp[0], "partition": tp[1], "leader": result.leader, "isr": state.isr})
                 if result is None:
                     result = election.LeaderAndIsr(leader, isr)
                 if result.leader == state.leader and result.isr == state.isr:
@@ -687,7 +715,8 @@ class ZkController:
         bounced = sorted(b for b in set(old) & set(czxids) if old[b] != czxids[b])
         new = sorted(set(czxids) - set(old))
         if dead or bounced:
-            log.info("controller %d: brokers gone %s, restarted %s", self.broker_id, dead, bounced)
+            log.info("controller %(broker_id)d: brokers gone %(dead)s, restarted %(bounced)s",
+                     {"broker_id": self.broker_id, "dead": dead, "bounced": bounced})
             for b in dead:
                 self._ctx.shutting_down.discard(b)
                 self._ctx.live_brokers.pop(b, None)
@@ -695,7 +724,8 @@ class ZkController:
             self._reconcile(self._ctx.partitions(), f"brokers {dead + bounced} offline",
                             live=set(self._ctx.live_brokers) - set(bounced))
         if new or bounced:
-            log.info("controller %d: brokers started %s", self.broker_id, sorted(new + bounced))
+            log.info("controller %(controller_id)d: brokers started %(brokers)s",
+                     {"controller_id": self.broker_id, "brokers": sorted(new + bounced)})
         self._ctx.live_brokers, self._ctx.broker_czxid = racks, czxids
         self._ctx.shutting_down &= set(racks)
         if new or bounced or dead:
@@ -704,7 +734,7 @@ class ZkController:
     def _on_topic_change(self) -> None:
         children = set(self._children(zl.BROKER_TOPICS, watch=self._watch_children))
         for gone in sorted(set(self._ctx.topics) - children):
-            log.info("topic %s: assignment znode removed", gone)
+            log.info("topic %(gone)s: assignment znode removed", {"gone": gone})
             self._ctx.remove_topic(gone)
         added = sorted(children - set(self._ctx.topics))
         for topic in added:
@@ -768,8 +798,9 @@ class ZkController:
         if not children:
             return
         if not self._config["delete.topic.enable"]:
-            log.info("controller %d: topic deletion is disabled (delete.topic.enable=false); dropping requests %s",
-                     self.broker_id, children)
+            log.info("controller %(broker_id)d: topic deletion is disabled (delete.topic.enable=false); dropping "
+                     "requests %(children)s",
+                     {"broker_id": self.broker_id, "children": children})
             self._delete_znodes([zl.delete_topic_path(t) for t in children])
             return
         for topic in children:
@@ -808,7 +839,8 @@ class ZkController:
         paths.append(zl.delete_topic_path(topic))
         self._delete_znodes(paths)
         self._ctx.remove_topic(topic)
-        log.info("topic %s deleted (%d znodes) in %.3fs", topic, len(paths), time.monotonic() - started)
+        log.info("topic %(topic)s deleted (%(paths)d znodes) in %(elapsed_s).3fs",
+                 {"topic": topic, "paths": len(paths), "elapsed_s": time.monotonic() - started})
 
     def _on_controlled_shutdown(self) -> None:
         requested = {int(c) for c in self._children(zl.CONTROLLED_SHUTDOWN, watch=self._watch_children)
@@ -818,10 +850,12 @@ class ZkController:
         ended = sorted(self._ctx.shutting_down - requested)
         self._ctx.shutting_down = requested
         for b in started:
-            log.info("controller %d: broker %d is shutting down", self.broker_id, b)
+            log.info("controller %(controller_id)d: broker %(broker_id)d is shutting down",
+                     {"controller_id": self.broker_id, "broker_id": b})
             self._controlled_shutdown(b)
         if ended:
-            log.info("controller %d: brokers %s no longer shutting down", self.broker_id, ended)
+            log.info("controller %(broker_id)d: brokers %(ended)s no longer shutting down",
+                     {"broker_id": self.broker_id, "ended": ended})
             self._reconcile(self._ctx.partitions(), "broker back from controlled shutdown")
 
     def _controlled_shutdown(self, broker: int, only: list[TopicPartition] | None = None) -> None:
@@ -858,7 +892,7 @@ class ZkController:
             except NoNodeError:
                 continue
             except (ValueError, KeyError, TypeError, AttributeError) as e:
-                log.error("election request %s unreadable (%r); dropped", child, e)
+                log.error("election request %(child)s unreadable (%(error)r); dropped", {"child": child, "error": e})
                 self._delete_znodes([path])
                 continue
             self._run_election(kind, tps, f"election request {child}")
@@ -912,8 +946,10 @@ class ZkController:
             candidates = [tp for tp in others if not self._ctx.topics[tp[0]].is_reassigning(tp[1])
                           and broker in self._ctx.states[tp].isr]
             if candidates:
-                log.info("controller %d: broker %d leads %.0f%% fewer of its preferred partitions than it should; "
-                         "preferred elections for %d", self.broker_id, broker, ratio * 100, len(candidates))
+                log.info("controller %(controller_id)d: broker %(broker_id)d leads %(percent).0f%% fewer of its "
+                         "preferred partitions than it should; preferred elections for %(elections)d",
+                         {"controller_id": self.broker_id, "broker_id": broker, "percent": ratio * 100,
+                          "elections": len(candidates)})
                 self._run_election(0, candidates, "auto leader rebalance")
 
     def _check_reassignments(self, tps: list[TopicPartition]) -> None:
@@ -945,8 +981,9 @@ class ZkController:
                 if leader not in target or leader not in online:
                     e = election.elect_reassignment(target, state.isr, online)
                     if e is None:
-                        log.warning("%s-%d: reassignment to %s waits: no target replica is online and in the isr %s",
-                                    tp[0], tp[1], target, state.isr)
+                        log.warning("%(topic)s-%(partition)d: reassignment to %(target)s waits: no target replica is "
+                                    "online and in the isr %(isr)s",
+                                    {"topic": tp[0], "partition": tp[1], "target": target, "isr": state.isr})
                         continue
                     leader = e.leader
                 new = self._next_state(state, leader, [b for b in state.isr if b in target])
@@ -973,7 +1010,8 @@ class ZkController:
                 old = self._ctx.states.get(tp)
                 self._ctx.states[tp] = replace(new, zk_version=int(r.version))
                 self._log_change(tp, old, self._ctx.states[tp], "reassignment completed")
-                log.info("%s-%d: reassignment completed, replicas %s", tp[0], tp[1], final.replicas[tp[1]])
+                log.info("%(topic)s-%(partition)d: reassignment completed, replicas %(replicas)s",
+                         {"topic": tp[0], "partition": tp[1], "replicas": final.replicas[tp[1]]})
             final.zk_version = int(results[-1].version)
             self._ctx.topics[topic] = final
             return
@@ -992,7 +1030,7 @@ class ZkController:
         except NoNodeError:
             return
         except (ValueError, KeyError, TypeError, AttributeError) as e:
-            log.error("/admin/reassign_partitions unreadable (%r); dropped", e)
+            log.error("/admin/reassign_partitions unreadable (%(error)r); dropped", {"error": e})
             moves = {}
         by_topic: dict[str, dict[int, list[int]]] = {}
         for (topic, p), target in moves.items():
@@ -1005,15 +1043,16 @@ class ZkController:
         for _ in range(MAX_WRITE_ROUNDS):
             info = self._ctx.topics.get(topic)
             if info is None or topic in self._ctx.deleting:
-                log.warning("reassignment of unknown topic %s ignored", topic)
+                log.warning("reassignment of unknown topic %(topic)s ignored", {"topic": topic})
                 return
             new = TopicInfo(info.topic_id, {p: list(r) for p, r in info.replicas.items()},
                             {p: list(r) for p, r in info.adding.items()},
                             {p: list(r) for p, r in info.removing.items()}, info.zk_version)
             for p, target in sorted(targets.items()):
                 if p not in info.replicas or not target or len(set(target)) != len(target):
-                    log.warning("reassignment of %s-%d to %s ignored: no such partition or bad replicas",
-                                topic, p, target)
+                    log.warning("reassignment of %(topic)s-%(partition)d to %(target)s ignored: no such partition or "
+                                "bad replicas",
+                                {"topic": topic, "partition": p, "target": target})
                     continue
                 original = [b for b in info.replicas[p] if b not in info.adding.get(p, [])]
                 new.adding.pop(p, None)
@@ -1038,8 +1077,8 @@ class ZkController:
                 continue
             new.zk_version = int(results[0].version)
             self._ctx.topics[topic] = new
-            log.info("topic %s: reassignments started %s", topic,
-                     {p: new.target(p) for p in sorted(targets) if p in new.replicas})
+            log.info("topic %(topic)s: reassignments started %(targets)s",
+                     {"topic": topic, "targets": {p: new.target(p) for p in sorted(targets) if p in new.replicas}})
             tps = self._ctx.partitions_of(topic)
             self._reconcile(tps, "reassignment")
             self._check_reassignments([tp for tp in tps if new.is_reassigning(tp[1])])

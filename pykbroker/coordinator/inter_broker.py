@@ -119,7 +119,8 @@ class InterBrokerClients:
                 except BrokerConnectionError as e:
                     if attempt == 0 and reused and isinstance(e.__cause__, _CLOSED_BY_PEER):
                         continue  # kept from before the peer restarted: once more on a new connection
-                    log.info("request %d to broker %d failed: %s", api_key, broker_id, e)
+                    log.info("request %(api_key)d to broker %(broker_id)d failed: %(error)s",
+                             {"api_key": api_key, "broker_id": broker_id, "error": e})
                     return None
         return None
 

@@ -86,8 +86,9 @@ async def ensure_internal_topic_async(store: MetadataStore, topics: TopicManager
     if live < replication_factor:
         if (name, live) not in _told:  # once per topic and broker count, not once per FindCoordinator
             _told.add((name, live))
-            log.warning("cannot create %s yet: %d live broker(s), its replication factor is %d", name, live,
-                        replication_factor)
+            log.warning("cannot create %(name)s yet: %(live)d live broker(s), its replication factor is "
+                        "%(replication_factor)d",
+                        {"name": name, "live": live, "replication_factor": replication_factor})
         return False
     spec = TopicSpec(name, num_partitions=num_partitions, replication_factor=replication_factor,
                      configs=configs(replication_factor))
@@ -95,7 +96,7 @@ async def ensure_internal_topic_async(store: MetadataStore, topics: TopicManager
         await topics.create_async(spec)
     except TopicError as e:
         if store.topic(name) is None and e.code != ErrorCode.topic_already_exists:
-            log.warning("cannot create %s: %s", name, e.message)
+            log.warning("cannot create %(name)s: %(error)s", {"name": name, "error": e.message})
             return False
     return True
 
@@ -178,7 +179,8 @@ def can_append(replicas: ReplicaManager, topic: str, partition: int, min_isr: in
         warning = unmeetable_min_isr(topic, len(p.replicas), min_isr)
         if warning is not None:
             limiter = _unmeetable_logs.setdefault(topic, RateLimitedLog(log, UNMEETABLE_LOG_INTERVAL_S))
-            limiter.log(time.monotonic(), logging.WARNING, "%s (partition %d)", warning, partition)
+            limiter.log(time.monotonic(), logging.WARNING, warning, topic=topic, partition=partition,
+                        replication_factor=len(p.replicas), min_insync_replicas=min_isr)
         return ErrorCode.not_enough_replicas
     return ErrorCode.none
 
@@ -194,8 +196,9 @@ async def wait_replicated(replicas: ReplicaManager, topic: str, partition: int, 
     if p.high_watermark < end and not await replicas.wait_for_high_watermark(p, end, timeout_s):
         if replicas.partition(topic, partition) is not p or not p.is_leader:
             return ErrorCode.not_leader_or_follower
-        log.warning("%s-%d: records up to offset %d not replicated to the ISR %s within %.1f s", topic, partition,
-                    end, p.isr, timeout_s)
+        log.warning("%(topic)s-%(partition)d: records up to offset %(end)d not replicated to the ISR %(isr)s within "
+                    "%(timeout_s).1f s",
+                    {"topic": topic, "partition": partition, "end": end, "isr": p.isr, "timeout_s": timeout_s})
         return ErrorCode.request_timed_out
     if len(p.isr) < min_isr:
         return ErrorCode.not_enough_replicas_after_append
@@ -273,7 +276,8 @@ class PartitionLoader:
                 await self._load(p)
                 loaded += 1
             if loaded:
-                log.info("loaded %d %s partition(s) in %.2f s", loaded, self.load_topic, time.monotonic() - started)
+                log.info("loaded %(loaded)d %(topic)s partition(s) in %(elapsed_s).2f s",
+                         {"loaded": loaded, "topic": self.load_topic, "elapsed_s": time.monotonic() - started})
             self._load_wake = anyio.Event()
             if not self._to_load:
                 await self._load_wake.wait()

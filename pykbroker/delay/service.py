@@ -334,8 +334,10 @@ class DelayService(PartitionLoader):
         buf = build_batch([(k, v, ()) for k, v in f.records], timestamp_ms=_now_ms())
         code = await self._forwards.produce(f.leader, DELAYED_TOPIC, f.dp_index, buf, self._produce_timeout_ms)
         if code != ErrorCode.none:
-            log.info("could not forward %d delayed record(s) for %s-%d to broker %d: %s", len(f.records), p.topic,
-                     p.index, f.leader, code.name if code is not None else "unreachable")
+            log.info("could not forward %(records)d delayed record(s) for %(topic)s-%(partition)d to broker "
+                     "%(leader)d: %(error)s",
+                     {"records": len(f.records), "topic": p.topic, "partition": p.index, "leader": f.leader,
+                      "error": code.name if code is not None else 'unreachable'})
             return forward_error(code)
         if f.sequence is not None and self.replicas.partition(p.topic, p.index) is p and p.is_leader:
             self._apply_sequence(p, f.sequence)
@@ -445,7 +447,7 @@ class DelayService(PartitionLoader):
                 elif v is not None:
                     intents[(key.topic, key.partition)] = decode_intent(key, v)
             except SerdeError as e:
-                log.warning("skipping an unreadable %s record: %s", DELAYED_TOPIC, e)
+                log.warning("skipping an unreadable %(topic)s record: %(error)s", {"topic": DELAYED_TOPIC, "error": e})
         now = _now_ms()
         for seq in sequences.values():
             self._replay_sequence(seq, now)
@@ -486,20 +488,23 @@ class DelayService(PartitionLoader):
         for index in sorted(rec.partitions) if rec is not None else ():
             p = self.replicas.partition(DELAYED_TOPIC, index)
             if p is None or p.offline:
-                log.warning("%s-%d is not available: its delayed records wait until it is", DELAYED_TOPIC, index)
+                log.warning("%(topic)s-%(partition)d is not available: its delayed records wait until it is",
+                            {"topic": DELAYED_TOPIC, "partition": index})
                 continue
             records = read_records(p)
             for it in self.replay(records).values():
                 pending = [uid for uid in it.uids if uid in self.schedule]
                 if pending and self._appended(it):
-                    log.info("delivery of %d delayed record(s) to %s-%d was appended before the restart; "
-                             "recording it", len(pending), it.topic, it.partition)
+                    log.info("delivery of %(pending)d delayed record(s) to %(topic)s-%(partition)d was appended "
+                             "before the restart; recording it",
+                             {"pending": len(pending), "topic": it.topic, "partition": it.partition})
                     append_records(self.replicas, DELAYED_TOPIC, index,
                                    [(entry_key(e), None) for uid in pending
                                     if (e := self.schedule.discard(uid)) is not None])
         self.loaded = True
-        log.info("loaded %d delayed record(s) in %.2f s; next due at %s", len(self.schedule),
-                 time.monotonic() - started, self.schedule.next_due())
+        log.info("loaded %(scheduled)d delayed record(s) in %(elapsed_s).2f s; next due at %(next_due)s",
+                 {"scheduled": len(self.schedule), "elapsed_s": time.monotonic() - started,
+                  "next_due": self.schedule.next_due()})
 
     # --- delivery --------------------------------------------------------------------------------
 
@@ -529,14 +534,16 @@ class DelayService(PartitionLoader):
         try:
             append_records(self.replicas, DELAYED_TOPIC, dp.index, [(entry_key(e), None) for e in entries])
         except Exception as e:  # delivered, so never put back; the intent settles it at the next start
-            log.error("delivered %d delayed record(s) to %s-%d but could not record it: %s", len(entries),
-                      p.topic, p.index, e)
+            log.error("delivered %(entries)d delayed record(s) to %(topic)s-%(partition)d but could not record it: "
+                      "%(error)s",
+                      {"entries": len(entries), "topic": p.topic, "partition": p.index, "error": e})
 
     def _drop(self, entries: list[Entry]) -> None:
         """The target partition is gone (topic deleted): the entries' tombstones, and a log line."""
         first = entries[0]
-        log.warning("dropping %d delayed record(s) for %s-%d: the partition no longer exists", len(entries),
-                    first.topic, first.partition)
+        log.warning("dropping %(entries)d delayed record(s) for %(topic)s-%(partition)d: the partition no longer "
+                    "exists",
+                    {"entries": len(entries), "topic": first.topic, "partition": first.partition})
         index = self._dp_index(first.topic, first.partition)
         self._tombstones(index, entries)
         self.dropped += len(entries)
@@ -570,8 +577,8 @@ class DelayService(PartitionLoader):
             except (KafkaStorageError, ProducerStateError, InvalidRecords, RuntimeError) as e:
                 # Not delivered (the intent stays unmatched): put back what is left, try again later.
                 self.schedule.add_all(entries[i:])
-                log.warning("cannot deliver %d delayed record(s) to %s-%d yet: %s", len(entries) - i, topic, index,
-                            e)
+                log.warning("cannot deliver %(entries)d delayed record(s) to %(topic)s-%(partition)d yet: %(error)s",
+                            {"entries": len(entries) - i, "topic": topic, "partition": index, "error": e})
                 ok = False
         return ok
 
@@ -597,8 +604,9 @@ class DelayService(PartitionLoader):
         self._to_load.discard(index)
         dropped = self.schedule.discard_where(lambda e: self._dp_index(e.topic, e.partition) == index)
         dropped += sum(len(d.entries) for d in owner.inflight.values())
-        log.info("no longer leading %s-%d (epoch %d): forgetting its %d waiting record(s)", DELAYED_TOPIC, index,
-                 owner.leader_epoch, dropped)
+        log.info("no longer leading %(topic)s-%(partition)d (epoch %(leader_epoch)d): forgetting its %(dropped)d "
+                 "waiting record(s)",
+                 {"topic": DELAYED_TOPIC, "partition": index, "leader_epoch": owner.leader_epoch, "dropped": dropped})
 
     async def _load(self, index: int) -> None:
         owner = self.owned.get(index)
@@ -630,8 +638,10 @@ class DelayService(PartitionLoader):
                 self._tombstones(index, entries)
                 continue
             if len(entries) != len(it.uids):  # tombstones are written in one batch: cannot happen
-                log.warning("intent for %s-%d names %d record(s), %d are waiting: delivering those again",
-                            it.topic, it.partition, len(it.uids), len(entries))
+                log.warning("intent for %(topic)s-%(partition)d names %(uids)d record(s), %(entries)d are waiting: "
+                            "delivering those again",
+                            {"topic": it.topic, "partition": it.partition, "uids": len(it.uids),
+                             "entries": len(entries)})
                 self.schedule.add_all(entries)
                 continue
             if it.producer_id < 0:  # written by a single broker (embedded metadata) before
@@ -641,16 +651,19 @@ class DelayService(PartitionLoader):
             settled += 1
         owner.loaded = True
         self._wake.set()
-        log.info("loaded %s-%d (leader epoch %d): %d waiting record(s), %d delivery(ies) to settle, in %.2f s",
-                 DELAYED_TOPIC, index, owner.leader_epoch, len(self.schedule) - before + sum(
-                     len(d.entries) for d in owner.inflight.values()), settled, time.monotonic() - started)
+        log.info("loaded %(topic)s-%(partition)d (leader epoch %(leader_epoch)d): %(waiting)d waiting record(s), "
+                 "%(settled)d delivery(ies) to settle, in %(elapsed_s).2f s",
+                 {"topic": DELAYED_TOPIC, "partition": index, "leader_epoch": owner.leader_epoch,
+                  "waiting": len(self.schedule) - before + sum(len(d.entries) for d in owner.inflight.values()),
+                  "settled": settled, "elapsed_s": time.monotonic() - started})
 
     def _tombstones(self, index: int, entries: list[Entry]) -> None:
         try:
             append_records(self.replicas, DELAYED_TOPIC, index, [(entry_key(e), None) for e in entries])
         except Exception as e:  # delivered; the intent settles it on the next load
-            log.warning("could not record the delivery of %d delayed record(s) in %s-%d: %s", len(entries),
-                        DELAYED_TOPIC, index, e)
+            log.warning("could not record the delivery of %(entries)d delayed record(s) in %(topic)s-%(partition)d: "
+                        "%(error)s",
+                        {"entries": len(entries), "topic": DELAYED_TOPIC, "partition": index, "error": e})
 
     async def _ensure_topic(self) -> None:
         """Cluster: create ``__delayed_records`` once its replication factor's worth of brokers are live."""
@@ -751,7 +764,8 @@ class DelayService(PartitionLoader):
                                    [(intent_key(new.topic, new.partition), intent_value(new.intent()))])
                 except Exception as e:
                     owner.abort(new)
-                    log.warning("cannot write a delivery intent to %s-%d: %s", DELAYED_TOPIC, owner.index, e)
+                    log.warning("cannot write a delivery intent to %(topic)s-%(partition)d: %(error)s",
+                                {"topic": DELAYED_TOPIC, "partition": owner.index, "error": e})
                     return False
                 i = j
                 if not await self._send(owner, new):
@@ -817,7 +831,8 @@ class DelayService(PartitionLoader):
         except ProducerStateError as e:
             return ErrorCode(e.error_code)
         except (KafkaStorageError, InvalidRecords) as e:
-            log.warning("cannot append delayed records to %s-%d: %s", d.topic, d.partition, e)
+            log.warning("cannot append delayed records to %(topic)s-%(partition)d: %(error)s",
+                        {"topic": d.topic, "partition": d.partition, "error": e})
             return ErrorCode.kafka_storage_error
         if not result.duplicate:
             self.replicas.on_appended(p)

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from pykbroker.logsetup import fields
 from pykbroker.metadata.store import (
     ENTITY_RESOURCES,
     MetadataStorageError,
@@ -124,7 +125,7 @@ class EmbeddedMetadataStore(MetadataStore):
             self._lock_fd = lock_data_dir(self._dir)
         self._load_meta_properties()
         self._load_document()
-        log.debug("metadata loaded: cluster_id=%s topics=%d", self.cluster_id, len(self._topics))
+        log.debug("metadata loaded", extra=fields(cluster_id=self.cluster_id, topics=len(self._topics)))
 
     def _load_document(self) -> None:
         if self.path.exists():
@@ -175,7 +176,7 @@ class EmbeddedMetadataStore(MetadataStore):
             if self.on_storage_failure is not None:
                 self.on_storage_failure(self._dir, reason)
             else:
-                log.error("%s", reason)
+                log.error("%(reason)s", {"reason": reason})
             raise MetadataStorageError(reason) from e
 
     def close(self) -> None:

@@ -360,10 +360,13 @@ class ZkMetadataStore(MetadataStore):
             raise ZkConnectError(f"cannot load metadata from ZooKeeper {self._connect}: {type(e).__name__} "
                                  f"{e}") from None
         self._apply_reset(snap, notify=False)
-        log.info("ZooKeeper metadata loaded from %s in %.0f ms: cluster id %s, %d topics, %d partitions, "
-                 "%d live brokers, controller %d", self._connect, (time.monotonic() - began) * 1000,
-                 self.cluster_id, len(snap.topics), sum(len(t.assignment.partitions) for t in snap.topics.values()),
-                 len(snap.brokers), snap.controller)
+        log.info("ZooKeeper metadata loaded from %(zookeeper_connect)s in %(elapsed_ms).0f ms: cluster id "
+                 "%(cluster_id)s, %(topics)d topics, %(partitions)d partitions, %(brokers)d live brokers, controller "
+                 "%(controller)d",
+                 {"zookeeper_connect": self._connect, "elapsed_ms": (time.monotonic() - began) * 1000,
+                  "cluster_id": self.cluster_id, "topics": len(snap.topics),
+                  "partitions": sum(len(t.assignment.partitions) for t in snap.topics.values()),
+                  "brokers": len(snap.brokers), "controller": snap.controller})
         self._watcher = threading.Thread(target=self._watch_loop, name="zk-metadata-watcher", daemon=True)
         self._watcher.start()
 
@@ -378,7 +381,7 @@ class ZkMetadataStore(MetadataStore):
             new_id = random_cluster_id()
             try:
                 zk.create(zl.CLUSTER_ID, zl.encode_cluster_id(new_id), makepath=True)
-                log.info("created cluster id %s in ZooKeeper", new_id)
+                log.info("created cluster id %(new_member_id)s in ZooKeeper", {"new_member_id": new_id})
                 return new_id
             except NodeExistsError:
                 continue
@@ -431,7 +434,8 @@ class ZkMetadataStore(MetadataStore):
                 try:
                     self.zk.create(path, data, ephemeral=True)
                     self._registered = True
-                    log.info("registered broker %d at %s%s", self._broker_id, self._chroot, path)
+                    log.info("registered broker %(broker_id)d at %(chroot)s%(path)s",
+                             {"broker_id": self._broker_id, "chroot": self._chroot, "path": path})
                     return
                 except NodeExistsError:
                     pass
@@ -454,9 +458,10 @@ class ZkMetadataStore(MetadataStore):
                 now = time.monotonic()
                 if deadline is None:
                     deadline = now + wait
-                    log.warning("%s%s still holds the registration of a previous run of broker %d with the same "
-                                "endpoints; waiting up to %.0f s for its ZooKeeper session to expire",
-                                self._chroot, path, self._broker_id, wait)
+                    log.warning("%(chroot)s%(path)s still holds the registration of a previous run of broker "
+                                "%(broker_id)d with the same endpoints; waiting up to %(wait).0f s for its ZooKeeper "
+                                "session to expire",
+                                {"chroot": self._chroot, "path": path, "broker_id": self._broker_id, "wait": wait})
                 if now >= deadline:
                     raise DuplicateBrokerId(f"{message}; it did not expire within {wait:.0f} s")
                 gone = threading.Event()
@@ -481,7 +486,7 @@ class ZkMetadataStore(MetadataStore):
                     self.zk.delete(path, version=stat.version)
                     self.zk.create(path, data, ephemeral=True, makepath=True)
                 except (NoNodeError, NodeExistsError, BadVersionError):
-                    log.warning("could not take over %s from another ZooKeeper session", path)
+                    log.warning("could not take over %(path)s from another ZooKeeper session", {"path": path})
 
     # --- session ----------------------------------------------------------------------------------
 
@@ -493,15 +498,17 @@ class ZkMetadataStore(MetadataStore):
         if state == KazooState.CONNECTED:
             self._connected.set()
             if self._had_connection and not self._closed:
-                log.info("ZooKeeper connection to %s re-established: re-reading metadata", self._connect)
+                log.info("ZooKeeper connection to %(zookeeper_connect)s re-established: re-reading metadata",
+                         {"zookeeper_connect": self._connect})
                 self._events.put(("resync", ""))
             self._had_connection = True
             self._post_updates([("session", None, "connected")])
         elif state == KazooState.SUSPENDED:
             self._connected.clear()
             if not self._closed:
-                log.warning("ZooKeeper connection to %s lost (session kept if it comes back within %d ms)",
-                            self._connect, self._session_timeout_ms)
+                log.warning("ZooKeeper connection to %(zookeeper_connect)s lost (session kept if it comes back "
+                            "within %(session_timeout_ms)d ms)",
+                            {"zookeeper_connect": self._connect, "session_timeout_ms": self._session_timeout_ms})
             self._post_updates([("session", None, "suspended")])
         else:  # LOST
             self._connected.clear()
@@ -534,7 +541,7 @@ class ZkMetadataStore(MetadataStore):
                 else:
                     self._post_updates(self._process(batch))
             except _UNAVAILABLE as e:
-                log.debug("watch processing interrupted by %s", type(e).__name__)
+                log.debug("watch processing interrupted by %(error_type)s", {"error_type": type(e).__name__})
                 self._retry_resync()
             except Exception:
                 log.exception("processing ZooKeeper watch events failed; re-reading everything")
@@ -567,13 +574,14 @@ class ZkMetadataStore(MetadataStore):
         path = zl.broker_path(self._broker_id)
         try:
             self.zk.create(path, self._registration(), ephemeral=True)
-            log.info("re-registered broker %d at %s%s with the new ZooKeeper session", self._broker_id,
-                     self._chroot, path)
+            log.info("re-registered broker %(broker_id)d at %(chroot)s%(path)s with the new ZooKeeper session",
+                     {"broker_id": self._broker_id, "chroot": self._chroot, "path": path})
         except NodeExistsError:
             stat = self.zk.exists(path)
             if stat is not None and stat.ephemeralOwner != self._session_id():
-                log.error("broker id %d is registered at %s%s by another ZooKeeper session; this broker is not "
-                          "registered", self._broker_id, self._chroot, path)
+                log.error("broker id %(broker_id)d is registered at %(chroot)s%(path)s by another ZooKeeper session; "
+                          "this broker is not registered",
+                          {"broker_id": self._broker_id, "chroot": self._chroot, "path": path})
 
     def _process(self, batch: list[tuple[str, str]]) -> list[_Update]:
         """Re-read what the events point at (re-arming their watches), in as few round trips as possible."""
@@ -785,7 +793,8 @@ class ZkMetadataStore(MetadataStore):
             try:
                 brokers[i] = zl.decode_broker(i, got[0])
             except (ValueError, KeyError, TypeError, AttributeError):
-                log.warning("ignoring unreadable broker registration %s: %r", zl.broker_path(i), got[0][:200])
+                log.warning("ignoring unreadable broker registration %(path)s: %(response)r",
+                            {"path": zl.broker_path(i), "response": got[0][:200]})
         return brokers
 
     def _read_controller(self) -> int:
@@ -795,7 +804,7 @@ class ZkMetadataStore(MetadataStore):
         try:
             return zl.decode_controller(got[0])
         except (ValueError, KeyError, TypeError):
-            log.warning("ignoring unreadable %s: %r", zl.CONTROLLER, got[0][:200])
+            log.warning("ignoring unreadable %(path)s: %(response)r", {"path": zl.CONTROLLER, "response": got[0][:200]})
             return -1
 
     def _read_entities(self, rtype: int) -> dict[str, dict[str, str]]:
@@ -862,7 +871,9 @@ class ZkMetadataStore(MetadataStore):
                         try:
                             out.append(AclBinding(pattern, entry_from_json(d)))
                         except (KeyError, ValueError):
-                            log.warning("ignoring an unreadable ACL entry in %s/%s: %r", t, n, d)
+                            log.warning("ignoring an unreadable ACL entry in %(resource_type)s/%(resource_name)s: "
+                                        "%(data)r",
+                                        {"resource_type": t, "resource_name": n, "data": d})
         return out
 
     def _get_many_unwatched(self, paths: list[str]) -> dict[str, bytes]:
@@ -1151,7 +1162,8 @@ class ZkMetadataStore(MetadataStore):
                 raise TopicExists(name) from None
             except NoNodeError:  # /config/topics/<t> vanished between exists() and the multi
                 raise TopicExists(name) from None
-        log.info("created topic %s (%d partitions) in ZooKeeper", name, len(assignment.partitions))
+        log.info("created topic %(name)s (%(partitions)d partitions) in ZooKeeper",
+                 {"name": name, "partitions": len(assignment.partitions)})
 
     def delete_topic(self, name: str) -> TopicRecord:
         """Mark the topic for deletion (/admin/delete_topics/<t>); the controller deletes it."""
@@ -1167,7 +1179,7 @@ class ZkMetadataStore(MetadataStore):
                 self.zk.create(zl.delete_topic_path(name), makepath=True)
             except NodeExistsError:
                 pass
-        log.info("marked topic %s for deletion", name)
+        log.info("marked topic %(name)s for deletion", {"name": name})
         return rec
 
     def add_partitions(self, name: str, new: dict[int, PartitionAssignment]) -> TopicRecord:
@@ -1191,7 +1203,7 @@ class ZkMetadataStore(MetadataStore):
         parts = dict(base.partitions) if base is not None else {}
         for p, r in assignment.partitions.items():
             parts.setdefault(p, PartitionAssignment(list(r)))
-        log.info("added partitions %s to topic %s", sorted(new), name)
+        log.info("added partitions %(new)s to topic %(name)s", {"new": sorted(new), "name": name})
         return TopicRecord(name, assignment.topic_id, parts, dict(base.configs) if base else {})
 
     def read_topic_configs(self, name: str, *, fresh: bool = False) -> dict[str, str] | None:
@@ -1504,7 +1516,8 @@ class ZkMetadataStore(MetadataStore):
             except (BadVersionError, NoNodeError):
                 raise StaleState(f"{topic}-{index}: the state changed meanwhile") from None
         new_stat = results[0]
-        log.info("ISR of %s-%d is now %s (leader epoch %d)", topic, index, list(isr), leader_epoch)
+        log.info("ISR of %(topic)s-%(partition)d is now %(isr)s (leader epoch %(leader_epoch)d)",
+                 {"topic": topic, "partition": index, "isr": list(isr), "leader_epoch": leader_epoch})
         return int(new_stat.version)
 
     def request_election(self, partitions: list[tuple[str, int]], election_type: int) -> None:
@@ -1537,7 +1550,8 @@ class ZkMetadataStore(MetadataStore):
                     break
                 else:
                     raise StoreUnavailable(f"the assignment of {topic} kept changing; reassignment not written")
-        log.info("reassignments written: %s", {f"{t}-{p}": r for (t, p), r in sorted(moves.items())})
+        log.info("reassignments written: %(reassignments)s",
+                 {"reassignments": {f'{t}-{p}': r for (t, p), r in sorted(moves.items())}})
 
 
 def _setter(event: threading.Event) -> Callable[[WatchedEvent], None]:
@@ -1567,7 +1581,8 @@ def _decode_assignment(name: str, got: tuple[bytes, ZnodeStat] | None) -> zl.Top
     try:
         return zl.decode_topic_assignment(got[0])
     except (ValueError, KeyError, TypeError, AttributeError):
-        log.warning("ignoring topic %s: unreadable assignment %r", name, got[0][:200])
+        log.warning("ignoring topic %(name)s: unreadable assignment %(response)r",
+                    {"name": name, "response": got[0][:200]})
         return None
 
 
@@ -1577,7 +1592,7 @@ def _decode_state(got: tuple[bytes, ZnodeStat] | None) -> zl.PartitionState | No
     try:
         return zl.decode_partition_state(got[0], got[1].version)
     except (ValueError, KeyError, TypeError, AttributeError):
-        log.warning("ignoring unreadable partition state %r", got[0][:200])
+        log.warning("ignoring unreadable partition state %(response)r", {"response": got[0][:200]})
         return None
 
 
@@ -1587,7 +1602,7 @@ def _decode_configs(got: tuple[bytes, ZnodeStat] | None) -> dict[str, str]:
     try:
         return zl.decode_entity_config(got[0])
     except (ValueError, KeyError, TypeError, AttributeError):
-        log.warning("ignoring unreadable config %r", got[0][:200])
+        log.warning("ignoring unreadable config %(response)r", {"response": got[0][:200]})
         return {}
 
 

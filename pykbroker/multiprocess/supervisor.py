@@ -81,8 +81,9 @@ class Supervisor:
         child.proc = subprocess.Popen(args, process_group=0, preexec_fn=lambda: _die_with_parent(parent))
         child.listened = False
         child.restart_at = None
-        log.info("started broker %d (process %d of %d) as pid %d", child.plan.broker_id, child.plan.index + 1,
-                 len(self.children), child.proc.pid)
+        log.info("started broker %(broker_id)d (process %(process)d of %(processes)d) as pid %(pid)d",
+                 {"broker_id": child.plan.broker_id, "process": child.plan.index + 1, "processes": len(self.children),
+                  "pid": child.proc.pid})
 
     def _forward(self, signum: int) -> None:
         for child in self.children:
@@ -94,7 +95,7 @@ class Supervisor:
 
     def _stop_all(self, why: str, status: int) -> None:
         if not self._stopping:
-            log.info("stopping every broker: %s", why)
+            log.info("stopping every broker: %(why)s", {"why": why})
         self._stopping = True
         self._status = max(self._status, status)
         for child in self.children:
@@ -107,7 +108,7 @@ class Supervisor:
             name = signal.Signals(signum).name
             if self._stopping:
                 # As a second signal to one broker: the children stop at once.
-                log.info("received %s again, forwarding it to every broker", name)
+                log.info("received %(name)s again, forwarding it to every broker", {"name": name})
                 self._forward(signum)
             else:
                 self._stop_all(f"received {name}", 0)
@@ -122,19 +123,22 @@ class Supervisor:
             child.exit_statuses.append(rc)
             how = describe_exit(rc)
             if self._stopping:
-                log.info("broker %d (pid %d) stopped: %s", child.plan.broker_id, proc.pid, how)
+                log.info("broker %(broker_id)d (pid %(pid)d) stopped: %(how)s",
+                         {"broker_id": child.plan.broker_id, "pid": proc.pid, "how": how})
                 if rc != 0:
                     self._status = max(self._status, 1)
                 continue
             decision = child.policy.on_exit(rc, now, ever_listened=child.listened)
             if isinstance(decision, Restart):
-                log.warning("broker %d (pid %d) died (%s); restart %d in %.1f s", child.plan.broker_id, proc.pid,
-                            how, decision.attempt, decision.at - now)
+                log.warning("broker %(broker_id)d (pid %(pid)d) died (%(how)s); restart %(attempt)d in %(delay_s).1f "
+                            "s",
+                            {"broker_id": child.plan.broker_id, "pid": proc.pid, "how": how,
+                             "attempt": decision.attempt, "delay_s": decision.at - now})
                 child.restart_at = decision.at
             else:
                 assert isinstance(decision, GiveUp)
-                log.error("broker %d (pid %d) is not restarted: %s", child.plan.broker_id, proc.pid,
-                          decision.reason)
+                log.error("broker %(broker_id)d (pid %(pid)d) is not restarted: %(reason)s",
+                          {"broker_id": child.plan.broker_id, "pid": proc.pid, "reason": decision.reason})
                 self._stop_all(f"broker {child.plan.broker_id} could not be kept up", decision.exit_status)
 
     def _tick(self, now: float) -> None:
@@ -164,7 +168,7 @@ class Supervisor:
                     child.proc.wait()
             for s, handler in previous.items():
                 signal.signal(s, handler)
-        log.info("every broker has stopped; exiting with status %d", self._status)
+        log.info("every broker has stopped; exiting with status %(status)d", {"status": self._status})
         return self._status
 
 

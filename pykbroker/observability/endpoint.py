@@ -56,7 +56,8 @@ class MetricsEndpoint:
         """Bind and serve; returns the bound port (port 0 picks a free one). OSError if it cannot bind."""
         self._server, self._thread = start_http_server(self.port, self.host, registry=self.registry)
         self.port = self._server.server_address[1]
-        log.info("metrics endpoint listening on http://%s:%d/metrics", self.host, self.port)
+        log.info("metrics endpoint listening on http://%(host)s:%(port)d/metrics",
+                 {"host": self.host, "port": self.port})
         return int(self.port)
 
     def stop(self) -> None:

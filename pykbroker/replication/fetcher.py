@@ -152,7 +152,7 @@ class ReplicaFetcherManager:
                 try:
                     await self._fetch_once(key, assigned, client)
                 except Exception:  # never take the broker down; retry after the backoff
-                    log.exception("Replica fetcher for broker %d failed", key[0])
+                    log.exception("Replica fetcher for broker %(broker_id)d failed", {"broker_id": key[0]})
                     await anyio.sleep(backoff_s)
         finally:
             self._running.discard(key)
@@ -191,11 +191,12 @@ class ReplicaFetcherManager:
             resp = await client.request(FETCH_API, FETCH_VERSION, body,
                                         timeout_s=(settings.socket_timeout_ms + settings.wait_max_ms) / 1000)
         except BrokerConnectionError as exc:
-            log.info("Fetch from broker %d failed: %s", leader_id, exc)
+            log.info("Fetch from broker %(leader_id)d failed: %(error)s", {"leader_id": leader_id, "error": exc})
             await anyio.sleep(backoff_s)
             return
         if int(resp.error_code) != ErrorCode.none:
-            log.warning("Fetch from broker %d answered %s", leader_id, ErrorCode(resp.error_code).name)
+            log.warning("Fetch from broker %(leader_id)d answered %(error)s",
+                        {"leader_id": leader_id, "error": ErrorCode(resp.error_code).name})
             await anyio.sleep(backoff_s)
             return
         out_of_range: list[_FetchState] = []
@@ -210,7 +211,8 @@ class ReplicaFetcherManager:
             try:
                 await self._handle_out_of_range(client, st)
             except BrokerConnectionError as exc:
-                log.info("ListOffsets to broker %d failed: %s", leader_id, exc)
+                log.info("ListOffsets to broker %(leader_id)d failed: %(error)s",
+                         {"leader_id": leader_id, "error": exc})
                 st.delayed_until = anyio.current_time() + backoff_s
         await anyio.lowlevel.checkpoint()
 
@@ -250,8 +252,8 @@ class ReplicaFetcherManager:
         if err == ErrorCode.offset_out_of_range:
             return True
         if err != ErrorCode.none:
-            log.debug("Fetch of %s-%d from %d answered %s; backing off", p.topic, p.index, st.leader_id,
-                      ErrorCode(err).name)
+            log.debug("Fetch of %(topic)s-%(partition)d from %(leader_id)d answered %(error)s; backing off",
+                      {"topic": p.topic, "partition": p.index, "leader_id": st.leader_id, "error": ErrorCode(err).name})
             st.delayed_until = anyio.current_time() + backoff_s
             return False
         div = pd.diverging_epoch
@@ -272,7 +274,8 @@ class ReplicaFetcherManager:
                 except OffsetOutOfRange:
                     pass
         except InvalidRecords as exc:
-            log.warning("Fetched data of %s-%d is invalid (%s); refetching after backoff", p.topic, p.index, exc)
+            log.warning("Fetched data of %(topic)s-%(partition)d is invalid (%(error)s); refetching after backoff",
+                        {"topic": p.topic, "partition": p.index, "error": exc})
             st.delayed_until = anyio.current_time() + backoff_s
             return False
         except KafkaStorageError:
@@ -286,8 +289,10 @@ class ReplicaFetcherManager:
         local = lg.end_offset_for_epoch(diverging[0]) if diverging[0] >= 0 else None
         offset = follower_truncation_offset(diverging, local, lg.log_end_offset, p.high_watermark)
         if offset < lg.log_end_offset:
-            log.info("Truncating %s-%d to %d after the leader's diverging epoch %s (LEO was %d)", p.topic, p.index,
-                     offset, diverging, lg.log_end_offset)
+            log.info("Truncating %(topic)s-%(partition)d to %(offset)d after the leader's diverging epoch "
+                     "%(diverging)s (LEO was %(log_end_offset)d)",
+                     {"topic": p.topic, "partition": p.index, "offset": offset, "diverging": diverging,
+                      "log_end_offset": lg.log_end_offset})
         lg.truncate_to(offset)  # at the log end it still drops epochs we started there and never wrote
         p.high_watermark = min(p.high_watermark, lg.log_end_offset)
 
@@ -297,15 +302,17 @@ class ReplicaFetcherManager:
         latest = await self._list_offset(client, st, LATEST)
         lg = p.log
         if latest is not None and latest < lg.log_end_offset:
-            log.info("Truncating %s-%d to the leader's end %d (LEO was %d)", p.topic, p.index, latest,
-                     lg.log_end_offset)
+            log.info("Truncating %(topic)s-%(partition)d to the leader's end %(latest)d (LEO was %(log_end_offset)d)",
+                     {"topic": p.topic, "partition": p.index, "latest": latest, "log_end_offset": lg.log_end_offset})
             lg.truncate_to(latest)
             p.high_watermark = min(p.high_watermark, lg.log_end_offset)
             return
         earliest = await self._list_offset(client, st, EARLIEST)
         if earliest is not None and earliest > lg.log_end_offset:
-            log.info("Restarting %s-%d at the leader's log start %d (LEO was %d)", p.topic, p.index, earliest,
-                     lg.log_end_offset)
+            log.info("Restarting %(topic)s-%(partition)d at the leader's log start %(earliest)d (LEO was "
+                     "%(log_end_offset)d)",
+                     {"topic": p.topic, "partition": p.index, "earliest": earliest,
+                      "log_end_offset": lg.log_end_offset})
             lg.truncate_fully_and_start_at(earliest)
             p.high_watermark = earliest
 

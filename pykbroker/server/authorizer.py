@@ -17,6 +17,7 @@ import logging
 from enum import IntEnum
 from typing import TYPE_CHECKING, Protocol
 
+from pykbroker.logsetup import fields
 from pykbroker.security.principal import ANONYMOUS as ANONYMOUS_PRINCIPAL
 from pykbroker.security.principal import KafkaPrincipal
 
@@ -129,9 +130,10 @@ def authorize(ctx: RequestContext, operation: AclOperation, resource_type: Resou
     session = ctx.session
     ok = auth.authorize(session.principal, session.client_host, operation, resource_type, name)
     if not ok and log_denial:
-        log.info("Principal = %s is Denied operation = %s from host = %s on resource = %s:LITERAL:%s "
-                 "for request = %s with resourceRefCount = 1", session.principal, operation.name,
-                 session.client_host, resource_type.name.title().replace("_", ""), name, ctx.api_name)
+        log.info("Denied operation", extra=fields(
+            principal=str(session.principal), operation=operation.name, host=session.client_host,
+            resource_type=resource_type.name.title().replace("_", ""), pattern_type="LITERAL", resource_name=name,
+            request=ctx.api_name))
     return ok
 
 

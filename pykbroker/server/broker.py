@@ -37,6 +37,7 @@ from pykbroker.coordinator.share.service import ShareCoordinator
 from pykbroker.coordinator.transaction.offsets import TxnOffsets
 from pykbroker.coordinator.transaction.service import TXN_TOPIC, TransactionCoordinator
 from pykbroker.delay.service import DelayService
+from pykbroker.logsetup import fields
 from pykbroker.metadata.embedded import META_PROPERTIES, DataDirInUse, EmbeddedMetadataStore, write_atomically
 from pykbroker.metadata.store import MetadataStore, StoreUnavailable, run_store
 from pykbroker.multiprocess.plan import LOCAL_ENDPOINTS, parse_local_endpoints
@@ -72,7 +73,7 @@ def _periodic(
                 else:
                     fn()
             except Exception:
-                log.exception("background task %s failed", getattr(fn, "__name__", fn))
+                log.exception("background task %(function)s failed", {"function": getattr(fn, '__name__', fn)})
 
     return loop
 
@@ -216,9 +217,10 @@ class Broker:
         if self.delays is not None:  # embedded: creates and replays __delayed_records before clients can produce
             self.delays.startup()  # (cluster: each partition is replayed when this broker becomes its leader)
         log.debug(
-            "storage ready log_dirs=%s partitions=%d topics=%d in %.3fs",
-            ",".join(str(d) for d in self.config.log_dirs), len(self.replicas.partitions()),
-            len(self.store.topics()), time.monotonic() - started,
+            "storage ready: %(partitions)d partitions of %(topics)d topics in %(log_dirs)s in %(elapsed_s).3fs",
+            {"log_dirs": ','.join(str(d) for d in self.config.log_dirs),
+             "partitions": len(self.replicas.partitions()), "topics": len(self.store.topics()),
+             "elapsed_s": time.monotonic() - started},
         )
 
     def _start_store(self) -> None:
@@ -249,14 +251,16 @@ class Broker:
             return
         from pykbroker.metadata.zookeeper import ZkConnectError
 
-        log.info("connecting to ZooKeeper at %s", self.config["zookeeper.connect"])
+        log.info("connecting to ZooKeeper at %(zookeeper_connect)s",
+                 {"zookeeper_connect": self.config['zookeeper.connect']})
         try:
             self.store.start()
         except ZkConnectError as e:
             self.store.close()
             raise StartupError(str(e)) from None
-        log.info("connected to ZooKeeper: cluster_id=%s live brokers=%s topics=%d", self.store.cluster_id,
-                 sorted(self.store.live_brokers()), len(self.store.topics()))
+        log.info("connected to ZooKeeper", extra=fields(
+            cluster_id=self.store.cluster_id, live_brokers=",".join(map(str, sorted(self.store.live_brokers()))),
+            topics=len(self.store.topics())))
 
     def _check_meta_properties(self) -> None:
         """Each log dir belongs to one cluster and one broker id (Kafka's meta.properties check), so a
@@ -287,7 +291,8 @@ class Broker:
         """Delete the local logs of partitions this broker no longer hosts: their topic was deleted (or
         reassigned away) while it was down."""
         for topic, index in self.topics.stray_logs():
-            log.info("removing the log of %s-%d: this broker is no longer one of its replicas", topic, index)
+            log.info("removing the log of %(topic)s-%(partition)d: this broker is no longer one of its replicas",
+                     {"topic": topic, "partition": index})
             self.replicas.stop_replica(topic, index, delete=True)
 
     def _inter_broker_endpoint(self, broker_id: int) -> tuple[str, int] | None:
@@ -321,7 +326,7 @@ class Broker:
             raise StartupError(str(e)) from None
         except StoreUnavailable as e:
             raise StartupError(f"cannot register broker {self.broker_id} in ZooKeeper: {e}") from None
-        log.info("registered broker %d in ZooKeeper", self.broker_id)
+        log.info("registered broker %(broker_id)d in ZooKeeper", {"broker_id": self.broker_id})
         self.controller = ZkController(self.store.zk, self.broker_id, self.config)  # type: ignore[attr-defined]
         self.controller.start()
 
@@ -338,21 +343,25 @@ class Broker:
         bound = max(5.0, self.config["controlled.shutdown.max.retries"]
                     * self.config["controlled.shutdown.retry.backoff.ms"] / 1000)
         led = self._leads_with_other_live_isr()
-        log.info("controlled shutdown: asking the controller to move %d leadership(s) away", len(led))
+        log.info("controlled shutdown: asking the controller to move %(leaderships)d leadership(s) away",
+                 {"leaderships": len(led)})
         # The controller takes us out of the ISRs of the partitions we follow; fetching on would let
         # their leaders add us straight back.
         self.replicas.stop_fetching()
         try:
             await run_store(self.store, self.store.begin_controlled_shutdown)  # type: ignore[attr-defined]
         except StoreUnavailable as e:
-            log.warning("controlled shutdown: ZooKeeper is not reachable (%s); shutting down without it", e)
+            log.warning("controlled shutdown: ZooKeeper is not reachable (%(error)s); shutting down without it",
+                        {"error": e})
             return
         if await self.topics.wait_until(lambda: not self._leads_with_other_live_isr(), bound):
             log.info("controlled shutdown: no leadership left that another replica can take")
         else:
             left = self._leads_with_other_live_isr()
-            log.warning("controlled shutdown: %d leadership(s) not moved within %.1f s (%s); shutting down anyway",
-                        len(left), bound, ", ".join(f"{t}-{i}" for t, i in sorted(left)[:10]))
+            log.warning("controlled shutdown: %(leaderships)d leadership(s) not moved within %(bound).1f s "
+                        "(%(partitions)s); shutting down anyway",
+                        {"leaderships": len(left), "bound": bound,
+                         "partitions": ', '.join((f'{t}-{i}' for t, i in sorted(left)[:10]))})
 
     async def _stop_controller(self) -> None:
         if self.controller is not None:
@@ -447,15 +456,14 @@ class Broker:
             tg.start_soon(self.replicas.run_log_dir_moves)  # AlterReplicaLogDirs
             if self.cluster:
                 tg.start_soon(self.replicas.run_replication, self.config)  # fetchers, ISR shrink, HW checkpoint
-            log.info(
-                "pykbroker %s started broker_id=%d cluster_id=%s log_dirs=%s listeners=%s advertised=%s "
-                "event_loop=%s",
-                __version__, self.broker_id, self.store.cluster_id, ",".join(str(d) for d in self.config.log_dirs),
-                ",".join(f"{lst.name}://{lst.host}:{p}" for (lst, _), p in zip(listeners, self.bound_ports,
-                                                                                 strict=True)),
-                ",".join(f"{a.name}://{a.host}:{a.port}" for a in self.services.advertised),
-                type(asyncio.get_running_loop()).__module__.split(".")[0],  # asyncio or uvloop
-            )
+            log.info(f"pykbroker {__version__} started", extra=fields(
+                broker_id=self.broker_id, cluster_id=self.store.cluster_id,
+                log_dirs=",".join(str(d) for d in self.config.log_dirs),
+                listeners=",".join(f"{lst.name}://{lst.host}:{p}" for (lst, _), p in zip(listeners, self.bound_ports,
+                                                                                           strict=True)),
+                advertised=",".join(f"{a.name}://{a.host}:{a.port}" for a in self.services.advertised),
+                event_loop=type(asyncio.get_running_loop()).__module__.split(".")[0],  # asyncio or uvloop
+                version=__version__))
             await self._stop.wait()
             log.debug("shutting down")
             if metrics is not None:
@@ -484,7 +492,7 @@ class Broker:
         self.store.close()  # cluster mode: the session ends, /brokers/ids/<id> goes away
         log.info("shutdown complete")
         if self._fatal is not None:
-            log.critical("exiting with status 1: %s", self._fatal)
+            log.critical("exiting with status 1: %(fatal)s", {"fatal": self._fatal})
             raise SystemExit(1)
 
     def _forget_deleted_topic_metrics(self, name: str, record: Any) -> None:
@@ -540,7 +548,7 @@ class Broker:
                 if not online or log_dir == metadata_dir:
                     self._fatal = (f"log dir {log_dir} failed and no log dir is left online" if not online else
                                    f"the metadata log dir {log_dir} failed")
-                    log.critical("shutting down: %s", self._fatal)
+                    log.critical("shutting down: %(fatal)s", {"fatal": self._fatal})
                     self.request_stop()
                     return
             self._dir_failure = anyio.Event()
@@ -553,6 +561,6 @@ class Broker:
     async def _watch_signals(self) -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for signum in signals:
-                log.info("received %s, shutting down", signal.Signals(signum).name)
+                log.info("received %(signal)s, shutting down", {"signal": signal.Signals(signum).name})
                 self.request_stop()
                 return

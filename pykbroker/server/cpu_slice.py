@@ -89,8 +89,9 @@ def request_time_slice(microseconds: int) -> int:
                 continue
             raise SliceUnavailable(f"sched_getattr failed: {e.strerror}") from None
         if attr.sched_policy not in _FAIR_POLICIES:
-            log.info("thread %d runs under scheduling policy %d, to which a slice does not apply; left as it is",
-                     tid, attr.sched_policy)
+            log.info("thread %(thread_id)d runs under scheduling policy %(policy)d, to which a slice does not apply; "
+                     "left as it is",
+                     {"thread_id": tid, "policy": attr.sched_policy})
             continue
         attr.size = ctypes.sizeof(attr)
         attr.sched_runtime = want
@@ -113,6 +114,8 @@ def apply_time_slice(microseconds: int, *, explicit: bool) -> None:
     except SliceUnavailable as e:
         if explicit:
             raise
-        log.info("pykbroker.scheduler.slice.us: %s; the broker's threads keep the kernel's default slice", e)
+        log.info("pykbroker.scheduler.slice.us: %(error)s; the broker's threads keep the kernel's default slice",
+                 {"error": e})
         return
-    log.debug("scheduler slice %d us for %d thread(s)", microseconds, threads)
+    log.debug("scheduler slice %(microseconds)d us for %(threads)d thread(s)",
+              {"microseconds": microseconds, "threads": threads})

@@ -22,6 +22,7 @@ from kio.schema.errors import ErrorCode
 
 from pykbroker.coordinator.group import handlers as groups
 from pykbroker.coordinator.transaction import handlers as txn
+from pykbroker.logsetup import fields
 from pykbroker.metadata.store import CLIENT_METRICS_RESOURCE
 from pykbroker.protocol import codec
 from pykbroker.protocol.bounds import BoundsError, check_request
@@ -362,9 +363,9 @@ class Dispatcher:
                 done(response, None)
                 return
         if not isinstance(error, CloseConnection):  # a handler's bug ends its connection, never the broker
-            log.error("request failed api=%s version=%d client=%s peer=%s correlation_id=%d",
-                      codec.API_NAMES[header.api_key], header.api_version, header.client_id, peer,
-                      header.correlation_id, exc_info=error)
+            log.error("request failed", exc_info=error, extra=fields(
+                api=codec.API_NAMES[header.api_key], version=header.api_version, client_id=header.client_id,
+                peer=peer, correlation_id=header.correlation_id))
             error = CloseConnection("internal error while handling the request")
         done(None, error)
 
@@ -382,9 +383,9 @@ class Dispatcher:
     @staticmethod
     def _failed(header: RequestHeader, peer: str) -> CloseConnection:
         """A handler's bug ends its connection (with the traceback logged), never the broker."""
-        log.exception("request failed api=%s version=%d client=%s peer=%s correlation_id=%d",
-                      codec.API_NAMES[header.api_key], header.api_version, header.client_id, peer,
-                      header.correlation_id)
+        log.exception("request failed", extra=fields(
+            api=codec.API_NAMES[header.api_key], version=header.api_version, client_id=header.client_id, peer=peer,
+            correlation_id=header.correlation_id))
         return CloseConnection("internal error while handling the request")
 
     def _respond(self, body: dict[str, Any] | None, header: RequestHeader, peer: str, session: Session,
@@ -408,8 +409,9 @@ class Dispatcher:
                 parts = self._throttle(quotas, usage, body, parts, session, version)
         except Exception:
             # A body the version cannot carry is a broker bug: it ends this connection, not the broker.
-            log.exception("response encoding failed api=%s version=%d client=%s peer=%s correlation_id=%d",
-                          codec.API_NAMES[api_key], version, header.client_id, peer, header.correlation_id)
+            log.exception("response encoding failed", extra=fields(
+                api=codec.API_NAMES[api_key], version=version, client_id=header.client_id, peer=peer,
+                correlation_id=header.correlation_id))
             raise CloseConnection("internal error while encoding the response") from None
         # Frame size, response header v0/v1 and body in one join: fetch payloads can be large.
         size = sum(map(len, parts))

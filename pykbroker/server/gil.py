@@ -24,4 +24,4 @@ def set_switch_interval(microseconds: int) -> None:
     """Apply ``pykbroker.gil.switch.interval.us`` to this process (a process-wide setting: called by the
     ``serve`` command, never by a broker embedded in someone else's process)."""
     sys.setswitchinterval(microseconds / 1_000_000)
-    log.debug("GIL switch interval %d us", microseconds)
+    log.debug("GIL switch interval %(microseconds)d us", {"microseconds": microseconds})

@@ -157,7 +157,8 @@ def _native_syncs(loop: asyncio.AbstractEventLoop) -> _NativeSyncs | None:
         try:
             syncs = _NativeSyncs(loop, _Syncer(MAX_SYNC_THREADS))
         except (OSError, NotImplementedError, RuntimeError) as e:
-            _log.warning("native fsync threads unavailable (%s): log.flush.on.ack uses Python threads", e)
+            _log.warning("native fsync threads unavailable (%(error)s): log.flush.on.ack uses Python threads",
+                         {"error": e})
     _native[loop] = syncs
     return syncs
 

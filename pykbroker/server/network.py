@@ -37,7 +37,7 @@ import anyio
 from anyio.abc import ByteStream, Listener, SocketAttribute, SocketListener, SocketStream, TaskGroup
 from anyio.streams.tls import TLSAttribute, TLSStream
 
-from pykbroker.logsetup import RateLimitedLog
+from pykbroker.logsetup import RateLimitedLog, fields
 from pykbroker.protocol.framing import FrameDecoder, FrameError
 from pykbroker.security.principal_mapping import MappingError
 from pykbroker.security.session import Session
@@ -171,14 +171,14 @@ class SocketServer:
         while not quotas.slot_available(listener_name):
             own = quotas.listener_max_connections(listener_name)
             if quotas.listener_count(listener_name) >= own:
-                which = f"{quotas.listener_count(listener_name)} open, listener.name.{listener_name.lower()}" \
-                        f".max.connections={own}"
+                limit = {"open": quotas.listener_count(listener_name),
+                         "setting": f"listener.name.{listener_name.lower()}.max.connections", "limit": own}
             else:
-                which = f"{quotas.total} open, max.connections={quotas.max_connections}"
+                limit = {"open": quotas.total, "setting": "max.connections", "limit": quotas.max_connections}
             self._log_full.log(
                 anyio.current_time(), logging.WARNING,
-                "connection limit reached on listener %s (%s): not accepting new connections until one closes",
-                listener_name, which,
+                "connection limit reached: not accepting new connections until one closes",
+                listener=listener_name, **limit,
             )
             await self._slot_freed.wait()
 
@@ -224,13 +224,14 @@ class SocketServer:
         if e.errno in _ACCEPT_RESOURCE_ERRORS:
             self._log_accept.log(
                 now, logging.ERROR,
-                "cannot accept connections on listener %s: %s (%d connections open); retrying every %d ms "
-                "until descriptors free up (raise the nofile limit or set max.connections)",
-                listener_name, e.strerror or e, len(self._connections), int(ACCEPT_BACKOFF_S * 1000),
+                "cannot accept connections: retrying until descriptors free up (raise the nofile limit or set "
+                "max.connections)",
+                listener=listener_name, reason=str(e.strerror or e), open=len(self._connections),
+                retry_ms=int(ACCEPT_BACKOFF_S * 1000),
             )
             await anyio.sleep(ACCEPT_BACKOFF_S)
         else:  # e.g. ECONNABORTED: a client gave up before we accepted it; nothing to fix here
-            self._log_accept.log(now, logging.WARNING, "accept failed on listener %s: %s", listener_name, e)
+            self._log_accept.log(now, logging.WARNING, "accept failed", listener=listener_name, reason=str(e))
             await anyio.sleep(0.01)  # no busy loop should an error persist
 
     async def _close_after(self, stream: PlainStream, delay: float) -> None:
@@ -256,9 +257,8 @@ class SocketServer:
         delay = quotas.record_creation(listener_name, now)
         if delay > 0:
             self._log_rate.log(
-                now, logging.INFO,
-                "throttling new connections on listener %s by %d ms: above max.connection.creation.rate",
-                listener_name, int(delay * 1000),
+                now, logging.INFO, "throttling new connections: above max.connection.creation.rate",
+                listener=listener_name, delay_ms=int(delay * 1000),
             )
             await anyio.sleep(delay)
         # Another listener may have taken the last slot while this one waited in accept().
@@ -267,16 +267,16 @@ class SocketServer:
         if ip_delay > 0:
             self._log_ip_rate.log(
                 anyio.current_time(), logging.INFO,
-                "closing connection from %s on listener %s in %d ms: the address is above its "
-                "connection_creation_rate quota of %s per second", ip, listener_name, int(ip_delay * 1000),
-                f"{quotas.ip_creation_rate(ip) or 0:g}",
+                "closing a new connection after a delay: the address is above its connection_creation_rate quota",
+                ip=ip, listener=listener_name, delay_ms=int(ip_delay * 1000),
+                quota_per_s=f"{quotas.ip_creation_rate(ip) or 0:g}",
             )
             return ip_delay
         if not quotas.try_add(listener_name, ip):
             self._log_per_ip.log(
                 anyio.current_time(), logging.INFO,
-                "rejected connection from %s on listener %s: the address already has its maximum of %d "
-                "connections (max.connections.per.ip)", ip, listener_name, quotas.ip_limit(ip),
+                "rejected connection: the address already has its maximum of connections (max.connections.per.ip)",
+                ip=ip, listener=listener_name, limit=quotas.ip_limit(ip),
             )
             with anyio.CancelScope(shield=True):
                 await stream.aclose()
@@ -300,9 +300,9 @@ class SocketServer:
             victim.receive_scope.cancel()
         self._log_lru.log(
             anyio.current_time(), logging.INFO,
-            "closing least recently used connection peer=%s listener=%s: max.connections=%d exceeded by a "
-            "connection on inter-broker listener %s", victim.peer, victim.listener, self.quotas.max_connections,
-            newcomer.listener,
+            "closing the least recently used connection: max.connections exceeded by an inter-broker connection",
+            peer=victim.peer, listener=victim.listener, max_connections=self.quotas.max_connections,
+            inter_broker_listener=newcomer.listener,
         )
 
     # --- serving ------------------------------------------------------------------------------
@@ -330,7 +330,7 @@ class SocketServer:
                 parked.cancel_scope.cancel()
         except Exception:
             # A bug met by one connection ends that connection, never the broker's task group.
-            log.exception("closing connection peer=%s after an unexpected error", conn.peer)
+            log.exception("closing connection after an unexpected error", extra=fields(peer=conn.peer))
         finally:
             conn.receive_scope = None
             self.pool.release(order.clear())
@@ -423,14 +423,14 @@ class SocketServer:
                     if now >= frame_deadline and frame_started is not None:
                         self._log_slow.log(
                             now, logging.WARNING,
-                            "closing connection peer=%s: request not received within "
-                            "pykbroker.request.receive.timeout.ms=%d (%d of %s bytes arrived in %d ms)",
-                            peer, int(self._receive_timeout_s * 1000), max(decoder.buffered - 4, 0),
-                            size if size is not None else "?", int((now - frame_started) * 1000),
+                            "closing connection: request not received within pykbroker.request.receive.timeout.ms",
+                            peer=peer, timeout_ms=int(self._receive_timeout_s * 1000),
+                            received_bytes=max(decoder.buffered - 4, 0), size=size if size is not None else "?",
+                            elapsed_ms=int((now - frame_started) * 1000),
                         )
                     else:
-                        log.info("closing idle connection peer=%s idle_ms=%d", peer,
-                                 int(self._idle_timeout_s * 1000))
+                        log.info("closing idle connection",
+                                 extra=fields(peer=peer, idle_ms=int(self._idle_timeout_s * 1000)))
                     break
                 conn.last_active = clock()
                 if not first_bytes:
@@ -440,15 +440,16 @@ class SocketServer:
         except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError):
             pass
         except CloseConnection as e:
-            log.warning("closing connection peer=%s reason=%r", peer, str(e))
+            log.warning("closing connection", extra=fields(peer=peer, reason=str(e)))
         except FrameError as e:
             hint = ""
             if not is_tls and first_bytes[:2] == b"\x16\x03":
-                hint = (f" (the bytes are a TLS handshake: a client configured for SSL connected to listener "
-                        f"{conn.listener}, which is {conn.session.security_protocol})")
-            log.warning("closing connection peer=%s reason=%r%s", peer, str(e), hint)
+                hint = (f"the bytes are a TLS handshake: a client configured for SSL connected to listener "
+                        f"{conn.listener}, which is {conn.session.security_protocol}")
+            log.warning("closing connection",
+                        extra=fields(peer=peer, reason=str(e), **({"hint": hint} if hint else {})))
         except Exception:
-            log.exception("closing connection peer=%s after an unexpected error", peer)
+            log.exception("closing connection after an unexpected error", extra=fields(peer=peer))
         finally:
             conn.receive_scope = None
             self.pool.release(reserved)
@@ -468,7 +469,7 @@ class SocketServer:
         except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError):
             self._stop_reading(conn, "the connection broke")
         except Exception:  # never out of this task: it would end the connection's task group untidily
-            log.exception("closing connection peer=%s after an unexpected error", conn.peer)
+            log.exception("closing connection after an unexpected error", extra=fields(peer=conn.peer))
             self._stop_reading(conn, "unexpected error")
         finally:
             self._progressed(conn)
@@ -484,7 +485,7 @@ class SocketServer:
                 order.fail(slot, str(error))
             self._write_ready_now(stream_, conn, order, tasks)
         except Exception:  # never out of the callback: the fsync's other requests still need their answers
-            log.exception("closing connection peer=%s after an unexpected error", conn.peer)
+            log.exception("closing connection after an unexpected error", extra=fields(peer=conn.peer))
             self._stop_reading(conn, "unexpected error")
         finally:
             self._progressed(conn)
@@ -505,7 +506,7 @@ class SocketServer:
                 return
             self._written(order, slot)
             if slot.close_reason is not None:  # every response before it is written
-                log.warning("closing connection peer=%s reason=%r", conn.peer, slot.close_reason)
+                log.warning("closing connection", extra=fields(peer=conn.peer, reason=slot.close_reason))
                 self._stop_reading(conn, slot.close_reason)
                 return
 
@@ -526,7 +527,7 @@ class SocketServer:
         except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError):
             self._stop_reading(conn, "the connection broke")
         except Exception:
-            log.exception("closing connection peer=%s after an unexpected error", conn.peer)
+            log.exception("closing connection after an unexpected error", extra=fields(peer=conn.peer))
             self._stop_reading(conn, "unexpected error")
         finally:
             self._progressed(conn)
@@ -537,7 +538,7 @@ class SocketServer:
         while (slot := order.take()) is not None:
             try:
                 if slot.close_reason is not None:  # every response before it is written
-                    log.warning("closing connection peer=%s reason=%r", conn.peer, slot.close_reason)
+                    log.warning("closing connection", extra=fields(peer=conn.peer, reason=slot.close_reason))
                     self._stop_reading(conn, slot.close_reason)
                     return
                 if slot.response is not None:
@@ -610,14 +611,15 @@ class SocketServer:
                     try:
                         conn.session.principal = tls.principal(cert)
                     except MappingError as e:
-                        log.warning("closing connection peer=%s listener=%s: %s", conn.peer, conn.listener, e)
+                        log.warning("closing connection: no principal for the client certificate",
+                                    extra=fields(peer=conn.peer, listener=conn.listener, reason=str(e)))
                         return None
                     if cert:
-                        log.info("authenticated peer=%s listener=%s principal=%s", conn.peer, conn.listener,
-                                 conn.session.principal)
+                        log.info("authenticated", extra=fields(peer=conn.peer, listener=conn.listener,
+                                                               principal=str(conn.session.principal)))
                 return wrapped
-        log.warning("closing connection peer=%s listener=%s: TLS handshake failed: %s", conn.peer, conn.listener,
-                    reason)
+        log.warning("closing connection: TLS handshake failed",
+                    extra=fields(peer=conn.peer, listener=conn.listener, reason=str(reason)))
         return None
 
     async def _reserve(self, conn: Connection, size: int, stream: PlainStream) -> float | None:
@@ -628,9 +630,9 @@ class SocketServer:
         started = anyio.current_time()
         self._log_pool.log(
             started, logging.WARNING,
-            "request memory exhausted (queued.max.request.bytes=%d, %d bytes available, %d connections "
-            "waiting): not reading from peer=%s until memory frees up",
-            self.pool.size, self.pool.available, self.pool.waiting + 1, conn.peer,
+            "request memory exhausted (queued.max.request.bytes): not reading from the peer until memory frees up",
+            peer=conn.peer, queued_max_request_bytes=self.pool.size, available_bytes=self.pool.available,
+            waiting_connections=self.pool.waiting + 1,
         )
         with anyio.CancelScope() as scope:
             conn.receive_scope = scope
@@ -679,12 +681,15 @@ def raise_nofile_limit() -> None:
         return
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == hard or (hard != resource.RLIM_INFINITY and soft != resource.RLIM_INFINITY and soft > hard):
-        log.info("file descriptor limit (nofile) %s", "unlimited" if soft == resource.RLIM_INFINITY else soft)
+        log.info("file descriptor limit (nofile) %(soft_limit)s",
+                 {"soft_limit": 'unlimited' if soft == resource.RLIM_INFINITY else soft})
         return
     target = hard if hard != resource.RLIM_INFINITY else 1 << 20
     try:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
     except (ValueError, OSError) as e:
-        log.warning("could not raise the file descriptor limit (nofile) from %d to %d: %s", soft, target, e)
+        log.warning("could not raise the file descriptor limit (nofile) from %(soft_limit)d to %(target)d: %(error)s",
+                    {"soft_limit": soft, "target": target, "error": e})
         return
-    log.info("raised the file descriptor limit (nofile) from %d to %d", soft, target)
+    log.info("raised the file descriptor limit (nofile) from %(soft_limit)d to %(target)d",
+             {"soft_limit": soft, "target": target})

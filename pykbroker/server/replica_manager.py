@@ -29,6 +29,7 @@ import anyio
 import anyio.abc
 from kio.schema.errors import ErrorCode
 
+from pykbroker.logsetup import fields
 from pykbroker.metadata.store import StaleState
 from pykbroker.replication.rules import (
     FollowerState,
@@ -322,7 +323,8 @@ class ReplicaManager:
             if p.is_leader and len(p.isr) > 1 and not p.isr_change_pending and not p.log.offline:
                 new_isr = p.maybe_shrink_isr(now, self.lag_time_max_ms)
                 if new_isr is not None:
-                    log.info("Shrinking ISR of %s-%d from %s to %s", p.topic, p.index, p.isr, new_isr)
+                    log.info("Shrinking ISR of %(topic)s-%(partition)d from %(isr)s to %(new_isr)s",
+                             {"topic": p.topic, "partition": p.index, "isr": p.isr, "new_isr": new_isr})
                     self._submit_isr(p, new_isr)
 
     def _submit_isr(self, p: Partition, new_isr: list[int]) -> None:
@@ -338,10 +340,12 @@ class ReplicaManager:
         try:
             new_version = await self._isr_writer(p.topic, p.index, epoch, new_isr, version)
         except StaleState:
-            log.info("ISR change of %s-%d to %s lost a race; waiting for the new state", p.topic, p.index, new_isr)
+            log.info("ISR change of %(topic)s-%(partition)d to %(new_isr)s lost a race; waiting for the new state",
+                     {"topic": p.topic, "partition": p.index, "new_isr": new_isr})
             return
         except Exception as exc:  # ZooKeeper unavailable: the next check retries
-            log.warning("ISR change of %s-%d to %s failed: %s", p.topic, p.index, new_isr, exc)
+            log.warning("ISR change of %(topic)s-%(partition)d to %(new_isr)s failed: %(error)s",
+                        {"topic": p.topic, "partition": p.index, "new_isr": new_isr, "error": exc})
             return
         finally:
             p.isr_change_pending = False
@@ -373,8 +377,10 @@ class ReplicaManager:
                 self._offline.add(tp)
             self._wake(tp)
         if tps:
-            log.error("%d partition(s) offline: %s", len(tps),
-                      ", ".join(f"{t}-{i}" for t, i in sorted(tps)[:20]) + (" ..." if len(tps) > 20 else ""))
+            log.error("%(offline)d partition(s) offline: %(partitions)s",
+                      {"offline": len(tps),
+                       "partitions": ", ".join(f"{t}-{i}" for t, i in sorted(tps)[:20])
+                       + (" ..." if len(tps) > 20 else "")})
 
     def partitions(self) -> dict[TopicPartition, Partition]:
         return self._partitions
@@ -388,7 +394,8 @@ class ReplicaManager:
         try:
             lg = self.log_manager.get_or_create_log(topic, index, config)
         except KafkaStorageError as exc:
-            log.error("partition %s-%d is offline: %s", topic, index, exc)
+            log.error("partition %(topic)s-%(partition)d is offline: %(error)s",
+                      {"topic": topic, "partition": index, "error": exc})
             self._offline.add((topic, index))
             return None
         self._offline.discard((topic, index))
@@ -418,7 +425,8 @@ class ReplicaManager:
             try:
                 lg.become_leader(leader_epoch)
             except KafkaStorageError as exc:
-                log.error("partition %s-%d is offline: %s", topic, index, exc)
+                log.error("partition %(topic)s-%(partition)d is offline: %(error)s",
+                          {"topic": topic, "partition": index, "error": exc})
                 self._offline.add((topic, index))
                 return None
             p = Partition(topic, index, lg, self.broker_id, leader_epoch, list(replicas), list(isr),
@@ -438,7 +446,8 @@ class ReplicaManager:
             try:
                 p.log.become_leader(leader_epoch)
             except KafkaStorageError as exc:
-                log.error("partition %s-%d is offline: %s", topic, index, exc)
+                log.error("partition %(topic)s-%(partition)d is offline: %(error)s",
+                          {"topic": topic, "partition": index, "error": exc})
         if was_leader and leader_epoch == p.leader_epoch and 0 <= zk_version < p.zk_version:
             # An older state than the one our own ISR write produced: nothing new.
             p.log.update_config(config)
@@ -454,8 +463,10 @@ class ReplicaManager:
             p.leader_epoch_start_offset = p.log.log_end_offset
             p.reset_followers(now_ms())
             if not was_leader:
-                log.info("Became leader of %s-%d in epoch %d at LEO %d, HW %d", topic, index, leader_epoch,
-                         p.log.log_end_offset, p.high_watermark)
+                log.info("Became leader of %(topic)s-%(partition)d in epoch %(leader_epoch)d at LEO "
+                         "%(log_end_offset)d, HW %(high_watermark)d",
+                         {"topic": topic, "partition": index, "leader_epoch": leader_epoch,
+                          "log_end_offset": p.log.log_end_offset, "high_watermark": p.high_watermark})
         self._hw_maybe_moved(p)
         self._wake(p.tp)
         return p
@@ -483,7 +494,8 @@ class ReplicaManager:
         else:
             changed = p.leader_id != leader_id or p.leader_epoch != leader_epoch
             if p.is_leader:
-                log.info("Became follower of %s-%d (leader %d, epoch %d)", topic, index, leader_id, leader_epoch)
+                log.info("Became follower of %(topic)s-%(partition)d (leader %(leader_id)d, epoch %(leader_epoch)d)",
+                         {"topic": topic, "partition": index, "leader_id": leader_id, "leader_epoch": leader_epoch})
             p.leader_id = leader_id
             p.leader_epoch = leader_epoch
             p.replicas = list(replicas)
@@ -532,7 +544,7 @@ class ReplicaManager:
         for tp in [tp for tp in self._offline if tp[0] == topic]:
             self._offline.discard(tp)
             self.log_manager.delete_log(*tp)
-        log.info("deleted topic=%s", topic)
+        log.info("deleted topic", extra=fields(topic=topic))
 
     def on_appended(self, partition: Partition) -> None:
         if partition.maybe_advance_high_watermark():
@@ -580,7 +592,8 @@ class ReplicaManager:
         if not p.isr_change_pending:
             new_isr = p.maybe_expand_isr(replica_id)
             if new_isr is not None:
-                log.info("Expanding ISR of %s-%d from %s to %s", p.topic, p.index, p.isr, new_isr)
+                log.info("Expanding ISR of %(topic)s-%(partition)d from %(isr)s to %(new_isr)s",
+                         {"topic": p.topic, "partition": p.index, "isr": p.isr, "new_isr": new_isr})
                 self._submit_isr(p, new_isr)
         self._hw_maybe_moved(p)
 
@@ -670,7 +683,8 @@ class ReplicaManager:
                 done = True
                 self.fetch_waiters.notify(p.tp)
         except (OSError, KafkaStorageError, RuntimeError) as exc:
-            log.error("moving %s-%d to %s failed: %s", p.topic, p.index, mv.target_dir, exc)
+            log.error("moving %(topic)s-%(partition)d to %(target_dir)s failed: %(error)s",
+                      {"topic": p.topic, "partition": p.index, "target_dir": mv.target_dir, "error": exc})
         finally:
             if self._moves.get(p.tp) is mv:
                 del self._moves[p.tp]

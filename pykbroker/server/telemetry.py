@@ -21,6 +21,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from pykbroker.logsetup import fields
 from pykbroker.observability.otlp import OtlpError, walk
 from pykbroker.protocol.record_validator import _decompress_bounded
 from pykbroker.protocol.records import InvalidRecords
@@ -187,7 +188,7 @@ class ClientTelemetry:
             try:
                 subs[name] = parse_subscription(name, cfg)
             except InvalidSubscription as e:  # validated when set; a bad stored one is skipped, loudly
-                log.warning("ignoring client metrics subscription %s: %s", name, e)
+                log.warning("ignoring client metrics subscription %(name)s: %(error)s", {"name": name, "error": e})
         self._source = {k: dict(v) for k, v in configs.items()}
         self.subscriptions = subs
         self.version += 1
@@ -282,13 +283,15 @@ class ClientTelemetry:
                 return inst.last_error
             except MalformedMetrics as e:
                 # Kafka's exporter fails on a payload it cannot read, and the client stops pushing.
-                log.info("client telemetry: unreadable metrics from client instance %s: %s", instance_id, e)
+                log.info("client telemetry: unreadable metrics from client instance %(client_instance_id)s: %(error)s",
+                         {"client_instance_id": instance_id, "error": e})
                 inst.last_error = ErrorCode.invalid_record
                 return inst.last_error
             if inst.latest is None:
-                log.info("client telemetry: first metrics from client instance %s client_id=%s software=%s/%s "
-                         "(%d metrics, e.g. %s)", instance_id, inst.selector.client_id, inst.selector.software_name,
-                         inst.selector.software_version, len(names), ", ".join(sorted(names)[:3]))
+                log.info("client telemetry: first metrics from a client instance", extra=fields(
+                    client_instance_id=str(instance_id), client_id=inst.selector.client_id,
+                    software=f"{inst.selector.software_name}/{inst.selector.software_version}",
+                    metrics=len(names), examples=",".join(sorted(names)[:3])))
             inst.latest = PushedMetrics(now_ms, compression_type, data, names)
             inst.pushes += 1
         inst.last_error = ErrorCode.none

@@ -24,6 +24,7 @@ import anyio
 from kio.schema.errors import ErrorCode
 
 from pykbroker.config import BrokerConfig, ConfigError, log_config_for, validate_topic_configs
+from pykbroker.logsetup import fields
 from pykbroker.metadata.store import (
     BROKER_RESOURCE,
     MetadataStorageError,
@@ -135,7 +136,7 @@ class TopicManager:
             return
         changed = self._apply_dynamic_broker_configs()
         if changed:
-            log.info("dynamic broker configs changed: %s", ", ".join(changed))
+            log.info("dynamic broker configs changed: %(configs)s", {"configs": ', '.join(changed)})
             # Every log's LogConfig falls back to the broker's values: recompute them all, as Kafka's
             # DynamicLogConfig does. The cleaner and retention read the logs' configs on each pass.
             for rec in self.store.topics().values():
@@ -174,7 +175,8 @@ class TopicManager:
                     rec.name, index, log_config, leader_id=a.leader, leader_epoch=a.leader_epoch,
                     replicas=list(a.replicas), isr=list(a.isr), zk_version=a.zk_version)
             elif p is not None or self.replicas.is_offline(rec.name, index):
-                log.info("no longer a replica of %s-%d (replicas %s): removing it", rec.name, index, a.replicas)
+                log.info("no longer a replica of %(topic)s-%(partition)d (replicas %(replicas)s): removing it",
+                         {"topic": rec.name, "partition": index, "replicas": a.replicas})
                 self.replicas.stop_replica(rec.name, index, delete=True)
                 continue
             if self.cluster and p is None:  # a replica new to this run: record which topic it belongs to
@@ -206,8 +208,9 @@ class TopicManager:
             assert rec is not None
             recorded = read_partition_metadata(lg.dir)
             if recorded is not None and recorded != rec.topic_id:
-                log.info("the log of %s-%d belongs to an earlier topic of that name (topic id %s, now %s)",
-                         topic, index, recorded, rec.topic_id)
+                log.info("the log of %(topic)s-%(partition)d belongs to an earlier topic of that name (topic id "
+                         "%(recorded)s, now %(topic_id)s)",
+                         {"topic": topic, "partition": index, "recorded": recorded, "topic_id": rec.topic_id})
                 out.append((topic, index))
         return sorted(out)
 
@@ -328,7 +331,7 @@ class TopicManager:
             raise TopicError(ErrorCode.topic_already_exists, f"Topic '{spec.name}' already exists.") from None
         except MetadataStorageError as e:
             raise _storage_error(e) from None
-        log.info("created topic=%s partitions=%d configs=%s", rec.name, len(rec.partitions), rec.configs)
+        log.info("created topic", extra=fields(topic=rec.name, partitions=len(rec.partitions), configs=rec.configs))
         return rec
 
     async def create_async(self, spec: TopicSpec, *, validate_only: bool = False) -> TopicRecord:
@@ -347,8 +350,9 @@ class TopicManager:
             if isinstance(e, MetadataStorageError):
                 raise _storage_error(e) from None
             raise _store_unavailable(e) from None
-        log.info("created topic=%s topic_id=%s partitions=%d replicas=%s configs=%s", rec.name, rec.topic_id,
-                 len(rec.partitions), {p: a.replicas for p, a in sorted(rec.partitions.items())[:8]}, rec.configs)
+        log.info("created topic", extra=fields(
+            topic=rec.name, topic_id=str(rec.topic_id), partitions=len(rec.partitions),
+            replicas={p: a.replicas for p, a in sorted(rec.partitions.items())[:8]}, configs=rec.configs))
         return rec
 
     async def _precreate_logs(self, rec: TopicRecord) -> list[int]:
@@ -412,7 +416,7 @@ class TopicManager:
         except StoreUnavailable as e:
             raise _store_unavailable(e) from None
         if self.cluster:
-            log.info("marked topic=%s for deletion", name)
+            log.info("marked topic for deletion", extra=fields(topic=name))
         return rec
 
     async def wait_deleted(self, rec: TopicRecord, timeout_s: float) -> bool:
@@ -471,7 +475,7 @@ class TopicManager:
                              "This server does not host this topic-partition.") from None
         except StoreUnavailable as e:
             raise _store_unavailable(e) from None
-        log.info("added partitions topic=%s from=%d to=%d", name, current, count)
+        log.info("added partitions", extra=fields(topic=name, partitions_before=current, partitions=count))
         return range(current, count)
 
 
@@ -491,7 +495,7 @@ def write_partition_metadata(log_dir: Path, topic_id: uuid.UUID) -> None:
             tmp.write_text(f"version: 0\ntopic_id: {uuid_to_kafka(topic_id)}\n")
             tmp.replace(path)
     except OSError as e:  # the log dir's failure shows elsewhere (its next read or write)
-        log.warning("could not write %s: %s", path, e)
+        log.warning("could not write %(path)s: %(error)s", {"path": path, "error": e})
 
 
 def read_partition_metadata(log_dir: Path) -> uuid.UUID | None:

@@ -27,6 +27,7 @@ from typing import Any, cast
 import anyio
 from anyio.abc import ByteStream
 
+from pykbroker.logsetup import fields
 from pykbroker.server.plain_stream import PlainStream
 from pykbroker.storage.file_range import FileRange, StaleRange
 
@@ -108,7 +109,8 @@ async def transmit(stream: ByteStream, response: bytes | ResponseParts, peer: st
         else:
             await _send_zero_copy(plain, response)
     except StaleRange as e:
-        log.warning("closing connection peer=%s: a fetch response cannot be sent as built: %s", peer, e)
+        log.warning("closing connection: a fetch response cannot be sent as built",
+                    extra=fields(peer=peer, reason=str(e)))
         raise anyio.BrokenResourceError(str(e)) from None
 
 

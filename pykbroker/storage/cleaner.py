@@ -437,7 +437,7 @@ class LogCleaner:
                     lg.storage_failure(exc, "cleaning")
                 continue
             except Exception:
-                log.exception("cleaning %s-%d failed", *tp)
+                log.exception("cleaning %(topic)s-%(partition)d failed", {"topic": tp[0], "partition": tp[1]})
                 continue
             self.checkpoints[tp] = st.end_offset
             if st.next_horizon is None:
@@ -445,9 +445,13 @@ class LogCleaner:
             else:
                 self.horizons[tp] = st.next_horizon
             if st.segments_rewritten:
-                log.info("cleaned %s-%d (dirty ratio %.2f): %d segment(s) %d -> %d bytes, %d records removed, "
-                         "%d merged", tp[0], tp[1], ltc.cleanable_ratio, st.segments_rewritten, st.bytes_before,
-                         st.bytes_after, st.records_removed, st.segments_merged)
+                log.info("cleaned %(topic)s-%(partition)d (dirty ratio %(cleanable_ratio).2f): "
+                         "%(segments_rewritten)d segment(s) %(bytes_before)d -> %(bytes_after)d bytes, "
+                         "%(records_removed)d records removed, %(segments_merged)d merged",
+                         {"topic": tp[0], "partition": tp[1], "cleanable_ratio": ltc.cleanable_ratio,
+                          "segments_rewritten": st.segments_rewritten, "bytes_before": st.bytes_before,
+                          "bytes_after": st.bytes_after, "records_removed": st.records_removed,
+                          "segments_merged": st.segments_merged})
                 total.segments_rewritten += st.segments_rewritten
                 total.bytes_before += st.bytes_before
                 total.bytes_after += st.bytes_after

@@ -139,8 +139,8 @@ class _IndexFile:
                         os.ftruncate(fd, whole * self.entry_size)  # no partial entry
                         self._file_size = whole * self.entry_size
                     self._synced = whole
-                    log.warning("%s: disk full, %d index entries not written yet", self.path,
-                                self._entries - whole)
+                    log.warning("%(path)s: disk full, %(entries)d index entries not written yet",
+                                {"path": self.path, "entries": self._entries - whole})
                     return
             self._synced = self._entries
             self._file_size = max(self._file_size, self.size_bytes)

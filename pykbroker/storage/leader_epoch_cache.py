@@ -72,7 +72,7 @@ class LeaderEpochCache:
         try:
             entries = parse_checkpoint(text)
         except ValueError as exc:
-            log.warning("Ignoring malformed leader epoch checkpoint %s: %s", path, exc)
+            log.warning("Ignoring malformed leader epoch checkpoint %(path)s: %(error)s", {"path": path, "error": exc})
             entries = []
         return cls(path, entries)
 

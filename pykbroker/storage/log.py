@@ -272,7 +272,8 @@ class Log:
             if end != segments[-1].size:
                 # Claimed clean, yet the tail is not whole batches: never append after garbage.
                 truncated, leo = segments[-1].recover()
-                log.warning("Truncated %d bytes of invalid data from %s", truncated, segments[-1].log_path)
+                log.warning("Truncated %(truncated)d bytes of invalid data from %(segment)s",
+                            {"truncated": truncated, "segment": segments[-1].log_path})
         except BaseException:
             for seg in segments:
                 with contextlib.suppress(OSError):
@@ -309,7 +310,8 @@ class Log:
             try:
                 seg.txn_index.sanity_check()
             except CorruptIndex as exc:
-                log.warning("Rebuilding transaction index of %s: %s", seg.log_path, exc)
+                log.warning("Rebuilding transaction index of %(segment)s: %(error)s",
+                            {"segment": seg.log_path, "error": exc})
                 rebuild.add(seg.base_offset)
         try:
             for seg in segments:
@@ -575,7 +577,8 @@ class Log:
                 try:
                     self.leader_epoch_cache.assign(leader_epoch, self.log_end_offset)
                 except OSError as exc:
-                    log.warning("Could not write the leader epoch checkpoint of %s yet: %s", self.dir.name, exc)
+                    log.warning("Could not write the leader epoch checkpoint of %(log_dir)s yet: %(error)s",
+                                {"log_dir": self.dir.name, "error": exc})
 
     @_on_disk("writing the leader epoch checkpoint of")
     def checkpoint_leader_epochs(self) -> None:
@@ -725,7 +728,8 @@ class Log:
                 return 0
             expired = self.producer_state.remove_expired(now_ms, expiration_ms)
             if expired:
-                log.debug("Expired %d producer id(s) of %s", len(expired), self.dir.name)
+                log.debug("Expired %(expired)d producer id(s) of %(log_dir)s",
+                          {"expired": len(expired), "log_dir": self.dir.name})
             return len(expired)
 
     def _snapshot_path(self, offset: int) -> Path:
@@ -761,7 +765,7 @@ class Log:
                 self._unsynced_snapshots.add(path)
                 self._dir_dirty = True
         except OSError as exc:
-            log.warning("Could not write producer snapshot %s: %s", path, exc)
+            log.warning("Could not write producer snapshot %(path)s: %(error)s", {"path": path, "error": exc})
             with contextlib.suppress(OSError):
                 tmp.unlink()
             if strict:
@@ -814,7 +818,7 @@ class Log:
             try:
                 state = ProducerStateManager.from_snapshot(path.read_bytes())
             except (OSError, ValueError) as exc:
-                log.warning("Deleting unreadable producer snapshot %s: %s", path, exc)
+                log.warning("Deleting unreadable producer snapshot %(path)s: %(error)s", {"path": path, "error": exc})
                 self._delete_snapshot_locked(offset)
                 continue
             start = max(offset, self.log_start_offset)
@@ -826,7 +830,8 @@ class Log:
         state.map_end_offset = end
         self.producer_state = state
         if replayed:
-            log.debug("Loaded producer state of %s: replayed %d batch(es) from %d", self.dir.name, replayed, start)
+            log.debug("Loaded producer state of %(log_dir)s: replayed %(replayed)d batch(es) from %(start)d",
+                      {"log_dir": self.dir.name, "replayed": replayed, "start": start})
             self._take_snapshot_locked(sync=sync)
         return replayed
 
@@ -851,7 +856,8 @@ class Log:
                     if completed is not None and segment.base_offset in rebuild:
                         _index_completed_txn(segment, state, completed)
             except InvalidRecords as exc:
-                log.warning("Producer state replay stopped in %s: %s", segment.log_path, exc)
+                log.warning("Producer state replay stopped in %(segment)s: %(error)s",
+                            {"segment": segment.log_path, "error": exc})
         return replayed
 
     # -- roll / flush ------------------------------------------------------------------------------
@@ -883,7 +889,8 @@ class Log:
         self._segments.append(segment)
         self._bases.append(segment.base_offset)
         self._dir_dirty = True
-        log.debug("Rolled new log segment %s at offset %d", segment.name, segment.base_offset)
+        log.debug("Rolled new log segment %(segment)s at offset %(base_offset)d",
+                  {"segment": segment.name, "base_offset": segment.base_offset})
         # Producer state as of the new segment's base: recovery replays from here at most.
         self._take_snapshot_locked(sync=False, strict=True)
 
@@ -1040,7 +1047,8 @@ class Log:
                 raise OffsetOutOfRange(f"cannot delete records before {offset}: the limit is {limit}")
             if offset > self.log_start_offset:
                 self.log_start_offset = offset
-                log.info("Incremented log start offset of %s to %d (%s)", self.dir.name, offset, reason.value)
+                log.info("Incremented log start offset of %(log_dir)s to %(offset)d (%(reason)s)",
+                         {"log_dir": self.dir.name, "offset": offset, "reason": reason.value})
                 self.leader_epoch_cache.truncate_from_start(offset)
                 self._delete_segments_locked(self._deletable(self._below_log_start), "log start offset breach")
             return self.log_start_offset
@@ -1113,12 +1121,10 @@ class Log:
         names: list[str] = []
         for seg in deletable:
             log.info(
-                "Deleting segment %s of %s (base offset %d, size %d) due to %s",
-                seg.name,
-                self.dir.name,
-                seg.base_offset,
-                seg.size,
-                reason,
+                "Deleting segment %(segment)s of %(log_dir)s (base offset %(base_offset)d, size %(size)d) due to "
+                "%(reason)s",
+                {"segment": seg.name, "log_dir": self.dir.name, "base_offset": seg.base_offset, "size": seg.size,
+                 "reason": reason},
             )
             self._segments.remove(seg)
             seg.delete()
@@ -1126,8 +1132,9 @@ class Log:
         self._bases = [s.base_offset for s in self._segments]
         if self._segments[0].base_offset > self.log_start_offset:
             self.log_start_offset = self._segments[0].base_offset
-            log.info("Incremented log start offset of %s to %d (%s: %s)", self.dir.name, self.log_start_offset,
-                     LogStartOffsetIncrementReason.SEGMENT_DELETION.value, reason)
+            log.info("Incremented log start offset of %(log_dir)s to %(log_start_offset)d (%(reason)s: %(cause)s)",
+                     {"log_dir": self.dir.name, "log_start_offset": self.log_start_offset,
+                      "reason": LogStartOffsetIncrementReason.SEGMENT_DELETION.value, "cause": reason})
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         self._dir_dirty = True
         self._prune_snapshots_locked()
@@ -1146,7 +1153,8 @@ class Log:
                 # last fetched epoch and the leader would answer the same divergence forever.
                 self.leader_epoch_cache.truncate_from_end(offset)
                 return
-            log.info("Truncating %s to offset %d (LEO was %d)", self.dir.name, offset, self.log_end_offset)
+            log.info("Truncating %(log_dir)s to offset %(offset)d (LEO was %(log_end_offset)d)",
+                     {"log_dir": self.dir.name, "offset": offset, "log_end_offset": self.log_end_offset})
             if offset < self._segments[0].base_offset:
                 self.truncate_fully_and_start_at(offset)
                 return
@@ -1345,12 +1353,14 @@ class Log:
         whichever thread hit the error, possibly holding this log's lock.
         """
         if out_of_descriptors(exc):
-            log.error("%s %s failed: %s (raise the broker's open-file limit, ulimit -n)", what, self.dir, exc)
+            log.error("%(what)s %(log_dir)s failed: %(error)s (raise the broker's open-file limit, ulimit -n)",
+                      {"what": what, "log_dir": self.dir, "error": exc})
             return KafkaStorageError(f"storage error while {what} {self.dir.name}: {exc}")
         first = not self.offline
         self.offline = True
         if first:
-            log.error("I/O error while %s %s: %s", what, self.dir, exc)
+            log.error("I/O error while %(what)s %(log_dir)s: %(error)s",
+                      {"what": what, "log_dir": self.dir, "error": exc})
         hook = self.on_storage_error
         if hook is not None:
             hook(self, f"{what} {self.dir.name} failed: {exc}")
@@ -1435,7 +1445,8 @@ def _read_marker(segment: Segment, header: BatchHeader) -> EndTxnMarker | None:
     try:
         return parse_end_txn_marker(segment.read_batch(header))
     except InvalidRecords as exc:
-        log.warning("Ignoring unreadable control batch at offset %d of %s: %s", header.base_offset, segment.name, exc)
+        log.warning("Ignoring unreadable control batch at offset %(base_offset)d of %(segment)s: %(error)s",
+                    {"base_offset": header.base_offset, "segment": segment.name, "error": exc})
         return None
 
 
@@ -1477,7 +1488,7 @@ def _clean_dir_and_list_bases(dir: Path) -> list[int]:
             continue
         name = entry.name
         if name.endswith(_STRAY_SUFFIXES):
-            log.info("Deleting stray file %s in %s", name, dir)
+            log.info("Deleting stray file %(name)s in %(log_dir)s", {"name": name, "log_dir": dir})
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(entry.path)
             continue
@@ -1490,7 +1501,7 @@ def _clean_dir_and_list_bases(dir: Path) -> list[int]:
             index_files.append((Path(entry.path), base))
     for path, base in index_files:
         if base not in bases:
-            log.info("Deleting orphaned index file %s", path)
+            log.info("Deleting orphaned index file %(path)s", {"path": path})
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
     return sorted(bases)
@@ -1524,7 +1535,8 @@ def _complete_swaps(dir: Path) -> None:  # finish Log.replace_segments after a c
         if txn_swap.exists():
             os.replace(txn_swap, dir / (prefix + TXN_INDEX_SUFFIX))
         os.replace(swap, dir / (prefix + LOG_SUFFIX))
-        log.info("Completed an interrupted segment swap at base offset %d in %s", base, dir)
+        log.info("Completed an interrupted segment swap at base offset %(base)d in %(log_dir)s",
+                 {"base": base, "log_dir": dir})
         _fsync_dir(dir)
 
 
@@ -1549,13 +1561,13 @@ def _recover_segments(dir: Path, segments: list[Segment], recovery_point: int) -
         segments[-1].make_active()
     if total_truncated:
         log.warning(
-            "Recovery of %s truncated %d bytes of invalid or incomplete data (log end offset now %d)",
-            dir.name,
-            total_truncated,
-            segments[-1].read_next_offset(),
+            "Recovery of %(log_dir)s truncated %(total_truncated)d bytes of invalid or incomplete data (log end "
+            "offset now %(next_offset)d)",
+            {"log_dir": dir.name, "total_truncated": total_truncated, "next_offset": segments[-1].read_next_offset()},
         )
     else:
-        log.debug("Recovered %s: %d segment(s) checked, no data lost", dir.name, len(segments) - start)
+        log.debug("Recovered %(log_dir)s: %(segments)d segment(s) checked, no data lost",
+                  {"log_dir": dir.name, "segments": len(segments) - start})
 
 
 def _drop_tail_segments(segments: list[Segment], first: int) -> int:
@@ -1563,7 +1575,7 @@ def _drop_tail_segments(segments: list[Segment], first: int) -> int:
     while len(segments) > first:
         seg = segments.pop()
         dropped += seg.size
-        log.warning("Deleting segment %s after corruption in an earlier segment", seg.log_path)
+        log.warning("Deleting segment %(segment)s after corruption in an earlier segment", {"segment": seg.log_path})
         seg.delete()
     if not segments:
         raise AssertionError("recovery dropped every segment")
@@ -1579,7 +1591,8 @@ def _check_indexes(segments: list[Segment], *, skip_from: int | None) -> None:
         try:
             seg.sanity_check(nxt)
         except CorruptIndex as exc:
-            log.warning("Rebuilding index of %s: %s", seg.log_path, exc)
+            log.warning("Rebuilding index of %(segment)s: %(error)s", {"segment": seg.log_path, "error": exc})
             truncated, _ = seg.recover()
             if truncated:
-                log.warning("Truncated %d invalid bytes from %s", truncated, seg.log_path)
+                log.warning("Truncated %(truncated)d invalid bytes from %(segment)s",
+                            {"truncated": truncated, "segment": seg.log_path})

@@ -297,7 +297,7 @@ class LogDirFailureChannel:
                 return False
             self._offline[log_dir] = reason
             self._pending.append(log_dir)
-        log.error("Log dir %s is offline: %s", log_dir, reason)
+        log.error("Log dir %(log_dir)s is offline: %(reason)s", {"log_dir": log_dir, "reason": reason})
         wakeup = self.wakeup
         if wakeup is not None:
             wakeup()
@@ -364,7 +364,7 @@ class LogManager:
         try:
             self._finish_interrupted_moves()
         except OSError as exc:  # the dirs themselves are checked (and taken offline) below
-            log.warning("Could not finish interrupted log dir moves: %s", exc)
+            log.warning("Could not finish interrupted log dir moves: %(error)s", {"error": exc})
         for log_dir in self.log_dirs:
             try:
                 n_loaded, n_recovered = self._load_dir(log_dir, config_for)
@@ -381,11 +381,10 @@ class LogManager:
                           f"({'; '.join(f'{d}: {r}' for d, r in self.failure_channel.offline_dirs().items())})")
         self._started = True
         log.info(
-            "Loaded %d partition log(s) from %d log dir(s) in %.0f ms (%d recovered after unclean shutdown)",
-            loaded,
-            len(self.log_dirs),
-            (time.monotonic() - started) * 1000,
-            recovered,
+            "Loaded %(loaded)d partition log(s) from %(log_dirs)d log dir(s) in %(elapsed_ms).0f ms (%(recovered)d "
+            "recovered after unclean shutdown)",
+            {"loaded": loaded, "log_dirs": len(self.log_dirs), "elapsed_ms": (time.monotonic() - started) * 1000,
+             "recovered": recovered},
         )
 
     def startup_complete(self) -> None:
@@ -417,12 +416,12 @@ class LogManager:
                 continue
             path = Path(entry.path)
             if entry.name.endswith(DELETE_DIR_SUFFIX):
-                log.info("Finishing deletion of %s", path)
+                log.info("Finishing deletion of %(path)s", {"path": path})
                 shutil.rmtree(path, ignore_errors=True)
                 continue
             if entry.name.endswith(FUTURE_DIR_SUFFIX):
                 # A move (AlterReplicaLogDirs) that did not complete; the original is intact.
-                log.info("Deleting the unfinished future log %s", path)
+                log.info("Deleting the unfinished future log %(path)s", {"path": path})
                 shutil.rmtree(path, ignore_errors=True)
                 continue
             if entry.name.endswith(STRAY_DIR_SUFFIX) or entry.name == METADATA_PARTITION_DIR:
@@ -460,7 +459,7 @@ class LogManager:
             return read_offset_checkpoint(path)
         except (ValueError, OSError) as exc:
             # A bad checkpoint only costs a longer recovery / an earlier start offset.
-            log.warning("Ignoring unreadable checkpoint %s: %s", path, exc)
+            log.warning("Ignoring unreadable checkpoint %(path)s: %(error)s", {"path": path, "error": exc})
             return {}
 
     def _finish_interrupted_moves(self) -> None:
@@ -475,7 +474,8 @@ class LogManager:
                 for other in self.log_dirs:
                     stale = other / marker.parent.name
                     if other != log_dir and stale.is_dir():
-                        log.info("Deleting %s: the log was moved to %s before the broker stopped", stale, log_dir)
+                        log.info("Deleting %(stale)s: the log was moved to %(log_dir)s before the broker stopped",
+                                 {"stale": stale, "log_dir": log_dir})
                         target = stale.with_name(delete_dir_name(*tp))
                         os.rename(stale, target)
                         _fsync_dir(other)
@@ -547,7 +547,8 @@ class LogManager:
                 raise KafkaStorageError(f"creating the future log of {topic}-{partition} failed: {exc}") from exc
             mv = LogMove(tp, source, target_dir, future)
             self._moves[tp] = mv
-        log.info("Moving %s-%d from %s to %s", topic, partition, source.dir.parent, target_dir)
+        log.info("Moving %(topic)s-%(partition)d from %(source_dir)s to %(target_dir)s",
+                 {"topic": topic, "partition": partition, "source_dir": source.dir.parent, "target_dir": target_dir})
         return mv
 
     def abandon_move(self, mv: LogMove) -> None:
@@ -560,8 +561,9 @@ class LogManager:
             return  # abandoned already
         mv.cancelled = True
         shutil.rmtree(mv.future_dir, ignore_errors=True)
-        log.info("Stopped moving %s-%d to %s; it stays in %s", mv.tp[0], mv.tp[1], mv.target_dir,
-                 mv.source.dir.parent)
+        log.info("Stopped moving %(topic)s-%(partition)d to %(target_dir)s; it stays in %(source_dir)s",
+                 {"topic": mv.tp[0], "partition": mv.tp[1], "target_dir": mv.target_dir,
+                  "source_dir": mv.source.dir.parent})
 
     def complete_move(self, mv: LogMove, config: LogConfig) -> Log:
         """Copy what is left, swap the moved log in and retire the original; returns the new log.
@@ -623,8 +625,10 @@ class LogManager:
         with contextlib.suppress(OSError):
             (final / MOVED_MARKER_FILE).unlink()
         self._retired.append(retired)
-        log.info("Moved %s-%d to %s (%d bytes copied; the log was paused for %.1f ms for the last copy and the swap)",
-                 topic, partition, mv.target_dir, mv.copied_bytes(), pause_ms)
+        log.info("Moved %(topic)s-%(partition)d to %(target_dir)s (%(copied_bytes)d bytes copied; the log was paused "
+                 "for %(pause_ms).1f ms for the last copy and the swap)",
+                 {"topic": topic, "partition": partition, "target_dir": mv.target_dir,
+                  "copied_bytes": mv.copied_bytes(), "pause_ms": pause_ms})
         return new
 
     def delete_retired(self) -> None:
@@ -677,7 +681,8 @@ class LogManager:
             self._attach(partition_log)
             self._logs[tp] = partition_log
             self._log_dir_of[tp] = log_dir
-            log.debug("Created log for partition %s-%d in %s", topic, partition, log_dir)
+            log.debug("Created log for partition %(topic)s-%(partition)d in %(log_dir)s",
+                      {"topic": topic, "partition": partition, "log_dir": log_dir})
             return partition_log
 
     def checkpointed_high_watermark(self, topic: str, partition: int) -> int | None:
@@ -706,7 +711,8 @@ class LogManager:
                 except OSError as exc:
                     ok = False
                     if out_of_descriptors(exc):
-                        log.error("writing the high watermark checkpoint in %s failed: %s", log_dir, exc)
+                        log.error("writing the high watermark checkpoint in %(log_dir)s failed: %(error)s",
+                                  {"log_dir": log_dir, "error": exc})
                     else:
                         self.mark_dir_offline(log_dir, f"writing the high watermark checkpoint failed: {exc}")
         return ok
@@ -736,7 +742,7 @@ class LogManager:
         except FileNotFoundError:
             return
         shutil.rmtree(target, ignore_errors=True)
-        log.debug("Deleted log for partition %s-%d", topic, partition)
+        log.debug("Deleted log for partition %(topic)s-%(partition)d", {"topic": topic, "partition": partition})
 
     # -- log dir failure --------------------------------------------------------------------------
 
@@ -778,10 +784,9 @@ class LogManager:
         """
         tps = self._drop_dir_logs(log_dir)
         log.error(
-            "Stopped serving %d partition(s) in offline log dir %s; %d log dir(s) still online",
-            len(tps),
-            log_dir,
-            len(self.online_dirs()),
+            "Stopped serving %(partitions)d partition(s) in offline log dir %(log_dir)s; %(online_dirs)d log dir(s) "
+            "still online",
+            {"partitions": len(tps), "log_dir": log_dir, "online_dirs": len(self.online_dirs())},
         )
         return tps
 
@@ -798,7 +803,7 @@ class LogManager:
             except KafkaStorageError:  # its dir is now offline; reported already
                 continue
             except OSError:
-                log.exception("Retention failed for %s-%d", tp[0], tp[1])
+                log.exception("Retention failed for %(topic)s-%(partition)d", {"topic": tp[0], "partition": tp[1]})
 
     def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
         """Forget idle producer ids (producer.id.expiration.ms) in every log; returns how many.
@@ -820,7 +825,7 @@ class LogManager:
                 except (KafkaStorageError, RuntimeError):  # dir offline (reported) / log deleted
                     continue
                 except OSError:
-                    log.exception("Flush failed for %s-%d", tp[0], tp[1])
+                    log.exception("Flush failed for %(topic)s-%(partition)d", {"topic": tp[0], "partition": tp[1]})
 
     def checkpoint(self) -> bool:
         """Persist recovery points and log start offsets of every online log dir atomically.
@@ -846,7 +851,8 @@ class LogManager:
                 except OSError as exc:
                     ok = False
                     if out_of_descriptors(exc):  # the next checkpoint interval tries again
-                        log.error("writing offset checkpoints in %s failed: %s", log_dir, exc)
+                        log.error("writing offset checkpoints in %(log_dir)s failed: %(error)s",
+                                  {"log_dir": log_dir, "error": exc})
                     else:
                         self.mark_dir_offline(log_dir, f"writing offset checkpoints failed: {exc}")
                     continue
@@ -890,15 +896,17 @@ class LogManager:
                 try:
                     (log_dir / CLEAN_SHUTDOWN_FILE).touch()
                 except OSError as exc:
-                    log.warning("Could not write the clean-shutdown marker in %s (%s): it will be recovered "
-                                "at the next start", log_dir, exc)
+                    log.warning("Could not write the clean-shutdown marker in %(log_dir)s (%(error)s): it will be "
+                                "recovered at the next start",
+                                {"log_dir": log_dir, "error": exc})
                     continue
                 clean += 1
                 with contextlib.suppress(OSError):
                     _fsync_dir(log_dir)
         offline = self.failure_channel.offline_dirs()
         if offline:
-            log.warning("Log manager shut down (%d logs); offline log dir(s) left for recovery: %s",
-                        len(logs), ", ".join(map(str, offline)))
+            log.warning("Log manager shut down (%(logs)d logs); offline log dir(s) left for recovery: "
+                        "%(offline_dirs)s",
+                        {"logs": len(logs), "offline_dirs": ', '.join(map(str, offline))})
         else:
-            log.info("Log manager shut down cleanly (%d logs)", len(logs))
+            log.info("Log manager shut down cleanly (%(logs)d logs)", {"logs": len(logs)})

@@ -523,13 +523,14 @@ class Segment:
                     or header.last_offset_delta < 0
                     or header.last_offset - self.base_offset > MAX_RELATIVE_OFFSET
                 ):
-                    log.debug("%s: out-of-order offsets at position %d", self.log_path, header.position)
+                    log.debug("%(log_path)s: out-of-order offsets at position %(position)d",
+                              {"log_path": self.log_path, "position": header.position})
                     break
                 self._track(header.position, header.size, header.last_offset, header.max_timestamp, header.base_offset)
                 valid_end = header.position + header.size
                 next_offset = header.next_offset
         except InvalidRecords as exc:
-            log.debug("%s: %s", self.log_path, exc)
+            log.debug("%(log_path)s: %(error)s", {"log_path": self.log_path, "error": exc})
         truncated = file_size - valid_end
         if truncated:
             self._cut(valid_end)

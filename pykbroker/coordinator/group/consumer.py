@@ -384,7 +384,7 @@ class ConsumerGroups:
         try:
             self.persist(g)
         except Exception:
-            log.exception("failed to persist consumer group %s", g.group_id)
+            log.exception("failed to persist consumer group %(group_id)s", {"group_id": g.group_id})
 
     # Hooks called by the manager while loading a partition.
     def replay(self, partition: int, key: bytes, value: bytes | None) -> None:
@@ -406,10 +406,12 @@ class ConsumerGroups:
             try:
                 g = self._build_group(gid, partition, items)
             except Exception as e:  # a bad record must not stop loading
-                log.warning("skipping undecodable consumer group %s: %s", gid, e)
+                log.warning("skipping undecodable consumer group %(group_id)s: %(error)s",
+                            {"group_id": gid, "error": e})
                 continue
             if gid in self.m.groups:
-                log.warning("group %s has both classic and consumer records; using the consumer group", gid)
+                log.warning("group %(group_id)s has both classic and consumer records; using the consumer group",
+                            {"group_id": gid})
             self.m.groups[gid] = g
             # Kafka keeps the resolutions in ConsumerGroupRegularExpression records; pykbroker does not
             # write those yet, so it resolves at load, before any heartbeat, and the persisted target
@@ -419,7 +421,8 @@ class ConsumerGroups:
                 self._schedule_session(g, m)
                 if m.state == UNREVOKED:
                     self._schedule_revocation(g, m)
-            log.info("loaded consumer group %s: epoch %d, %d member(s)", gid, g.group_epoch, len(g.members))
+            log.info("loaded consumer group %(group_id)s: epoch %(group_epoch)d, %(members)d member(s)",
+                     {"group_id": gid, "group_epoch": g.group_epoch, "members": len(g.members)})
 
     def _build_group(self, gid: str, partition: int, items: dict[tuple[int, str | None], bytes]) -> ConsumerGroup:
         g = ConsumerGroup(gid, partition, state_timestamp=self.m.clock(), assignor=self.cfg.consumer_assignors[0])
@@ -538,7 +541,7 @@ class ConsumerGroups:
             elif g is not before and isinstance(before, ConsumerGroup):
                 self.m.writer(before.partition, before.tombstones() + self.m.classic_records(g))
         except Exception:
-            log.exception("failed to persist group %s", gid)
+            log.exception("failed to persist group %(group_id)s", {"group_id": gid})
             # Memory never runs ahead of the log: undo the changes.
             rollback()
             raise HeartbeatError(ErrorCode.coordinator_not_available) from None
@@ -700,7 +703,8 @@ class ConsumerGroups:
             g.group_epoch += 1
             self.m.rebalances["consumer"] += 1
         if created:
-            log.info("member %s joined consumer group %s (group epoch %d)", member_id, gid, g.group_epoch)
+            log.info("member %(member_id)s joined consumer group %(group_id)s (group epoch %(group_epoch)d)",
+                     {"member_id": member_id, "group_id": gid, "group_epoch": g.group_epoch})
         self._maybe_refresh_regexes(g, new_regex, last_refresh, now)
 
         self._update_target(g)
@@ -756,14 +760,15 @@ class ConsumerGroups:
         g.group_epoch += 1
         self.m.rebalances["consumer"] += 1
         g.state_timestamp = self.m.clock()
-        log.info("member %s %s consumer group %s (group epoch %d)", m.member_id, why, g.group_id, g.group_epoch)
+        log.info("member %(member_id)s %(why)s consumer group %(group_id)s (group epoch %(group_epoch)d)",
+                 {"member_id": m.member_id, "why": why, "group_id": g.group_id, "group_epoch": g.group_epoch})
         if m.classic is None and self._maybe_downgrade(g):
             if persist:
                 cg = self.m.groups[g.group_id]
                 try:
                     self.m.writer(g.partition, g.tombstones() + self.m.classic_records(cg))
                 except Exception:
-                    log.exception("failed to persist the downgrade of group %s", g.group_id)
+                    log.exception("failed to persist the downgrade of group %(group_id)s", {"group_id": g.group_id})
             return
         if persist:
             self._persist_quietly(g)
@@ -797,7 +802,8 @@ class ConsumerGroups:
             try:
                 pattern = re.compile(rx)
             except re.error:  # validated when a member sent it; should not happen
-                log.error("group %s: cannot compile regular expression %r; it matches nothing", g.group_id, rx)
+                log.error("group %(group_id)s: cannot compile regular expression %(regex)r; it matches nothing",
+                          {"group_id": g.group_id, "regex": rx})
                 topics: frozenset[str] = frozenset()
             else:
                 topics = frozenset(t for t in names if pattern.fullmatch(t))
@@ -822,13 +828,16 @@ class ConsumerGroups:
             if self._resolve_regexes(grp):
                 grp.group_epoch += 1
                 self.m.rebalances["consumer"] += 1
-                log.info("consumer group %s: regular expressions resolved to %s; group epoch %d", gid,
-                         {rx: sorted(r.topics) for rx, r in grp.resolved.items()}, grp.group_epoch)
+                log.info("consumer group %(group_id)s: regular expressions resolved to %(resolved)s; group epoch "
+                         "%(group_epoch)d",
+                         {"group_id": gid, "resolved": {rx: sorted(r.topics) for rx, r in grp.resolved.items()},
+                          "group_epoch": grp.group_epoch})
 
         try:
             self._apply(gid, run)
         except HeartbeatError:
-            log.warning("consumer group %s: could not persist the resolution of its regular expressions", gid)
+            log.warning("consumer group %(group_id)s: could not persist the resolution of its regular expressions",
+                        {"group_id": gid})
 
     def _schedule_session(self, g: ConsumerGroup, m: ConsumerMember) -> None:
         gid, mid = g.group_id, m.member_id
@@ -874,8 +883,9 @@ class ConsumerGroups:
         current = {mid: g.target.get(mid, m.assigned) for mid, m in g.members.items()}
         g.target = fn(g.members, topics, current, {mid: g.member_topics(m) for mid, m in g.members.items()})
         g.assignment_epoch = g.group_epoch
-        log.info("computed target assignment of consumer group %s at epoch %d with %s", g.group_id,
-                 g.assignment_epoch, g.assignor)
+        log.info("computed target assignment of consumer group %(group_id)s at epoch %(assignment_epoch)d with "
+                 "%(assignor)s",
+                 {"group_id": g.group_id, "assignment_epoch": g.assignment_epoch, "assignor": g.assignor})
 
     def _reconcile(self, g: ConsumerGroup, m: ConsumerMember, owned: Assignment | None) -> None:
         # As Kafka's CurrentAssignmentBuilder: topics the member no longer subscribes to are not part of its
@@ -928,7 +938,8 @@ class ConsumerGroups:
         """Kafka's validateOnlineUpgrade: policy, a live group of the consumer protocol, room for one more."""
         from pykbroker.coordinator.group.classic import GroupState
         if self._policy not in ("upgrade", "bidirectional"):
-            log.info("cannot upgrade classic group %s: migration policy %s", cg.group_id, self._policy)
+            log.info("cannot upgrade classic group %(group_id)s: migration policy %(policy)s",
+                     {"group_id": cg.group_id, "policy": self._policy})
             return False
         if cg.state == GroupState.DEAD or cg.protocol_type != "consumer":
             return False
@@ -977,8 +988,9 @@ class ConsumerGroups:
         self.m.groups[g.group_id] = g
         for m in g.members.values():
             self._schedule_session(g, m)
-        log.info("upgraded classic group %s (generation %d, %d member(s)) to a consumer group", g.group_id, gen,
-                 len(g.members))
+        log.info("upgraded classic group %(group_id)s (generation %(generation_id)d, %(members)d member(s)) to a "
+                 "consumer group",
+                 {"group_id": g.group_id, "generation_id": gen, "members": len(g.members)})
         return g
 
     def _maybe_downgrade(self, g: ConsumerGroup) -> bool:
@@ -986,7 +998,8 @@ class ConsumerGroups:
         if not g.members or any(m.classic is None for m in g.members.values()):
             return False
         if self._policy not in ("downgrade", "bidirectional"):
-            log.info("cannot downgrade consumer group %s: migration policy %s", g.group_id, self._policy)
+            log.info("cannot downgrade consumer group %(group_id)s: migration policy %(policy)s",
+                     {"group_id": g.group_id, "policy": self._policy})
             return False
         if len(g.members) > self.cfg.max_size:
             return False
@@ -999,7 +1012,8 @@ class ConsumerGroups:
             for kind in ("chb", "crev", "cjoin", "csync"):
                 self.m.timers.cancel((kind, g.group_id, m.member_id))
         self.m.downgrade_to_classic(g.group_id, g.partition, g.group_epoch, members)
-        log.info("downgraded consumer group %s to a classic group (%d member(s))", g.group_id, len(members))
+        log.info("downgraded consumer group %(group_id)s to a classic group (%(members)d member(s))",
+                 {"group_id": g.group_id, "members": len(members)})
         return True
 
     # --- classic members inside a consumer group --------------------------------------------------
@@ -1063,7 +1077,8 @@ class ConsumerGroups:
             g.group_epoch += 1
             self.m.rebalances["consumer"] += 1
             created = True
-            log.info("classic member %s joined consumer group %s (group epoch %d)", member_id, gid, g.group_epoch)
+            log.info("classic member %(member_id)s joined consumer group %(group_id)s (group epoch %(group_epoch)d)",
+                     {"member_id": member_id, "group_id": gid, "group_epoch": g.group_epoch})
         m.client_id, m.client_host = req.client_id, req.client_host
         m.rebalance_timeout_ms = req.rebalance_timeout_ms
         m.classic = ClassicMetadata(req.session_timeout_ms, list(req.protocols))

@@ -501,7 +501,8 @@ def _delete_share_group(shares: ShareCoordinator, group_id: str) -> ErrorCode:
     for topic_id in topic_ids:
         rec = shares.store.topic_by_id(topic_id)
         shares.delete_topic_state(group_id, rec.name if rec is not None else "", topic_id)
-    log.info("deleted share group %s (state on %d topic(s))", group_id, len(topic_ids))
+    log.info("deleted share group %(group_id)s (state on %(topic_ids)d topic(s))",
+             {"group_id": group_id, "topic_ids": len(topic_ids)})
     return ErrorCode.none
 
 

@@ -154,7 +154,8 @@ class GroupManager:
                 elif self.consumer is not None:
                     self.consumer.replay(partition, key, value)
             except (SerdeError, UnicodeDecodeError) as e:
-                log.warning("skipping undecodable __consumer_offsets record partition=%d: %s", partition, e)
+                log.warning("skipping an undecodable __consumer_offsets record of partition %(partition)d: %(error)s",
+                            {"partition": partition, "error": e})
         now = self.clock()
         for gid, gv in groups.items():
             if gv is None:
@@ -254,7 +255,8 @@ class GroupManager:
             # Members with a JoinGroup or SyncGroup outstanding satisfy their heartbeat.
             self._schedule_heartbeat(g, m)
             return
-        log.info("member %s of group %s expired (session timeout)", member_id, gid)
+        log.info("member %(member_id)s of group %(group_id)s expired (session timeout)",
+                 {"member_id": member_id, "group_id": gid})
         self._remove_member_and_update(g, m, "session timeout expired")
 
     # --- group lookup and persistence --------------------------------------------------------
@@ -363,7 +365,7 @@ class GroupManager:
             try:
                 self.consumer.delete_for_conversion(g)
             except Exception:
-                log.exception("failed to delete empty consumer group %s", req.group_id)
+                log.exception("failed to delete empty consumer group %(group_id)s", {"group_id": req.group_id})
                 cb(self.join_error(ErrorCode.coordinator_not_available, req.member_id))
                 return
             g = None
@@ -423,7 +425,8 @@ class GroupManager:
             g.new_member_added = True
         g.add(m)
         self._schedule_heartbeat(g, m)
-        log.debug("member %s joined group %s (%s)", member_id, g.group_id, req.reason or "new member")
+        log.debug("member %(member_id)s joined group %(group_id)s (%(reason)s)",
+                  {"member_id": member_id, "group_id": g.group_id, "reason": req.reason or 'new member'})
         self._maybe_prepare_rebalance(g, f"member {member_id} joined")
 
     def _replace_static_member(self, g: ClassicGroup, old_id: str, new_id: str, req: JoinRequest,
@@ -447,13 +450,14 @@ class GroupManager:
         m.rebalance_timeout_ms = req.rebalance_timeout_ms
         m.session_timeout_ms = req.session_timeout_ms
         m.client_id, m.client_host = req.client_id, req.client_host
-        log.info("static member %s of group %s rejoined as %s", req.group_instance_id, g.group_id, new_id)
+        log.info("static member %(group_instance_id)s of group %(group_id)s rejoined as %(new_member_id)s",
+                 {"group_instance_id": req.group_instance_id, "group_id": g.group_id, "new_member_id": new_id})
         if g.state == GroupState.STABLE:
             if g.protocol_name == g.select_protocol():
                 try:
                     self._store_group(g)
                 except Exception:
-                    log.exception("failed to persist group %s", g.group_id)
+                    log.exception("failed to persist group %(group_id)s", {"group_id": g.group_id})
                     # Revert, as Kafka does, and let the member retry.
                     del g.members[new_id]
                     m.member_id = old_id
@@ -554,8 +558,9 @@ class GroupManager:
         else:
             g.initial_delay_active = False
             self._schedule(("join", g.group_id), g.rebalance_timeout_ms(), lambda: self._complete_join(g))
-        log.info("preparing to rebalance group %s in state %s with old generation %d: %s",
-                 g.group_id, g.state.value, g.generation_id, reason)
+        log.info("preparing to rebalance group %(group_id)s in state %(state)s with old generation "
+                 "%(generation_id)d: %(reason)s",
+                 {"group_id": g.group_id, "state": g.state.value, "generation_id": g.generation_id, "reason": reason})
         g.transition(GroupState.PREPARING_REBALANCE, now)
         self._check_join_complete(g)
 
@@ -578,7 +583,8 @@ class GroupManager:
         if g.state != GroupState.PREPARING_REBALANCE or self.groups.get(g.group_id) is not g:
             return
         for m in [m for m in g.members.values() if m.join_cb is None]:
-            log.info("removing member %s of group %s: it did not rejoin in time", m.member_id, g.group_id)
+            log.info("removing member %(member_id)s of group %(group_id)s: it did not rejoin in time",
+                     {"member_id": m.member_id, "group_id": g.group_id})
             self.timers.cancel(("hb", g.group_id, m.member_id))
             g.remove(m.member_id)
         if g.leader_id is None and g.members:
@@ -589,18 +595,21 @@ class GroupManager:
             g.protocol_name = None
             g.transition(GroupState.EMPTY, now)
             g.subscribed = None
-            log.info("group %s is empty at generation %d", g.group_id, g.generation_id)
+            log.info("group %(group_id)s is empty at generation %(generation_id)d",
+                     {"group_id": g.group_id, "generation_id": g.generation_id})
             try:
                 self._store_group(g, {})
             except Exception:
-                log.exception("failed to persist empty group %s", g.group_id)
+                log.exception("failed to persist empty group %(group_id)s", {"group_id": g.group_id})
             return
         g.protocol_name = g.select_protocol()
         g.compute_subscriptions()
         g.transition(GroupState.COMPLETING_REBALANCE, now)
         self.rebalances["classic"] += 1
-        log.info("stabilized group %s generation %d protocol %s with %d members", g.group_id, g.generation_id,
-                 g.protocol_name, len(g.members))
+        log.info("stabilized group %(group_id)s generation %(generation_id)d protocol %(protocol)s with %(members)d "
+                 "members",
+                 {"group_id": g.group_id, "generation_id": g.generation_id, "protocol": g.protocol_name,
+                  "members": len(g.members)})
         for m in g.members.values():
             resp = self._join_response(g, m, with_members=g.is_leader(m.member_id))
             m.is_new = False
@@ -617,7 +626,8 @@ class GroupManager:
         for mid in list(g.pending_sync):
             m = g.members.get(mid)
             if m is not None:
-                log.info("removing member %s of group %s: no SyncGroup in time", mid, g.group_id)
+                log.info("removing member %(member_id)s of group %(group_id)s: no SyncGroup in time",
+                         {"member_id": mid, "group_id": g.group_id})
                 self._remove_member(g, m)
         g.pending_sync.clear()
         self._prepare_rebalance(g, "members did not sync in time")
@@ -683,7 +693,7 @@ class GroupManager:
         try:
             self._store_group(g, full)
         except Exception:
-            log.exception("failed to persist group %s", g.group_id)
+            log.exception("failed to persist group %(group_id)s", {"group_id": g.group_id})
             if g.state == GroupState.COMPLETING_REBALANCE and g.generation_id == generation:
                 for x in g.members.values():
                     x.assignment = b""
@@ -767,7 +777,7 @@ class GroupManager:
             if m is None:
                 out.append(ErrorCode.unknown_member_id)
                 continue
-            log.debug("member %s left group %s", member_id, group_id)
+            log.debug("member %(member_id)s left group %(group_id)s", {"member_id": member_id, "group_id": group_id})
             self._remove_member_and_update(g, m, "the member left the group")
             out.append(ErrorCode.none)
         return ErrorCode.none, out
@@ -831,7 +841,7 @@ class GroupManager:
             try:
                 self.writer(g.partition, records)
             except Exception:
-                log.exception("failed to persist offsets of group %s", group_id)
+                log.exception("failed to persist offsets of group %(group_id)s", {"group_id": group_id})
                 for tp in values:
                     result[tp] = ErrorCode.coordinator_not_available
                 return result, {}
@@ -949,7 +959,7 @@ class GroupManager:
             try:
                 self._delete_group(gid)
             except Exception:
-                log.exception("failed to delete group %s", gid)
+                log.exception("failed to delete group %(group_id)s", {"group_id": gid})
                 out[gid] = ErrorCode.coordinator_not_available
                 continue
             out[gid] = ErrorCode.none
@@ -972,7 +982,7 @@ class GroupManager:
             g.transition(GroupState.DEAD, self.clock())
             self.timers.cancel(("join", gid))
             self.timers.cancel(("sync", gid))
-        log.info("deleted group %s", gid)
+        log.info("deleted group %(group_id)s", {"group_id": gid})
 
     def list_groups(self, states: set[str] | None = None, types: set[str] | None = None
                     ) -> list[dict[str, Any]]:
@@ -1070,7 +1080,7 @@ class GroupManager:
             try:
                 self.writer(g.partition, records)
             except Exception:
-                log.exception("failed to expire offsets of group %s", gid)
+                log.exception("failed to expire offsets of group %(group_id)s", {"group_id": gid})
                 continue
             for tp in expired:
                 offs.pop(tp, None)
@@ -1080,5 +1090,6 @@ class GroupManager:
                 del self.groups[gid]
                 if isinstance(g, ClassicGroup):
                     g.transition(GroupState.DEAD, now)
-                log.info("group %s expired with %d offsets", gid, len(expired))
+                log.info("group %(group_id)s expired with %(expired)d offsets",
+                         {"group_id": gid, "expired": len(expired)})
         return expired_total

@@ -63,7 +63,7 @@ class GroupCoordinator(PartitionLoader):
             warning = internal_topic.unmeetable_min_isr(
                 OFFSETS_TOPIC, config["offsets.topic.replication.factor"], config["min.insync.replicas"])
             if warning is not None:
-                log.warning("%s", warning)
+                log.warning("%(warning)s", {"warning": warning})
         self.manager.on_timers_changed = self._timers_changed
         self.manager.topic_partitions = self._topic_partitions
         self._wake = anyio.Event()
@@ -198,7 +198,7 @@ class GroupCoordinator(PartitionLoader):
         try:
             records = await anyio.to_thread.run_sync(self._read_partition, partition)
         except Exception:
-            log.exception("failed to read %s-%d", OFFSETS_TOPIC, partition)
+            log.exception("failed to read %(topic)s-%(partition)d", {"topic": OFFSETS_TOPIC, "partition": partition})
             records = []
         if self.manager.partitions.get(partition) is None:
             return  # unloaded meanwhile
@@ -207,14 +207,16 @@ class GroupCoordinator(PartitionLoader):
             try:
                 loaded(partition, records)
             except Exception:
-                log.exception("share group records of %s-%d not loaded", OFFSETS_TOPIC, partition)
+                log.exception("share group records of %(topic)s-%(partition)d not loaded",
+                              {"topic": OFFSETS_TOPIC, "partition": partition})
         open_txns = self._txn_open.pop(partition, {})
         if self.txn_offsets is not None and open_txns:
             self.txn_offsets.restore(partition, open_txns)
         self.manager.finish_loading(partition)
         if records:
-            log.debug("loaded %s-%d: %d records in %.3fs", OFFSETS_TOPIC, partition, len(records),
-                     time.monotonic() - started)
+            log.debug("loaded %(topic)s-%(partition)d: %(records)d records in %(elapsed_s).3fs",
+                      {"topic": OFFSETS_TOPIC, "partition": partition, "records": len(records),
+                       "elapsed_s": time.monotonic() - started})
 
     # --- tasks ----------------------------------------------------------------------------
 
@@ -264,6 +266,6 @@ class GroupCoordinator(PartitionLoader):
             try:
                 n = self.manager.expire_offsets()
                 if n:
-                    log.info("expired %d committed offsets", n)
+                    log.info("expired %(offsets)d committed offsets", {"offsets": n})
             except Exception:
                 log.exception("offset expiration failed")

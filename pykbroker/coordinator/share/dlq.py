@@ -75,10 +75,10 @@ def ensure_topic(topics: TopicManager, name: str) -> bool:
         return True
     try:
         topics.create(TopicSpec(name))
-        log.info("created dead-letter topic %s", name)
+        log.info("created dead-letter topic %(name)s", {"name": name})
     except TopicError as e:
         if topics.store.topic(name) is None:
-            log.error("cannot create dead-letter topic %s: %s", name, e.message)
+            log.error("cannot create dead-letter topic %(name)s: %(error)s", {"name": name, "error": e.message})
             return False
     return True
 
@@ -89,7 +89,8 @@ def append(replicas: ReplicaManager, topics: TopicManager, dlq_topic: str, sourc
     if not records:
         return True
     if dlq_topic in INTERNAL_TOPICS:
-        log.error("dead-letter topic %s is an internal topic: %d record(s) not dead-lettered", dlq_topic, len(records))
+        log.error("dead-letter topic %(dlq_topic)s is an internal topic: %(records)d record(s) not dead-lettered",
+                  {"dlq_topic": dlq_topic, "records": len(records)})
         return False
     if not ensure_topic(topics, dlq_topic):
         return False
@@ -99,8 +100,9 @@ def append(replicas: ReplicaManager, topics: TopicManager, dlq_topic: str, sourc
     idx = source_partition % len(rec.partitions)
     p = replicas.partition(dlq_topic, idx)
     if p is None or p.offline or p.leader_id != replicas.broker_id:
-        log.error("dead-letter topic %s-%d is not led by this broker: %d record(s) not dead-lettered", dlq_topic, idx,
-                  len(records))
+        log.error("dead-letter topic %(dlq_topic)s-%(partition)d is not led by this broker: %(records)d record(s) "
+                  "not dead-lettered",
+                  {"dlq_topic": dlq_topic, "partition": idx, "records": len(records)})
         return False
     now = now_ms()
     buf = bytearray(build_batch([(k, v, tuple(h)) for k, v, h in records], timestamp_ms=now))

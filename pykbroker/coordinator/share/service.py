@@ -156,7 +156,7 @@ class ShareCoordinator:
                 if self.store.topic(STATE_TOPIC) is not None or await self.state.ensure_topic_async():
                     return
             except Exception as e:  # ZooKeeper unavailable: try again
-                log.debug("cannot create %s yet: %s", STATE_TOPIC, e)
+                log.debug("cannot create %(topic)s yet: %(error)s", {"topic": STATE_TOPIC, "error": e})
             await anyio.sleep(1.0)
 
     async def close(self) -> None:
@@ -183,8 +183,8 @@ class ShareCoordinator:
             epoch = p.leader_epoch
             code, snap = await self.persister.read(serde.StateKey(group_id, topic_id, partition), epoch)
             if code != ErrorCode.none:
-                log.debug("share group %s: state of %s-%d not readable yet: %s", group_id, topic, partition,
-                          code.name)
+                log.debug("share group %(group_id)s: state of %(topic)s-%(partition)d not readable yet: %(error)s",
+                          {"group_id": group_id, "topic": topic, "partition": partition, "error": code.name})
                 return None
             if self.replicas.partition(topic, partition) is not p or not p.is_leader or p.leader_epoch != epoch:
                 return None  # the leadership moved while reading
@@ -298,8 +298,9 @@ class ShareCoordinator:
         if not target:
             return
         if target == topic:
-            log.error("share group %s: dead-letter topic %s is the source topic; records not dead-lettered",
-                      group_id, topic)
+            log.error("share group %(group_id)s: dead-letter topic %(topic)s is the source topic; records not "
+                      "dead-lettered",
+                      {"group_id": group_id, "topic": topic})
             return
         p = self.replicas.partition(topic, partition)
         if p is None:
@@ -307,7 +308,9 @@ class ShareCoordinator:
         try:
             found = dlq.read_records_at(p, [a.offset for a in wanted])
         except (OffsetOutOfRange, KafkaStorageError) as e:
-            log.error("share group %s: cannot read %s-%d for the dead-letter topic: %s", group_id, topic, partition, e)
+            log.error("share group %(group_id)s: cannot read %(topic)s-%(partition)d for the dead-letter topic: "
+                      "%(error)s",
+                      {"group_id": group_id, "topic": topic, "partition": partition, "error": e})
             return
         out = [dlq.dead_letter_record(found[a.offset], topic=topic, partition=partition, group=group_id,
                                       delivery_count=a.delivery_count, reason=a.reason)
@@ -350,7 +353,9 @@ class ShareCoordinator:
                     if code == ErrorCode.none:
                         failed.pop(spk, None)
                     elif code in (ErrorCode.fenced_leader_epoch, ErrorCode.fenced_state_epoch):
-                        log.info("share group %s: state of %s-%d fenced (%s); dropping it", *spk, code.name)
+                        log.info("share group %(group_id)s: state of %(topic)s-%(partition)d fenced (%(error)s); "
+                                 "dropping it",
+                                 {"group_id": spk[0], "topic": spk[1], "partition": spk[2], "error": code.name})
                         self._drop(spk)
                         failed[spk] = (ErrorCode.not_leader_or_follower if code == ErrorCode.fenced_leader_epoch
                                        else code)
@@ -363,8 +368,9 @@ class ShareCoordinator:
                 if not retry:
                     continue
                 if anyio.current_time() + backoff >= deadline:
-                    log.warning("share state of %d share-partition(s) not written (%s): read again from their "
-                                "share coordinators", len(retry), sorted({c.name for c in failed.values()}))
+                    log.warning("share state of %(share_partitions)d share-partition(s) not written (%(errors)s): "
+                                "read again from their share coordinators",
+                                {"share_partitions": len(retry), "errors": sorted({c.name for c in failed.values()})})
                     for k, (spk, _) in retry:
                         self._pending.pop(k, None)
                         self._drop(spk)
@@ -526,7 +532,8 @@ class ShareCoordinator:
             try:
                 internal_topic.append_records(self.replicas, OFFSETS_TOPIC, idx, records)
             except Exception as e:
-                log.warning("share group %s: cannot write its metadata record: %s", gid, e)
+                log.warning("share group %(group_id)s: cannot write its metadata record: %(error)s",
+                            {"group_id": gid, "error": e})
                 continue
             if topics:
                 self._state_topics[gid] = topics

@@ -131,7 +131,8 @@ class ShareStateStore(PartitionLoader):
                 else:
                     out[key] = serde.decode_value(v)
             except ValueError as e:
-                log.error("skipping an unreadable %s-%d record: %s", STATE_TOPIC, partition, e)
+                log.error("skipping an unreadable %(topic)s-%(partition)d record: %(error)s",
+                          {"topic": STATE_TOPIC, "partition": partition, "error": e})
         return out
 
     async def _load(self, partition: int) -> None:
@@ -141,7 +142,7 @@ class ShareStateStore(PartitionLoader):
         try:
             states = await anyio.to_thread.run_sync(self._read_partition, partition)
         except Exception:
-            log.exception("failed to read %s-%d", STATE_TOPIC, partition)
+            log.exception("failed to read %(topic)s-%(partition)d", {"topic": STATE_TOPIC, "partition": partition})
             states = {}
         if self._loaded.get(partition) is not event or event.is_set():
             return  # no longer led here, or led again under a newer epoch (loaded again)
@@ -225,7 +226,8 @@ class ShareStateStore(PartitionLoader):
                 try:
                     internal_topic.append_records(self.replicas, STATE_TOPIC, idx, records)
                 except Exception as e:  # lost the leadership or the log dir meanwhile
-                    log.warning("cannot append to %s-%d: %s", STATE_TOPIC, idx, e)
+                    log.warning("cannot append to %(topic)s-%(partition)d: %(error)s",
+                                {"topic": STATE_TOPIC, "partition": idx, "error": e})
                     out.update(dict.fromkeys(accepted, ErrorCode.not_coordinator))
                     continue
                 code = await self._durable(idx)

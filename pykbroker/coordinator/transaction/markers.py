@@ -66,12 +66,14 @@ def write_marker(replicas: ReplicaManager, topic: str, partition: int, producer_
     try:
         append_internal(p, buf)
     except InvalidRecords as e:
-        log.warning("marker rejected by %s-%d: %s", topic, partition, e)
+        log.warning("marker rejected by %(topic)s-%(partition)d: %(error)s",
+                    {"topic": topic, "partition": partition, "error": e})
         return ErrorCode(e.error_code)
     except Exception as e:
         code = getattr(e, "error_code", None)
         if code is not None:
-            log.warning("marker rejected by %s-%d: %s", topic, partition, e)
+            log.warning("marker rejected by %(topic)s-%(partition)d: %(error)s",
+                        {"topic": topic, "partition": partition, "error": e})
             return ErrorCode(code)
         raise
     replicas.on_appended(p)

@@ -208,8 +208,9 @@ class TxnOffsets:
             if p is None or p.leader_id != self.groups.replicas.broker_id:
                 return all_(ErrorCode.not_coordinator)
             if guard is not None and guard.cleared and opens_transaction(p, producer_id, producer_epoch):
-                log.info("transactional offset commit of group %s: the verified transaction of producer %d "
-                         "ended before the append", group_id, producer_id)
+                log.info("transactional offset commit of group %(group_id)s: the verified transaction of producer "
+                         "%(producer_id)d ended before the append",
+                         {"group_id": group_id, "producer_id": producer_id})
                 return all_(ErrorCode.invalid_txn_state)
             buf = bytearray(build_batch(records, timestamp_ms=now, producer_id=producer_id,
                                         producer_epoch=producer_epoch, is_transactional=True))
@@ -217,7 +218,8 @@ class TxnOffsets:
                 append_internal(p, buf)
             except Exception as e:
                 code = getattr(e, "error_code", None)
-                log.warning("transactional offset commit of group %s failed: %s", group_id, e)
+                log.warning("transactional offset commit of group %(group_id)s failed: %(error)s",
+                            {"group_id": group_id, "error": e})
                 return all_(offset_commit_error(ErrorCode(code)) if code is not None
                             else ErrorCode.coordinator_not_available)
             self.groups.replicas.on_appended(p)
@@ -263,7 +265,7 @@ class TxnOffsets:
                         continue
                     v = decode_offset_value(value)
                 except (SerdeError, UnicodeDecodeError) as e:
-                    log.warning("skipping undecodable transactional offset record: %s", e)
+                    log.warning("skipping undecodable transactional offset record: %(error)s", {"error": e})
                     continue
                 self.pending.setdefault(pid, {}).setdefault(k.group, {})[(k.topic, k.partition)] = v
 

@@ -247,19 +247,22 @@ class TransactionCoordinator(PartitionLoader):
             if job.commit and self._fault_file.exists():
                 self._fault_file.unlink()
                 await self.flush(job.transactional_id)
-                log.warning("fault injection: halting after PrepareCommit of %s", job.transactional_id)
+                log.warning("fault injection: halting after PrepareCommit of %(transactional_id)s",
+                            {"transactional_id": job.transactional_id})
                 os._exit(137)
             # The PrepareCommit/PrepareAbort record first: were it lost in a failover, a new coordinator could
             # decide otherwise (abort on timeout) after some markers said commit.
             prepared = await self.flush(job.transactional_id) if self.store.is_cluster() else ErrorCode.none
             if prepared != ErrorCode.none:
-                log.warning("transaction %s: its prepared state is not replicated (%s); markers will be retried",
-                            job.transactional_id, prepared.name)
+                log.warning("transaction %(transactional_id)s: its prepared state is not replicated (%(state)s); "
+                            "markers will be retried",
+                            {"transactional_id": job.transactional_id, "state": prepared.name})
                 return False
             failed = await self.write_markers(job)
             if failed:
-                log.warning("markers of transaction %s not written to %s; will retry", job.transactional_id,
-                            {f"{t}-{p}": c.name for (t, p), c in failed.items()})
+                log.warning("markers of transaction %(transactional_id)s not written to %(partitions)s; will retry",
+                            {"transactional_id": job.transactional_id,
+                             "partitions": {f'{t}-{p}': c.name for (t, p), c in failed.items()}})
                 return False
             if self.flush_on_ack:
                 for topic, index in job.partitions:
@@ -269,7 +272,8 @@ class TransactionCoordinator(PartitionLoader):
             try:
                 done = self.sm.complete(job)
             except Exception:
-                log.exception("failed to complete transaction %s", job.transactional_id)
+                log.exception("failed to complete transaction %(transactional_id)s",
+                              {"transactional_id": job.transactional_id})
                 return False
             if done:
                 await self.flush(job.transactional_id)
@@ -288,7 +292,7 @@ class TransactionCoordinator(PartitionLoader):
         try:
             records = await anyio.to_thread.run_sync(self._read_partition, partition)
         except Exception:
-            log.exception("failed to read %s-%d", TXN_TOPIC, partition)
+            log.exception("failed to read %(topic)s-%(partition)d", {"topic": TXN_TOPIC, "partition": partition})
             records = []
         part = self.sm.partitions.get(partition)
         if part is None or not part.loading:
@@ -296,11 +300,13 @@ class TransactionCoordinator(PartitionLoader):
         n = self.sm.load(partition, records)
         jobs = self.sm.finish_loading(partition)
         if records:
-            log.debug("loaded %s-%d: %d transactional ids (%d prepared) in %.3fs", TXN_TOPIC, partition, n,
-                     len(jobs), time.monotonic() - started)
+            log.debug("loaded %(topic)s-%(partition)d: %(transactional_ids)d transactional ids (%(prepared)d "
+                      "prepared) in %(elapsed_s).3fs",
+                      {"topic": TXN_TOPIC, "partition": partition, "transactional_ids": n, "prepared": len(jobs),
+                       "elapsed_s": time.monotonic() - started})
         for job in jobs:
-            log.info("completing %s of transaction %s found prepared at load",
-                     "commit" if job.commit else "abort", job.transactional_id)
+            log.info("completing %(result)s of transaction %(transactional_id)s found prepared at load",
+                     {"result": 'commit' if job.commit else 'abort', "transactional_id": job.transactional_id})
             await self.finish(job)
 
     # --- tasks -------------------------------------------------------------------------------
@@ -329,7 +335,7 @@ class TransactionCoordinator(PartitionLoader):
                 # An abort may bump a producer to a new id: reserve ids here, off the event loop.
                 await self.producer_ids.ensure_available()
             except StoreUnavailable as e:
-                log.warning("cannot reserve producer ids: %s", e)
+                log.warning("cannot reserve producer ids: %(error)s", {"error": e})
                 continue
             try:
                 for job in self.sm.abort_timed_out():
@@ -346,6 +352,6 @@ class TransactionCoordinator(PartitionLoader):
             try:
                 expired = self.sm.expire_transactional_ids()
                 if expired:
-                    log.info("expired %d transactional ids", len(expired))
+                    log.info("expired %(expired)d transactional ids", {"expired": len(expired)})
             except Exception:
                 log.exception("transactional id expiration failed")

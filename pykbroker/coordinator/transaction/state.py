@@ -30,6 +30,7 @@ from pykbroker.coordinator.transaction.log_serde import (
     encode_key,
     encode_value,
 )
+from pykbroker.logsetup import fields
 
 log = logging.getLogger("pykbroker.txn")
 
@@ -186,7 +187,8 @@ class TransactionStateMachine:
                 txn_id = decode_key(key)
                 state[txn_id] = None if value is None else TransactionMetadata.from_value(txn_id, decode_value(value))
             except (TxnLogSerdeError, UnicodeDecodeError, ValueError) as e:
-                log.warning("skipping undecodable __transaction_state record partition=%d: %s", partition, e)
+                log.warning("skipping an undecodable __transaction_state record",
+                            extra=fields(partition=partition, reason=str(e)))
         part = self.partitions.get(partition)
         if part is None:
             return 0
@@ -274,8 +276,8 @@ class TransactionStateMachine:
             new = md.transition(TxnState.PREPARE_EPOCH_FENCE, now).transition(
                 TxnState.PREPARE_ABORT, now, producer_epoch=fenced_epoch, last_producer_epoch=NO_PRODUCER_EPOCH)
             self._store(new)
-            log.info("fencing producer id=%d epoch=%d of transactional id %s: aborting its transaction",
-                     md.producer_id, md.producer_epoch, transactional_id)
+            log.info("fencing a producer: aborting its transaction", extra=fields(
+                transactional_id=transactional_id, producer_id=md.producer_id, producer_epoch=md.producer_epoch))
             return InitResult(ErrorCode.concurrent_transactions, job=self._job(new))
         # Empty, CompleteCommit, CompleteAbort.
         pid, last_pid = md.producer_id, md.last_producer_id
@@ -405,10 +407,10 @@ class TransactionStateMachine:
             try:
                 self._store(new)
             except Exception:
-                log.exception("failed to abort timed-out transaction %s", t)
+                log.exception("failed to abort timed-out transaction %(transactional_id)s", {"transactional_id": t})
                 continue
-            log.info("aborting transaction %s of producer id=%d: timed out after %d ms", t, md.producer_id,
-                     md.timeout_ms)
+            log.info("aborting a transaction that timed out",
+                     extra=fields(transactional_id=t, producer_id=md.producer_id, timeout_ms=md.timeout_ms))
             jobs.append(self._job(new))
         return jobs
 
@@ -425,7 +427,7 @@ class TransactionStateMachine:
             try:
                 self.writer(p, encode_key(t), None)
             except Exception:
-                log.exception("failed to expire transactional id %s", t)
+                log.exception("failed to expire transactional id %(transactional_id)s", {"transactional_id": t})
                 continue
             del self.txns[t]
             part = self.partitions.get(p)

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from pykbroker.logsetup import fields
 from pykbroker.security.principal import KafkaPrincipal
 from pykbroker.security.sasl.errors import SaslFailure
 from pykbroker.security.sasl.oauthbearer import OAuthBearerServer
@@ -135,18 +136,20 @@ class SaslAuthenticator:
             self._reauthenticating = True
         elif self.state is not State.HANDSHAKE:
             self.state = State.FAILED
-            log.warning("SASL handshake out of order from peer=%s on listener %s", self.session.peer,
-                        self.settings.listener)
+            log.warning("SASL handshake out of order",
+                        extra=fields(peer=self.session.peer, listener=self.settings.listener))
             return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": enabled}
         if mechanism not in enabled:
             self.state = State.FAILED
-            log.warning("failed authentication peer=%s listener=%s: unsupported SASL mechanism %r (enabled: %s)",
-                        self.session.peer, self.settings.listener, mechanism[:64], ",".join(enabled))
+            log.warning("failed authentication: unsupported SASL mechanism",
+                        extra=fields(peer=self.session.peer, listener=self.settings.listener,
+                                     mechanism=mechanism[:64], enabled=",".join(enabled)))
             return {"error_code": ErrorCode.unsupported_sasl_mechanism, "mechanisms": enabled}
         if self._reauthenticating and mechanism != self.mechanism:
             self.state = State.FAILED
-            log.warning("failed re-authentication peer=%s listener=%s: mechanism %s differs from %s",
-                        self.session.peer, self.settings.listener, mechanism, self.mechanism)
+            log.warning("failed re-authentication: the mechanism differs from the first authentication's",
+                        extra=fields(peer=self.session.peer, listener=self.settings.listener,
+                                     mechanism=mechanism, first_mechanism=self.mechanism))
             return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": enabled}
         self.mechanism = mechanism
         self._server = self.settings.new_server(mechanism)
@@ -164,8 +167,8 @@ class SaslAuthenticator:
             return body
         if self.state is not State.AUTHENTICATE:
             self.state = State.FAILED
-            log.warning("SaslAuthenticate out of order from peer=%s on listener %s", self.session.peer,
-                        self.settings.listener)
+            log.warning("SaslAuthenticate out of order",
+                        extra=fields(peer=self.session.peer, listener=self.settings.listener))
             body.update(error_code=ErrorCode.illegal_sasl_state,
                         error_message="Unexpected SaslAuthenticate request: no SASL handshake in progress")
             return body
@@ -204,16 +207,18 @@ class SaslAuthenticator:
             response = server.evaluate(token)
         except SaslFailure as e:
             self.state = State.FAILED
-            log.warning("failed authentication peer=%s listener=%s mechanism=%s user=%r: %s",
-                        peer, listener, self.mechanism, (e.username or server.username)[:256], e.detail)
+            log.warning("failed authentication", extra=fields(
+                peer=peer, listener=listener, mechanism=self.mechanism, user=(e.username or server.username)[:256],
+                reason=e.detail))
             raise
         if not server.complete:
             return response
         principal = KafkaPrincipal("User", server.username)
         if self._reauthenticating and principal != self.session.principal:
             self.state = State.FAILED
-            log.warning("failed re-authentication peer=%s listener=%s mechanism=%s: principal %s differs from %s",
-                        peer, listener, self.mechanism, principal, self.session.principal)
+            log.warning("failed re-authentication: the principal differs from the first authentication's",
+                        extra=fields(peer=peer, listener=listener, mechanism=self.mechanism,
+                                     principal=str(principal), first_principal=str(self.session.principal)))
             raise SaslFailure(f"Cannot change principals during re-authentication from "
                               f"{self.session.principal}: {principal}")
         self.session.principal = principal
@@ -225,9 +230,8 @@ class SaslAuthenticator:
             lifetime = max(min(lifetime, credential_ms), 1)
         self._lifetime_ms = lifetime
         self.session.reauth_deadline = self._clock() + lifetime / 1000 if lifetime > 0 else None
-        log.info("%s peer=%s listener=%s mechanism=%s principal=%s",
-                 "re-authenticated" if self._reauthenticating else "authenticated",
-                 peer, listener, self.mechanism, principal)
+        log.info("re-authenticated" if self._reauthenticating else "authenticated",
+                 extra=fields(peer=peer, listener=listener, mechanism=self.mechanism, principal=str(principal)))
         self._reauthenticating = False
         return response
 

@@ -392,7 +392,8 @@ async def store_resource_configs(svc: Services, rtype: int, name: str, configs: 
         raise ResourceError(ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist.") from None
     except StoreUnavailable as e:
         raise ResourceError(ErrorCode.request_timed_out, f"The metadata store is not reachable: {e}") from None
-    log.info("altered configs of %s %r: %s", _type_name(rtype), name, configs)
+    log.info("altered configs of %(resource_type)s %(name)r: %(configs)s",
+             {"resource_type": _type_name(rtype), "name": name, "configs": configs})
 
 
 def _preflight(resources: list[Any], incremental: bool) -> dict[int, ResourceError]:

@@ -18,6 +18,7 @@ from kio.schema.errors import ErrorCode
 
 from pykbroker.coordinator.transaction.verification import verify_transactional_batch, verify_with_coordinator
 from pykbroker.delay.service import DELAYED_TOPIC, DelayForward
+from pykbroker.logsetup import fields
 from pykbroker.protocol.message_format import is_message_set, up_convert
 from pykbroker.protocol.record_validator import validate_records
 from pykbroker.protocol.records import InvalidRecords, parse_batch_header, validate_for_append
@@ -278,12 +279,14 @@ async def handle_produce(svc: Services, ctx: RequestContext, req: Any
                 if acks == -1 and p.high_watermark < p.log.log_end_offset:  # followers must have it first
                     awaiting.append((p, p.log.log_end_offset, parts, len(parts) - 1, min_isr))
             except InvalidRecords as e:
-                log.warning("produce rejected topic=%s partition=%d client=%s error=%s reason=%r",
-                            name, idx, ctx.header.client_id, ErrorCode(e.error_code).name, str(e))
+                log.warning("produce rejected", extra=fields(
+                    topic=name, partition=idx, client_id=ctx.header.client_id, error=ErrorCode(e.error_code).name,
+                    reason=str(e)))
                 parts.append(_invalid_records(idx, e))
             except ProducerStateError as e:  # fenced epochs, sequence gaps, txn state
-                log.info("produce rejected topic=%s partition=%d client=%s error=%s reason=%r",
-                         name, idx, ctx.header.client_id, ErrorCode(e.error_code).name, str(e))
+                log.info("produce rejected", extra=fields(
+                    topic=name, partition=idx, client_id=ctx.header.client_id, error=ErrorCode(e.error_code).name,
+                    reason=str(e)))
                 parts.append(_partition_error(idx, ErrorCode(e.error_code), str(e)))
             except KafkaStorageError as e:  # the log dir failed (KIP-112); nothing was appended
                 parts.append(_partition_error(idx, ErrorCode.kafka_storage_error, str(e)))

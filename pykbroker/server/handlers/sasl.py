@@ -142,8 +142,9 @@ async def handle_alter_user_scram_credentials(svc: Services, ctx: RequestContext
             for user in {u for u, _ in upserts} | {u for u, _ in deletions}:
                 fail(user, ErrorCode.unknown_server_error, f"The metadata store is unavailable: {e}")
         else:
-            log.info("SCRAM credentials altered by %s: upserted %s, deleted %s", ctx.session.principal,
-                     sorted(f"{u}/{m}" for u, m in upserts), sorted(f"{u}/{m}" for u, m in deletions))
+            log.info("SCRAM credentials altered by %(principal)s: upserted %(upserted)s, deleted %(deleted)s",
+                     {"principal": ctx.session.principal, "upserted": sorted((f'{u}/{m}' for u, m in upserts)),
+                      "deleted": sorted((f'{u}/{m}' for u, m in deletions))})
     results = []
     for user in users:
         code, message = errors.get(user, (ErrorCode.none, None))
