@@ -145,7 +145,8 @@ def test_serve_fails_at_start_when_an_explicit_slice_cannot_be_had(
     monkeypatch.setattr("pykbroker.server.broker.Broker", lambda config: pytest.fail("the broker must not start"))
     assert cli.main(["serve", "--override", f"{KEY}=500"]) == 1
     err = capsys.readouterr().err
-    assert "cannot start: pykbroker.scheduler.slice.us=500: this kernel keeps no slice per thread" in err
+    assert "cannot start: pykbroker.scheduler.slice.us cannot be applied: this kernel keeps no slice per thread" in err
+    assert "value=500" in err
 
 
 def test_serve_rejects_a_bad_value() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
+from pykbroker import logsetup
 from pykbroker.config import BrokerConfig, ConfigError
 from pykbroker.security.principal import ANONYMOUS, KafkaPrincipal
 from pykbroker.security.sasl.authenticator import SaslAuthenticator, SaslClose, SaslServerSettings, State
@@ -176,12 +177,18 @@ def test_plain_v1_login_sets_principal(caplog: pytest.LogCaptureFixture) -> None
     assert auth.authenticated and session.principal.name == "alice"
 
 
+def _log_text(caplog: pytest.LogCaptureFixture) -> str:
+    """The lines as the broker writes them: the message and its fields."""
+    return "\n".join(logsetup.TextFormatter().format(r) for r in caplog.records)
+
+
 def test_unsupported_mechanism_lists_enabled(caplog: pytest.LogCaptureFixture) -> None:
     auth, _, _ = _auth()
     with caplog.at_level(logging.WARNING):
         body = auth.handshake(1, "GSSAPI")
     assert body == {"error_code": ErrorCode.unsupported_sasl_mechanism, "mechanisms": ["PLAIN", "SCRAM-SHA-512"]}
-    assert "127.0.0.1:5555" in caplog.text and "GSSAPI" in caplog.text
+    text = _log_text(caplog)
+    assert "127.0.0.1:5555" in text and "GSSAPI" in text
     with pytest.raises(SaslClose):
         auth.check(18, "ApiVersions", 10)
 
@@ -193,8 +200,9 @@ def test_failed_login_logged_without_password(caplog: pytest.LogCaptureFixture) 
         body = auth.authenticate(1, b"\x00alice\x00not-the-password")
     assert body["error_code"] == ErrorCode.sasl_authentication_failed
     assert body["error_message"] == "Authentication failed: Invalid username or password"
-    assert "alice" in caplog.text and "127.0.0.1:5555" in caplog.text and "PLAIN" in caplog.text
-    assert "not-the-password" not in caplog.text
+    text = _log_text(caplog)
+    assert "alice" in text and "127.0.0.1:5555" in text and "PLAIN" in text
+    assert "not-the-password" not in text
     assert session.principal == ANONYMOUS and auth.state is State.FAILED
     with pytest.raises(SaslClose):
         auth.check(36, "SaslAuthenticate", 10)
