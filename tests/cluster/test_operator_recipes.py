@@ -1,11 +1,13 @@
-"""The operator's recipes, run as documented: `pykbroker zookeeper` (one node, a 3-node ensemble, a systemd
-unit) and the README's "A cluster" commands, taken from the README itself, with a real consumer group on the
-cluster they build.  Only ports and directories are substituted (free ports, a temp dir)."""
+"""The operator's recipes, run as documented: docs/deploy.md's `pykbroker zookeeper` commands (one node,
+a 3-node ensemble, a systemd unit) and the README's "A cluster" commands, each taken from the doc itself,
+with a real consumer group on the cluster they build.  Only ports and directories are substituted (free
+ports, a temp dir)."""
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -75,30 +77,79 @@ def _init(dir_: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=60)
 
 
-def test_zookeeper_one_node_listens_where_told(tmp_path: Path, procs: Processes) -> None:
+def _doc_section(doc: str, heading: str) -> str:
+    text = (ROOT / doc).read_text()
+    section = text[text.index(heading):]
+    level = heading.split(" ")[0]
+    rest = section[len(heading):]
+    stops = [i for i in (rest.find(f"\n{level} "), rest.find("\n" + level[:-1] + " ")) if i >= 0]
+    return section[:len(heading) + min(stops)] if stops else section
+
+
+def _sh_blocks(section: str) -> list[str]:
+    return re.findall(r"```sh\n(.*?)```", section, re.S)
+
+
+def _command(line: str, subs: dict[str, str]) -> list[str]:
+    """One documented ``pykbroker ...`` command line as argv: comment and redirection dropped, the
+    documented directories and ports replaced by the test's."""
+    line = line.split("  #")[0].split(" > ")[0].strip()
+    for old, new in subs.items():
+        line = line.replace(old, new)
+    argv = shlex.split(line)
+    assert argv[0] == "pykbroker", line
+    return [*PYKBROKER, *argv[1:]]
+
+
+ZK_DOCS = ("docs/deploy.md", "### ZooKeeper without containers")
+
+
+def test_zookeeper_one_node_as_documented(tmp_path: Path, procs: Processes) -> None:
+    """docs/deploy.md's one-node commands (init, start, the srvr check) and its systemd unit."""
+    section = _doc_section(*ZK_DOCS)
+    blocks = _sh_blocks(section)
+    one_node, systemd = blocks[0], blocks[-1]
     port = free_port()
-    done = _init(tmp_path / "zk", "--address", "127.0.0.1", "--client-port", str(port))
+    subs = {"/srv/zookeeper": str(tmp_path / "zk"), "2181": str(port)}
+    lines = [x for x in one_node.splitlines() if x.startswith("pykbroker zookeeper")]
+    assert [x.split()[2] for x in lines] == ["init", "start"], one_node
+    done = subprocess.run(_command(lines[0], subs), cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert f"127.0.0.1:{port}" in done.stdout
     cfg = (tmp_path / "zk" / "zoo.cfg").read_text()
     assert "clientPortAddress=127.0.0.1" in cfg and f"dataDir={tmp_path / 'zk' / 'data'}" in cfg
-    procs.start([*PYKBROKER, "zookeeper", "start", "--dir", str(tmp_path / "zk")], ROOT, tmp_path / "zk.out")
+    procs.start(_command(lines[1], subs), ROOT, tmp_path / "zk.out")
+    assert "echo srvr | nc 127.0.0.1 2181" in one_node and '"Mode: standalone"' in one_node
     wait_for(lambda: _mode("127.0.0.1", port) == "standalone", timeout=60, what="ZooKeeper serving")
     # Only on the address it was given: another loopback address of this host finds nothing there.
     assert four_letter_word("127.0.0.2", port, timeout=2) == ""
-    unit = subprocess.run([*PYKBROKER, "zookeeper", "systemd-unit", "--dir", str(tmp_path / "zk")], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+    unit_line = next(x for x in systemd.splitlines() if x.startswith("pykbroker zookeeper systemd-unit"))
+    unit = subprocess.run(_command(unit_line, subs), cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert unit.returncode == 0 and "ExecStart=" in unit.stdout and "QuorumPeerMain" in unit.stdout
+    assert "User=zookeeper" in unit.stdout and str(tmp_path / "zk" / "zoo.cfg") in unit.stdout
     # A mistake is said at once, with exit status 2.
     bad = _init(tmp_path / "zk2", "--servers", "127.0.0.1:1:2,127.0.0.1:3:4", "--myid", "1")
     assert bad.returncode == 2 and "odd number" in bad.stderr
 
 
-def test_zookeeper_three_node_ensemble(tmp_path: Path, procs: Processes) -> None:
+def test_zookeeper_three_node_ensemble_as_documented(tmp_path: Path, procs: Processes) -> None:
+    """docs/deploy.md's ensemble: its init line with the one-host test bed's --servers and client ports."""
+    section = _doc_section(*ZK_DOCS)
+    init = next(b for b in _sh_blocks(section) if "--servers" in b)
+    init_line = " ".join(x.rstrip("\\").strip() for x in init.splitlines() if x.strip())
+    m = re.search(r"`--servers (\S+)` with client ports (\d+), (\d+)\s+and (\d+)", section)
+    assert m, "the test bed's --servers and client ports"
+    doc_servers, doc_clients = m.group(1), [m.group(2), m.group(3), m.group(4)]
+    servers = doc_servers
+    for old in sorted(set(re.findall(r":(\d+)", doc_servers)), key=len, reverse=True):
+        servers = servers.replace(f":{old}", f":{free_port()}")
+    doc_init_servers = re.search(r"--servers (\S+)", init_line)
+    assert doc_init_servers
     clients = [free_port() for _ in range(3)]
-    servers = ",".join(f"{i}=127.0.0.1:{free_port()}:{free_port()}" for i in (1, 2, 3))
     for i, port in enumerate(clients, start=1):
-        done = _init(tmp_path / f"zk{i}", "--client-port", str(port), "--servers", servers, "--myid", str(i))
+        argv = _command(init_line, {doc_init_servers.group(1): servers, "/srv/zookeeper": str(tmp_path / f"zk{i}"),
+                                    "10.0.0.11": "127.0.0.1", doc_clients[0]: str(port), "--myid 1": f"--myid {i}"})
+        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
         assert (tmp_path / f"zk{i}" / "data" / "myid").read_text().strip() == str(i)
         procs.start([*PYKBROKER, "zookeeper", "start", "--dir", str(tmp_path / f"zk{i}")], ROOT,
