@@ -16,8 +16,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+from pykbroker.hints import NOT_IMPLEMENTED_HINT
 from pykbroker.logsetup import fields, parse_levels
+from pykbroker.security.acl_authorizer import AUTHORIZER_CLASS_NAMES, parse_super_users
+from pykbroker.security.sasl.settings import check_config as check_sasl
 from pykbroker.storage.log_config import LogConfig
 
 log = logging.getLogger("pykbroker.config")
@@ -101,6 +105,65 @@ class ConfigDef:
         return str(value)
 
 
+# --- plain parsing of single settings (the features that use them import these) ---
+
+LOCAL_ENDPOINTS = "pykbroker.local.broker.endpoints"
+
+
+def parse_metrics_listener(value: str) -> tuple[str, int]:
+    """``http://host:port`` (or ``host:port``) → (host, port). Raises ValueError, saying why."""
+    text = value.strip()
+    if "://" not in text:
+        text = "http://" + text
+    parts = urlsplit(text)
+    if parts.scheme != "http":
+        raise ValueError(f"pykbroker.metrics.listener must be http://host:port, not {value!r} (no TLS on the "
+                         "metrics endpoint; put a proxy in front if it needs one)")
+    if parts.path not in ("", "/", "/metrics") or parts.query:
+        raise ValueError(f"pykbroker.metrics.listener {value!r}: the path is always /metrics")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if port is None or not parts.hostname:
+        raise ValueError(f"pykbroker.metrics.listener {value!r} needs a host and a port, e.g. http://0.0.0.0:9404")
+    return parts.hostname, port
+
+
+def parse_ip_overrides(raw: str) -> dict[str, int]:
+    """``host1:10,1.2.3.4:20`` into {host: count}; the last colon separates (so IPv6 works)."""
+    out: dict[str, int] = {}
+    for item in raw.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        host, sep, count = item.rpartition(":")
+        host = host.strip().strip("[]")
+        if not sep or not host:
+            raise ValueError(f"{item!r} is not of the form host:count")
+        try:
+            n = int(count.strip())
+        except ValueError:
+            raise ValueError(f"{item!r} is not of the form host:count") from None
+        if n < 0:
+            raise ValueError(f"{item!r}: the count must not be negative")
+        out[host] = n
+    return out
+
+
+def parse_local_endpoints(items: list[str]) -> dict[int, tuple[str, int]]:
+    """``id@host:port`` items -> {broker id: (host, port)}; ValueError naming a malformed item."""
+    out: dict[int, tuple[str, int]] = {}
+    for item in items:
+        broker, at, address = item.partition("@")
+        host, colon, port = address.rpartition(":")
+        host = host.strip("[]")
+        if not (at and colon and broker.strip().isdigit() and port.isdigit() and host and 0 < int(port) <= 65535):
+            raise ValueError(f"{item!r} is not of the form BROKER_ID@host:port")
+        out[int(broker)] = (host, int(port))
+    return out
+
+
 def at_least(n: int) -> Callable[[Any], str | None]:
     return lambda v: None if v >= n else f"value must be at least {n}"
 
@@ -108,8 +171,6 @@ def at_least(n: int) -> Callable[[Any], str | None]:
 def _valid_metrics_listener(value: Any) -> str | None:
     if not value:
         return None
-    from pykbroker.observability.endpoint import parse_metrics_listener
-
     try:
         parse_metrics_listener(value)
     except ValueError as e:
@@ -137,8 +198,6 @@ def _topic_name_or_empty(value: Any) -> str | None:
 
 
 def _authorizer_class(value: object) -> str | None:
-    from pykbroker.security.acl_authorizer import AUTHORIZER_CLASS_NAMES
-
     if value in ("", None) or value in AUTHORIZER_CLASS_NAMES:
         return None
     return ("only Kafka's ACL authorizers are implemented: " + ", ".join(sorted(AUTHORIZER_CLASS_NAMES))
@@ -146,8 +205,6 @@ def _authorizer_class(value: object) -> str | None:
 
 
 def _super_users(value: object) -> str | None:
-    from pykbroker.security.acl_authorizer import parse_super_users
-
     try:
         parse_super_users(str(value or ""))
     except ValueError as e:
@@ -163,9 +220,6 @@ def _valid_policy(v: Any) -> str | None:
 
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-NOT_IMPLEMENTED_HINT = "see README 'Settings not implemented'"
-
-
 def parse_protocol_map(raw: str) -> dict[str, str]:
     """``listener.security.protocol.map``: ``NAME:PROTOCOL`` pairs; raises ValueError if malformed."""
     out: dict[str, str] = {}
@@ -275,8 +329,6 @@ LISTENER_CONFIGS += SSL_CONFIGS
 
 
 def _valid_local_endpoints(v: Any) -> str | None:
-    from pykbroker.multiprocess.plan import parse_local_endpoints
-
     try:
         parse_local_endpoints(v)
     except ValueError as e:
@@ -285,8 +337,6 @@ def _valid_local_endpoints(v: Any) -> str | None:
 
 
 def _valid_ip_overrides(v: Any) -> str | None:
-    from pykbroker.server.connection_quotas import parse_ip_overrides
-
     try:
         parse_ip_overrides(v)
     except ValueError as e:
@@ -920,8 +970,6 @@ class BrokerConfig:
         if self["max.connections.per.ip"] == 0 and not self["max.connections.per.ip.overrides"].strip():
             raise ConfigError("configuration 'max.connections.per.ip' can be 0 only if "
                               "'max.connections.per.ip.overrides' is set")
-        from pykbroker.security.sasl.settings import check_config as check_sasl
-
         try:
             check_sasl(self)
         except ValueError as e:

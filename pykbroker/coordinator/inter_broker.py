@@ -18,7 +18,8 @@ from typing import Any
 import anyio
 from kio.schema.errors import ErrorCode
 
-from pykbroker.replication.client import BrokerClient, BrokerConnectionError
+from pykbroker.protocol.framing import BrokerConnectionError
+from pykbroker.replication.client import BrokerClient
 
 log = logging.getLogger("pykbroker.txn")
 

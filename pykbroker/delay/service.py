@@ -349,7 +349,7 @@ class DelayService(PartitionLoader):
             return False
         if ctx.authorizer is None:
             return True
-        from pykbroker.server.authorizer import AclOperation
+        from pykbroker.security.authorizer import AclOperation
         from pykbroker.server.authz import cluster_allowed
 
         return cluster_allowed(ctx, AclOperation.CLUSTER_ACTION)

@@ -23,25 +23,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pykbroker.config import INT_MAX, BrokerConfig, ConfigError, Listener, parse_listener
+from pykbroker.config import (
+    INT_MAX,
+    LOCAL_ENDPOINTS,
+    BrokerConfig,
+    ConfigError,
+    Listener,
+    parse_listener,
+    parse_metrics_listener,
+)
 
 WILDCARD_HOSTS = ("", "0.0.0.0", "::")
-LOCAL_ENDPOINTS = "pykbroker.local.broker.endpoints"
-
-
-def parse_local_endpoints(items: list[str]) -> dict[int, tuple[str, int]]:
-    """``id@host:port`` items -> {broker id: (host, port)}; ValueError naming a malformed item."""
-    out: dict[int, tuple[str, int]] = {}
-    for item in items:
-        broker, at, address = item.partition("@")
-        host, colon, port = address.rpartition(":")
-        host = host.strip("[]")
-        if not (at and colon and broker.strip().isdigit() and port.isdigit() and host and 0 < int(port) <= 65535):
-            raise ValueError(f"{item!r} is not of the form BROKER_ID@host:port")
-        out[int(broker)] = (host, int(port))
-    return out
-
-
 def _loopback_of(host: str) -> str | None:
     """The loopback address a listener bound to ``host`` accepts, or None if it accepts none."""
     if host in ("", "0.0.0.0", "localhost") or host.startswith("127."):
@@ -119,8 +111,6 @@ def plan_processes(config: BrokerConfig, processes: int, hostname: str) -> list[
                 _render(_shift(a, i, "advertised.listeners")) for a in advertised)
         binds = [(lst.host, lst.port) for lst in listeners]
         if metrics:
-            from pykbroker.observability.endpoint import parse_metrics_listener
-
             host, port = parse_metrics_listener(metrics)
             if port == 0 and processes > 1:
                 raise ConfigError("configuration 'pykbroker.metrics.listener' has port 0: with --processes each "

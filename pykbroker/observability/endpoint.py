@@ -11,34 +11,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
 
 from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR, start_http_server
 from prometheus_client.registry import CollectorRegistry
 
+from pykbroker.config import parse_metrics_listener
 from pykbroker.observability.collector import BrokerCollector, Snapshot
 
 log = logging.getLogger("pykbroker.metrics")
-
-
-def parse_metrics_listener(value: str) -> tuple[str, int]:
-    """``http://host:port`` (or ``host:port``) → (host, port). Raises ValueError, saying why."""
-    text = value.strip()
-    if "://" not in text:
-        text = "http://" + text
-    parts = urlsplit(text)
-    if parts.scheme != "http":
-        raise ValueError(f"pykbroker.metrics.listener must be http://host:port, not {value!r} (no TLS on the "
-                         "metrics endpoint; put a proxy in front if it needs one)")
-    if parts.path not in ("", "/", "/metrics") or parts.query:
-        raise ValueError(f"pykbroker.metrics.listener {value!r}: the path is always /metrics")
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    if port is None or not parts.hostname:
-        raise ValueError(f"pykbroker.metrics.listener {value!r} needs a host and a port, e.g. http://0.0.0.0:9404")
-    return parts.hostname, port
 
 
 class MetricsEndpoint:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import io
+import sys
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, fields, is_dataclass
@@ -244,3 +245,6 @@ def decode_response(api_key: int, version: int, payload: bytes, offset: int) -> 
     """Used by the healthcheck client and the tests."""
     value, _size = _reader(response_class(api_key, version))(payload, offset)
     return value
+
+
+legacy.use_codec(sys.modules[__name__])  # the layouts below build on this module

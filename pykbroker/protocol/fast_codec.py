@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from pykbroker.protocol import codec
-from pykbroker.storage.file_range import FileRange
+from pykbroker.protocol.file_range import FileRange
 
 # One piece of an encoded response: bytes, or a fetched record set left in its segment file.
 Part = bytes | FileRange

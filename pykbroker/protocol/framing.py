@@ -125,3 +125,8 @@ class FrameDecoder:
 
 def encode_frame(payload: bytes | bytearray) -> bytes:
     return _SIZE.pack(len(payload)) + payload
+
+
+class BrokerConnectionError(Exception):
+    """A client's connection to a broker failed or answered out of step; it is closed.  Lives with the
+    framing so that every client of the broker protocol (the replica fetcher's, the SASL login's) shares it."""

@@ -24,7 +24,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass, make_dataclass
 from types import NoneType, UnionType
-from typing import Any, Union, get_args, get_origin
+from typing import Any, Protocol, Union, get_args, get_origin
 
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
@@ -204,8 +204,7 @@ def _absent_default(api_key: int, f: Field[Any]) -> Any:
     tp = _unwrap(f.type)
     if get_origin(tp) is tuple:
         return ()
-    from pykbroker.protocol import codec  # codec imports this module
-
+    codec = _codec()
     if is_dataclass(tp):
         return codec.build(tp, {})  # type: ignore[arg-type]
     return codec.default_primitive(f.metadata.get("kafka_type", ""))
@@ -264,8 +263,36 @@ def _struct_name(model: type | None, name: str) -> str:
     return nested.__name__ if nested is not None else "".join(p.title() for p in name.split("_"))
 
 
-# Filled lazily: codec imports this module, and the kio model classes come from codec.
+# Filled lazily: the kio model classes come from the codec.
 _CLASSES: dict[tuple[int, int], tuple[type, type]] = {}
+
+
+class Codec(Protocol):
+    """What the layouts need of the codec above them: kio's classes and their zero values.  The codec
+    imports this module and registers itself (:func:`use_codec`), so this module never imports it."""
+
+    def build(self, cls: type, data: Mapping[str, Any]) -> Any: ...
+
+    def default_primitive(self, kafka_type: str) -> Any: ...
+
+    def kio_versions(self, api_key: int) -> range: ...
+
+    def request_class(self, api_key: int, version: int) -> type: ...
+
+    def response_class(self, api_key: int, version: int) -> type: ...
+
+
+_CODEC: list[Codec] = []
+
+
+def use_codec(codec: Codec) -> None:
+    _CODEC[:] = [codec]
+
+
+def _codec() -> Codec:
+    if not _CODEC:
+        raise RuntimeError("pykbroker.protocol.codec registers itself on import; import it first")
+    return _CODEC[0]
 
 
 def is_legacy(api_key: int, version: int) -> bool:
@@ -279,8 +306,7 @@ def legacy_versions(api_key: int) -> list[int]:
 def _classes(api_key: int, version: int) -> tuple[type, type]:
     pair = _CLASSES.get((api_key, version))
     if pair is None:
-        from pykbroker.protocol import codec
-
+        codec = _codec()
         oldest = codec.kio_versions(api_key).start
         req_model = codec.request_class(api_key, oldest)
         resp_model = codec.response_class(api_key, oldest)

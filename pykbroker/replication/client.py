@@ -17,6 +17,7 @@ import anyio
 import anyio.abc
 
 from pykbroker.protocol import codec
+from pykbroker.protocol.framing import BrokerConnectionError
 from pykbroker.protocol.header import skip_tagged_fields
 
 _SIZE = struct.Struct(">i")
@@ -26,10 +27,6 @@ MAX_RESPONSE_BYTES = 1 << 30
 # transport's 256 KiB reads and re-queues the rest, copying it again each time, and costs a
 # pause/resume of reading (two epoll changes) per call -- per MiB of a replica fetch, several.
 RECEIVE_MAX = 1 << 24
-
-
-class BrokerConnectionError(Exception):
-    """The connection failed or answered out of step; it is closed."""
 
 
 OnConnect = Callable[["BrokerClient"], Awaitable[None]]

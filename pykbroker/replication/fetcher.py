@@ -22,8 +22,9 @@ import anyio.abc
 import anyio.lowlevel
 from kio.schema.errors import ErrorCode
 
+from pykbroker.protocol.framing import BrokerConnectionError
 from pykbroker.protocol.records import InvalidRecords
-from pykbroker.replication.client import BrokerClient, BrokerConnectionError
+from pykbroker.replication.client import BrokerClient
 from pykbroker.replication.rules import follower_truncation_offset
 from pykbroker.storage.log import KafkaStorageError, LogStartOffsetIncrementReason, OffsetOutOfRange
 

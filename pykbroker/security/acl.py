@@ -11,8 +11,8 @@ import ipaddress
 from dataclasses import dataclass
 from enum import IntEnum
 
+from pykbroker.security.authorizer import AclOperation, ResourceType
 from pykbroker.security.principal import KafkaPrincipal
-from pykbroker.server.authorizer import AclOperation, ResourceType
 
 WILDCARD = "*"
 WILDCARD_PRINCIPAL = "User:*"
@@ -174,7 +174,7 @@ def validate_binding(resource_type: int, name: str, pattern_type: int, principal
 
 
 def _supported(rtype: ResourceType) -> frozenset[AclOperation]:
-    from pykbroker.server.authorizer import SUPPORTED_OPERATIONS
+    from pykbroker.security.authorizer import SUPPORTED_OPERATIONS
 
     return SUPPORTED_OPERATIONS[rtype]
 

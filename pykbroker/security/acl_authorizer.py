@@ -19,8 +19,8 @@ from pykbroker.security.acl import (
     PatternType,
     PermissionType,
 )
+from pykbroker.security.authorizer import AclOperation, ResourceType
 from pykbroker.security.principal import KafkaPrincipal
-from pykbroker.server.authorizer import AclOperation, ResourceType
 
 # Kafka's class names accepted for authorizer.class.name (ZooKeeper-era and KRaft-era: same semantics here).
 AUTHORIZER_CLASS_NAMES = frozenset({
@@ -85,7 +85,7 @@ class _Index:
 
 
 class AclAuthorizer:
-    """The ``Authorizer`` of pykbroker.server.authorizer backed by ACLs (StandardAuthorizer semantics)."""
+    """The ``Authorizer`` of pykbroker.security.authorizer backed by ACLs (StandardAuthorizer semantics)."""
 
     def __init__(self, super_users: Iterable[str] = (), allow_everyone_if_no_acl_found: bool = False) -> None:
         self.super_users = frozenset(super_users)

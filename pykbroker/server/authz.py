@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pykbroker.server.authorizer import AclOperation, ResourceType, authorize
+from pykbroker.security.authorizer import AclOperation, ResourceType
+from pykbroker.server.authorizer import authorize
 from pykbroker.server.context import RequestContext
 
 __all__ = ["CLUSTER_NAME", "allowed", "cluster_allowed", "denied_names", "enforced"]

@@ -30,7 +30,13 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from pykbroker import __version__
-from pykbroker.config import BrokerConfig, effective_topic_config, log_config_for
+from pykbroker.config import (
+    LOCAL_ENDPOINTS,
+    BrokerConfig,
+    effective_topic_config,
+    log_config_for,
+    parse_local_endpoints,
+)
 from pykbroker.coordinator.group.service import OFFSETS_TOPIC, GroupCoordinator
 from pykbroker.coordinator.inter_broker import InterBrokerClients
 from pykbroker.coordinator.share.service import ShareCoordinator
@@ -40,7 +46,6 @@ from pykbroker.delay.service import DelayService
 from pykbroker.logsetup import fields
 from pykbroker.metadata.embedded import META_PROPERTIES, DataDirInUse, EmbeddedMetadataStore, write_atomically
 from pykbroker.metadata.store import MetadataStore, StoreUnavailable, run_store
-from pykbroker.multiprocess.plan import LOCAL_ENDPOINTS, parse_local_endpoints
 from pykbroker.observability.collector import Snapshot, take_snapshot
 from pykbroker.observability.endpoint import MetricsEndpoint
 from pykbroker.quotas import QuotaManager

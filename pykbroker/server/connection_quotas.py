@@ -32,6 +32,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from pykbroker.config import parse_ip_overrides
+
 if TYPE_CHECKING:
     from pykbroker.config import BrokerConfig
     from pykbroker.metadata.store import QuotaEntity
@@ -262,27 +264,6 @@ class ConnectionQuotas:
     def over_broker_limit(self) -> bool:
         """More connections than max.connections (possible only through the inter-broker listener)."""
         return self.total > self.max_connections
-
-
-def parse_ip_overrides(raw: str) -> dict[str, int]:
-    """``host1:10,1.2.3.4:20`` into {host: count}; the last colon separates (so IPv6 works)."""
-    out: dict[str, int] = {}
-    for item in raw.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        host, sep, count = item.rpartition(":")
-        host = host.strip().strip("[]")
-        if not sep or not host:
-            raise ValueError(f"{item!r} is not of the form host:count")
-        try:
-            n = int(count.strip())
-        except ValueError:
-            raise ValueError(f"{item!r} is not of the form host:count") from None
-        if n < 0:
-            raise ValueError(f"{item!r}: the count must not be negative")
-        out[host] = n
-    return out
 
 
 def normalise_ip(ip: str) -> str:

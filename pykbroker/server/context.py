@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # group coordinator
     from pykbroker.coordinator.transaction.service import TransactionCoordinator
     from pykbroker.delay.service import DelayService
     from pykbroker.quotas.manager import QuotaManager
-    from pykbroker.server.authorizer import Authorizer
+    from pykbroker.security.authorizer import Authorizer
 
 
 def now_ms() -> int:

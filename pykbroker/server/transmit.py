@@ -1,6 +1,6 @@
 """Writing a response to a connection, with fetched records sent from their segment files.
 
-A fetch response whose record sets include :class:`~pykbroker.storage.file_range.FileRange`
+A fetch response whose record sets include :class:`~pykbroker.protocol.file_range.FileRange`
 parts is a :class:`ResponseParts`: encoded bytes and file ranges in order, with the frame size
 already counted in the first bytes.  On a plain socket (PLAINTEXT and SASL_PLAINTEXT
 listeners), once the transport's buffer is empty, the bytes are written and each range sent with
@@ -28,8 +28,8 @@ import anyio
 from anyio.abc import ByteStream
 
 from pykbroker.logsetup import fields
+from pykbroker.protocol.file_range import FileRange, StaleRange
 from pykbroker.server.plain_stream import PlainStream
-from pykbroker.storage.file_range import FileRange, StaleRange
 
 __all__ = ["Part", "ResponseParts", "frame", "transmit"]
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
+from pykbroker.protocol.file_range import FileRange
 from pykbroker.protocol.records import (
     CORRUPT_MESSAGE,
     RECORD_LIST_TOO_LARGE,
@@ -40,7 +41,6 @@ from pykbroker.protocol.records import (
     iter_batches,
     parse_batch_header,
 )
-from pykbroker.storage.file_range import FileRange
 from pykbroker.storage.index import CorruptIndex
 from pykbroker.storage.leader_epoch_cache import LeaderEpochCache
 from pykbroker.storage.log_config import LogConfig

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from pykbroker.protocol.file_range import FileRange, SegmentFile
 from pykbroker.protocol.records import (
     BATCH_HEADER_SIZE,
     NO_TIMESTAMP,
@@ -27,7 +28,6 @@ from pykbroker.protocol.records import (
     iter_batches,
     parse_batch_header,
 )
-from pykbroker.storage.file_range import FileRange, SegmentFile
 from pykbroker.storage.index import CorruptIndex, OffsetIndex, TimeIndex
 from pykbroker.storage.log_config import LogConfig
 from pykbroker.storage.txn_index import TransactionIndex

@@ -19,9 +19,9 @@ from pykbroker.security.acl import (
     validate_binding,
 )
 from pykbroker.security.acl_authorizer import AclAuthorizer, parse_super_users
+from pykbroker.security.authorizer import AclOperation as Op
+from pykbroker.security.authorizer import ResourceType as RT
 from pykbroker.security.principal import KafkaPrincipal
-from pykbroker.server.authorizer import AclOperation as Op
-from pykbroker.server.authorizer import ResourceType as RT
 
 ALICE = KafkaPrincipal("User", "alice")
 BOB = KafkaPrincipal("User", "bob")

@@ -16,9 +16,9 @@ from kio.schema.errors import ErrorCode
 from pykbroker.config import BrokerConfig
 from pykbroker.protocol.framing import FrameDecoder
 from pykbroker.protocol.records import build_batch
+from pykbroker.security.authorizer import AUTHORIZED_OPERATIONS_OMITTED, AclOperation, ResourceType
 from pykbroker.security.principal import KafkaPrincipal
 from pykbroker.security.session import Session
-from pykbroker.server.authorizer import AUTHORIZED_OPERATIONS_OMITTED, AclOperation, ResourceType
 from pykbroker.server.broker import Broker
 from tests.unit.test_dispatcher import call as call_anonymous
 from tests.unit.test_dispatcher import frame_for

@@ -3,15 +3,9 @@
 from __future__ import annotations
 
 from pykbroker.protocol.header import RequestHeader
+from pykbroker.security.authorizer import AUTHORIZED_OPERATIONS_OMITTED, AclOperation, ResourceType, to_bit_field
 from pykbroker.security.principal import KafkaPrincipal
-from pykbroker.server.authorizer import (
-    AUTHORIZED_OPERATIONS_OMITTED,
-    AclOperation,
-    ResourceType,
-    authorized_operations,
-    maybe_authorized_operations,
-    to_bit_field,
-)
+from pykbroker.server.authorizer import authorized_operations, maybe_authorized_operations
 from pykbroker.server.context import RequestContext
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from pykbroker.protocol.file_range import FileRange, SegmentFile, StaleRange
 from pykbroker.protocol.records import build_batch, iter_batches, validate_for_append
-from pykbroker.storage.file_range import FileRange, SegmentFile, StaleRange
 from pykbroker.storage.log import Log, LogStartOffsetIncrementReason
 from pykbroker.storage.log_config import LogConfig
 from pykbroker.storage.segment import FILE_RANGE_MIN_BYTES

@@ -5,14 +5,8 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from pykbroker.server.connection_quotas import (
-    INT_MAX,
-    ConnectionQuotas,
-    ListenerLimits,
-    WindowedRate,
-    normalise_ip,
-    parse_ip_overrides,
-)
+from pykbroker.config import parse_ip_overrides
+from pykbroker.server.connection_quotas import INT_MAX, ConnectionQuotas, ListenerLimits, WindowedRate, normalise_ip
 from pykbroker.server.memory_pool import MemoryPool
 
 MiB = 1 << 20

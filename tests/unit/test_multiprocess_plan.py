@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from pykbroker.cli import main
-from pykbroker.config import BrokerConfig, ConfigError
-from pykbroker.multiprocess.plan import LOCAL_ENDPOINTS, parse_local_endpoints, plan_processes
+from pykbroker.config import LOCAL_ENDPOINTS, BrokerConfig, ConfigError, parse_local_endpoints
+from pykbroker.multiprocess.plan import plan_processes
 from pykbroker.multiprocess.restarts import GiveUp, Restart, RestartPolicy, describe_exit
 
 ZK = "127.0.0.1:2181/pyk"

@@ -9,8 +9,8 @@ import struct
 import pytest
 
 from pykbroker import logsetup
+from pykbroker.config import parse_metrics_listener
 from pykbroker.observability.collector import Snapshot, families
-from pykbroker.observability.endpoint import parse_metrics_listener
 from pykbroker.observability.lag import LagRow, consumer_lag
 from pykbroker.observability.otlp import OtlpError, Point, number_points
 from pykbroker.observability.stats import LATENCY_BUCKETS, BrokerStats, LatencyHistogram

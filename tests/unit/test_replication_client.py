@@ -13,7 +13,8 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from pykbroker.protocol import codec
-from pykbroker.replication.client import RECEIVE_MAX, BrokerClient, BrokerConnectionError
+from pykbroker.protocol.framing import BrokerConnectionError
+from pykbroker.replication.client import RECEIVE_MAX, BrokerClient
 
 pytestmark = pytest.mark.anyio
 

@@ -464,7 +464,7 @@ class _LoopbackClient:
 def test_inter_broker_client_login(mechanism: str, user: str, password: str, ok: bool) -> None:
     import asyncio
 
-    from pykbroker.replication.client import BrokerConnectionError
+    from pykbroker.protocol.framing import BrokerConnectionError
     from pykbroker.security.sasl.client import authenticate
     from pykbroker.security.sasl.settings import ClientCredentials
 

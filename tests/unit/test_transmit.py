@@ -18,9 +18,9 @@ import anyio
 import pytest
 
 from pykbroker.protocol import fast_codec
+from pykbroker.protocol.file_range import FileRange, SegmentFile
 from pykbroker.server.plain_stream import PlainStream, accept
 from pykbroker.server.transmit import ResponseParts, frame, transmit
-from pykbroker.storage.file_range import FileRange, SegmentFile
 
 pytestmark = pytest.mark.anyio
 

@@ -14,7 +14,8 @@ from pykbroker.coordinator.group.classic import Callback, ClassicGroup, Response
 from pykbroker.coordinator.group.manager import CommitEntry, GroupManager, JoinRequest
 from pykbroker.coordinator.share.state_store import STATE_TOPIC
 from pykbroker.metadata.store import StoreUnavailable
-from pykbroker.server.authorizer import AclOperation, ResourceType, authorized_operations
+from pykbroker.security.authorizer import AclOperation, ResourceType
+from pykbroker.server.authorizer import authorized_operations
 from pykbroker.server.authz import allowed, cluster_allowed, denied_names
 from pykbroker.server.context import RequestContext, Services
 

@@ -12,7 +12,7 @@ from pykbroker.coordinator.group.handlers import commit_entries, partition_error
 from pykbroker.coordinator.internal_topic import min_insync_replicas, wait_replicated
 from pykbroker.coordinator.transaction.state import STATE_BY_NAME, TxnState
 from pykbroker.metadata.store import StoreUnavailable
-from pykbroker.server.authorizer import AclOperation, ResourceType
+from pykbroker.security.authorizer import AclOperation, ResourceType
 from pykbroker.server.authz import allowed, cluster_allowed, denied_names
 from pykbroker.server.context import RequestContext, Services
 

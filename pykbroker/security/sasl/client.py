@@ -12,7 +12,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from pykbroker.replication.client import BrokerConnectionError
+from pykbroker.protocol.framing import BrokerConnectionError
 from pykbroker.security.sasl.errors import SaslFailure
 from pykbroker.security.sasl.scram import MECHANISMS as SCRAM_MECHANISMS
 from pykbroker.security.sasl.scram import ScramClient

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pykbroker.config import NOT_IMPLEMENTED_HINT
+from pykbroker.hints import NOT_IMPLEMENTED_HINT
 from pykbroker.security.sasl import CLIENT_MECHANISMS, IMPLEMENTED_MECHANISMS
 from pykbroker.security.sasl.authenticator import SaslServerSettings
 from pykbroker.security.sasl.jaas import (

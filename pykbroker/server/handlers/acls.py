@@ -20,7 +20,8 @@ from pykbroker.security.acl import (
     filter_unknown_reason,
     validate_binding,
 )
-from pykbroker.server.authorizer import AclOperation, ResourceType, authorize
+from pykbroker.security.authorizer import AclOperation, ResourceType
+from pykbroker.server.authorizer import authorize
 from pykbroker.server.context import RequestContext, Services
 
 NO_AUTHORIZER = "No Authorizer is configured on the broker"

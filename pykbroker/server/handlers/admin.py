@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from pykbroker.metadata.store import TopicRecord
 from pykbroker.quotas import STRICT_SINCE, MutationQuota, ThrottlingQuotaExceeded
-from pykbroker.server.authorizer import AclOperation, ResourceType
+from pykbroker.security.authorizer import AclOperation, ResourceType
 from pykbroker.server.authz import cluster_allowed, denied_names
 from pykbroker.server.context import RequestContext, Services
 from pykbroker.server.handlers.configs import describe_topic_configs

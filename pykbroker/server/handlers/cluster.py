@@ -21,13 +21,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from pykbroker.metadata.store import StoreUnavailable, TopicRecord, UnknownTopic, run_store, topic_name_problem
-from pykbroker.server.authorizer import (
-    AUTHORIZED_OPERATIONS_OMITTED,
-    AclOperation,
-    ResourceType,
-    authorized_operations,
-    maybe_authorized_operations,
-)
+from pykbroker.security.authorizer import AUTHORIZED_OPERATIONS_OMITTED, AclOperation, ResourceType
+from pykbroker.server.authorizer import authorized_operations, maybe_authorized_operations
 from pykbroker.server.authz import CLUSTER_NAME, allowed, cluster_allowed, denied_names
 from pykbroker.server.context import RequestContext, Services
 from pykbroker.server.handlers.metadata import ZERO_UUID, broker_entries, topic_metadata

@@ -41,7 +41,7 @@ from pykbroker.config import (
     validate_topic_configs,
 )
 from pykbroker.metadata.store import StoreUnavailable, UnknownTopic, run_store, topic_name_problem
-from pykbroker.server.authorizer import AclOperation, ResourceType
+from pykbroker.security.authorizer import AclOperation, ResourceType
 from pykbroker.server.authz import CLUSTER_NAME, allowed
 from pykbroker.server.context import RequestContext, Services
 

@@ -22,10 +22,11 @@ from typing import Any
 import anyio
 from kio.schema.errors import ErrorCode
 
+from pykbroker.protocol.file_range import FileRange
 from pykbroker.protocol.message_format import down_convert, first_message_size
 from pykbroker.protocol.records import InvalidRecords
 from pykbroker.replication.rules import diverging_epoch
-from pykbroker.server.authorizer import AclOperation, ResourceType
+from pykbroker.security.authorizer import AclOperation, ResourceType
 from pykbroker.server.authz import cluster_allowed, denied_names
 from pykbroker.server.context import RequestContext, Services
 from pykbroker.server.fetch_session import (
@@ -39,7 +40,6 @@ from pykbroker.server.fetch_session import (
 )
 from pykbroker.server.parked import Parked
 from pykbroker.server.replica_manager import ArmedWait, FetchWaiters, Partition
-from pykbroker.storage.file_range import FileRange
 from pykbroker.storage.log import KafkaStorageError, OffsetOutOfRange
 
 READ_UNCOMMITTED = 0

@@ -12,7 +12,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from pykbroker.server.authorizer import AclOperation, ResourceType
+from pykbroker.security.authorizer import AclOperation, ResourceType
 from pykbroker.server.authz import denied_names
 from pykbroker.server.context import RequestContext, Services
 from pykbroker.server.handlers.legacy_offsets import handle_list_offsets_v0

@@ -15,7 +15,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from pykbroker.metadata.store import QuotaEntity, StoreUnavailable, run_store
-from pykbroker.server.authorizer import AclOperation
+from pykbroker.security.authorizer import AclOperation
 from pykbroker.server.authz import cluster_allowed
 from pykbroker.server.context import RequestContext, Services
 

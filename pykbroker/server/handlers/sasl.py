@@ -14,6 +14,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from pykbroker.metadata.store import StoreUnavailable, run_store
+from pykbroker.security.authorizer import AclOperation
 from pykbroker.security.sasl.scram import (
     MAX_ITERATIONS,
     MECHANISM_BY_CODE,
@@ -21,7 +22,6 @@ from pykbroker.security.sasl.scram import (
     MIN_ITERATIONS,
     ScramCredential,
 )
-from pykbroker.server.authorizer import AclOperation
 from pykbroker.server.authz import cluster_allowed
 from pykbroker.server.context import RequestContext, Services
 

@@ -19,7 +19,7 @@ from pykbroker.coordinator.share import serde
 from pykbroker.coordinator.share.persister import batches_body, batches_from
 from pykbroker.coordinator.share.service import ShareCoordinator, SpKey
 from pykbroker.coordinator.share.session import FINAL_EPOCH, INITIAL_EPOCH, TopicIdPartition
-from pykbroker.server.authorizer import AclOperation, ResourceType
+from pykbroker.security.authorizer import AclOperation, ResourceType
 from pykbroker.server.authz import allowed, cluster_allowed, denied_names
 from pykbroker.server.context import RequestContext, Services
 

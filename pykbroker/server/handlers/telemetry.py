@@ -10,7 +10,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from pykbroker.server.authorizer import AclOperation
+from pykbroker.security.authorizer import AclOperation
 from pykbroker.server.authz import cluster_allowed
 from pykbroker.server.context import RequestContext, Services, now_ms
 from pykbroker.server.telemetry import ClientTelemetry
