@@ -7,7 +7,7 @@
  * than the request itself (docs/performance.md, "What starved").  Here a job is a list of descriptors
  * that the caller has duplicated for the purpose: a worker thread fdatasyncs them (fsync for the
  * directory), closes them, queues (token, errno) and writes to an eventfd that the event loop watches.
- * The loop then collects every finished job with one call.  pykbroker/server/group_commit.py uses it
+ * The loop then collects every finished job with one call.  pykbroker/replica/group_commit.py uses it
  * when built and falls back to Python threads otherwise.
  *
  * Syncer(max_threads)

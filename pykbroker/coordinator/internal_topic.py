@@ -21,9 +21,9 @@ from pykbroker.config import BrokerConfig
 from pykbroker.logsetup import RateLimitedLog
 from pykbroker.metadata.store import MetadataStore
 from pykbroker.protocol.records import BatchHeader, build_batch, decode_records, iter_batches, validate_for_append
-from pykbroker.server import group_commit
-from pykbroker.server.replica_manager import Partition, ReplicaManager
-from pykbroker.server.topics import TopicError, TopicManager, TopicSpec
+from pykbroker.replica import group_commit
+from pykbroker.replica.replica_manager import Partition, ReplicaManager
+from pykbroker.replica.topics import TopicError, TopicManager, TopicSpec
 
 LOAD_CHUNK_BYTES = 4 << 20
 

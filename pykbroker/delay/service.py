@@ -86,9 +86,9 @@ from pykbroker.protocol.records import (
     iter_batches,
     validate_for_append,
 )
+from pykbroker.replica.replica_manager import Partition, ReplicaManager
+from pykbroker.replica.topics import TopicManager
 from pykbroker.server.context import RequestContext
-from pykbroker.server.replica_manager import Partition, ReplicaManager
-from pykbroker.server.topics import TopicManager
 from pykbroker.storage.log import KafkaStorageError, OffsetOutOfRange
 from pykbroker.storage.producer_state import ProducerStateError
 

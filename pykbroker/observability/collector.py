@@ -14,25 +14,20 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import anyio
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from pykbroker.observability.lag import LagRow, consumer_lag
+from pykbroker.observability.lag import LagRow
 from pykbroker.observability.otlp import OtlpError, number_points
-
-if TYPE_CHECKING:
-    from pykbroker.server.broker import Broker
+from pykbroker.protocol import codec
 
 _API_NAMES: dict[int, str] = {}
 
 
 def _api_name(key: int) -> str:
     if not _API_NAMES:
-        from pykbroker.protocol import codec
-
         # Kafka's request names: "Produce", "FetchConsumer" is not split here; "ApiVersions" etc.
         for k, name in codec.API_NAMES.items():
             _API_NAMES[k] = "".join(part[:1].upper() + part[1:] for part in name.split("_"))
@@ -72,58 +67,6 @@ class Snapshot:
     client_pushes: list[tuple[str, str, bytes]] = field(default_factory=list)
     partition_series: bool = True
     quotas: list[Any] = field(default_factory=list)  # pykbroker.quotas.QuotaSnapshot rows
-
-
-def take_snapshot(broker: Broker) -> Snapshot:
-    """On the event loop: copy what the families need. Nothing here blocks or awaits."""
-    svc = broker.services
-    snap = Snapshot(partition_series=svc.config["pykbroker.metrics.partition.series"])
-    stats = svc.stats
-    for (key, version), h in stats.requests.items():
-        snap.requests.append((key, version, h.cumulative(), h.sum, h.count))
-    replicated = svc.replicas.replication_bytes_in
-    for name in stats.topics.keys() | replicated.keys():
-        c = stats.topic(name)
-        snap.topics.append((name, (c.messages_in, c.bytes_in, c.bytes_out, replicated.get(name, 0),
-                                   c.replication_bytes_out, c.produce_requests, c.fetch_requests)))
-    snap.connections = broker.server.connections_by_listener()
-    replicas = svc.replicas
-    snap.purgatory = {"Produce": replicas.produce_waiters.waiting,
-                      "Fetch": replicas.fetch_waiters.waiting + replicas.replica_fetch_waiters.waiting}
-    snap.isr_shrinks, snap.isr_expands = replicas.isr_shrinks, replicas.isr_expands
-    end_offsets: dict[tuple[str, int], int] = {}
-    for tp, p in replicas.partitions().items():
-        lg = p.log
-        offline = p.offline
-        snap.partitions.append(PartitionRow(
-            p.topic, p.index, 0 if offline else lg.size_bytes, 0 if offline else len(lg.segments),
-            lg.log_start_offset, lg.log_end_offset, p.high_watermark, p.is_leader, len(p.replicas) or 1,
-            len(p.isr) or 1, offline))
-        end_offsets[tp] = p.high_watermark
-    store = svc.store
-    if store.is_cluster():
-        snap.active_controller = int(store.controller_id() == broker.broker_id)
-        if snap.active_controller:  # as in Kafka, the controller reports offline partitions
-            snap.offline_partitions = sum(1 for rec in store.topics().values()
-                                          for a in rec.partitions.values() if a.leader < 0)
-    else:
-        snap.active_controller = 1
-        snap.offline_partitions = sum(1 for r in snap.partitions if r.offline)
-    manager = broker.groups.manager
-    for g in manager.list_groups():
-        snap.groups[(g["group_type"], g["group_state"])] += 1
-    snap.rebalances = dict(manager.rebalances)
-    snap.lag = consumer_lag(manager.offsets, end_offsets)
-    for txn in broker.txn.sm.txns.values():
-        snap.transactions[txn.state.name] += 1
-    if svc.quotas is not None:
-        snap.quotas = svc.quotas.snapshot(anyio.current_time() * 1000.0)
-    telemetry = svc._telemetry
-    if telemetry is not None:
-        for inst in telemetry.instances.values():
-            if inst.latest is not None:
-                snap.client_pushes.append((str(inst.instance_id), inst.selector.client_id, inst.latest.data))
-    return snap
 
 
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_]")

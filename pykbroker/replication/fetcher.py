@@ -14,8 +14,9 @@ from __future__ import annotations
 import datetime
 import logging
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 import anyio.abc
@@ -26,13 +27,37 @@ from pykbroker.protocol.framing import BrokerConnectionError
 from pykbroker.protocol.records import InvalidRecords
 from pykbroker.replication.client import BrokerClient
 from pykbroker.replication.rules import follower_truncation_offset
-from pykbroker.storage.log import KafkaStorageError, LogStartOffsetIncrementReason, OffsetOutOfRange
+from pykbroker.storage.log import KafkaStorageError, Log, LogStartOffsetIncrementReason, OffsetOutOfRange
 
 if TYPE_CHECKING:
     from pykbroker.config import BrokerConfig
-    from pykbroker.server.replica_manager import Partition, ReplicaManager
 
 log = logging.getLogger("pykbroker.replication")
+
+
+class Partition(Protocol):
+    """What the fetcher needs of a followed partition; the replica manager's partitions (above this
+    layer) satisfy it."""
+
+    topic: str
+    index: int
+    log: Log
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int
+
+    @property
+    def tp(self) -> TopicPartition: ...
+
+
+class ReplicaManager(Protocol):
+    """What the fetcher needs of the replica manager that owns it: where each leader is, the bytes
+    replicated in per topic, and the call that follows every append of fetched records."""
+
+    endpoint_of: Callable[[int], tuple[str, int] | None] | None
+    replication_bytes_in: dict[str, int]
+
+    def on_follower_appended(self, p: Any, leader_high_watermark: int) -> None: ...
 
 FETCH_API, FETCH_VERSION = 1, 12
 LIST_OFFSETS_API, LIST_OFFSETS_VERSION = 2, 7

@@ -46,9 +46,11 @@ from pykbroker.delay.service import DelayService
 from pykbroker.logsetup import fields
 from pykbroker.metadata.embedded import META_PROPERTIES, DataDirInUse, EmbeddedMetadataStore, write_atomically
 from pykbroker.metadata.store import MetadataStore, StoreUnavailable, run_store
-from pykbroker.observability.collector import Snapshot, take_snapshot
+from pykbroker.observability.collector import Snapshot
 from pykbroker.observability.endpoint import MetricsEndpoint
 from pykbroker.quotas import QuotaManager
+from pykbroker.replica.replica_manager import ReplicaManager
+from pykbroker.replica.topics import TopicManager
 from pykbroker.replication.client import BrokerClient
 from pykbroker.security.sasl.client import on_connect_hook as sasl_on_connect_hook
 from pykbroker.security.sasl.settings import inter_broker_credentials
@@ -56,9 +58,8 @@ from pykbroker.server.allocator import RELEASE_INTERVAL_S, release_free_memory
 from pykbroker.server.connection_quotas import quotas_from_config
 from pykbroker.server.context import Services
 from pykbroker.server.dispatcher import Dispatcher
+from pykbroker.server.metrics_snapshot import take_snapshot
 from pykbroker.server.network import SocketServer, raise_nofile_limit
-from pykbroker.server.replica_manager import ReplicaManager
-from pykbroker.server.topics import TopicManager
 from pykbroker.storage.cleaner import LogCleaner
 from pykbroker.storage.log_config import LogConfig
 from pykbroker.storage.log_manager import LogManager
@@ -516,7 +517,8 @@ class Broker:
         def on_loop(fn: Callable[[], Snapshot]) -> Snapshot:
             return anyio.from_thread.run_sync(fn, token=token)
 
-        endpoint = MetricsEndpoint(listener, lambda: take_snapshot(self), on_loop)
+        endpoint = MetricsEndpoint(listener, lambda: take_snapshot(self.services, self.server, self.groups, self.txn,
+                                                                  self.broker_id), on_loop)
         try:
             self.metrics_port = endpoint.start()
         except OSError as e:

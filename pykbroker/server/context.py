@@ -13,11 +13,11 @@ from pykbroker.metadata.store import MetadataStore
 from pykbroker.observability.stats import BrokerStats
 from pykbroker.protocol import codec
 from pykbroker.protocol.header import RequestHeader
+from pykbroker.replica.replica_manager import ReplicaManager
+from pykbroker.replica.topics import TopicManager
 from pykbroker.security.session import Session
 from pykbroker.server.fetch_session import FetchSessionCache
-from pykbroker.server.replica_manager import ReplicaManager
 from pykbroker.server.telemetry import ClientTelemetry
-from pykbroker.server.topics import TopicManager
 
 if TYPE_CHECKING:  # group coordinator
     from pykbroker.coordinator.group.service import GroupCoordinator

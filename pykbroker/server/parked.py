@@ -29,7 +29,7 @@ class Parked(Generic[T]):
     ``settle``, when given, is ``finish`` as a callback: ``settle(done)`` arranges for ``done(answer, None)``
     or ``done(None, error)`` to be called once, later, on the event loop (never inside ``settle``).  The
     network edge then answers from that callback, with no task per request (a produce that waits only for
-    its fsync: pykbroker/server/group_commit.py).  Whoever takes a ``Parked`` calls one of the two, once.
+    its fsync: pykbroker/replica/group_commit.py).  Whoever takes a ``Parked`` calls one of the two, once.
 
     ``long_poll``: a fetch waiting for data (min_bytes, max_wait), not for an acknowledgement.  It answers
     with what exists when it answers, so the requests after it may be processed first; one of them may be

@@ -977,7 +977,7 @@ class Log:
                 raise
             self.end_data_flush(flush, error)
 
-    # -- the same data sync, split for a syncer outside Python (server/group_commit.py) -----------------
+    # -- the same data sync, split for a syncer outside Python (replica/group_commit.py) -----------------
 
     @_on_disk("flushing")
     def begin_data_flush(self, offset: int) -> DataFlush | None:

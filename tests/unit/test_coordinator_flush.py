@@ -12,7 +12,7 @@ import pytest
 
 from pykbroker.coordinator.internal_topic import flush_partition
 from pykbroker.protocol.records import build_batch, validate_for_append
-from pykbroker.server.replica_manager import ReplicaManager
+from pykbroker.replica.replica_manager import ReplicaManager
 from pykbroker.storage.log import KafkaStorageError, Log
 from pykbroker.storage.log_config import LogConfig
 

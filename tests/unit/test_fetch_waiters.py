@@ -6,7 +6,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from pykbroker.server.replica_manager import FetchWaiters
+from pykbroker.replica.replica_manager import FetchWaiters
 
 pytestmark = pytest.mark.anyio
 

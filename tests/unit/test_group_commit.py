@@ -9,7 +9,7 @@ import time
 import anyio
 import pytest
 
-from pykbroker.server import group_commit
+from pykbroker.replica import group_commit
 from pykbroker.storage.log import KafkaStorageError
 
 

@@ -17,7 +17,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from pykbroker.protocol.records import build_batch, iter_batches, validate_for_append
-from pykbroker.server.replica_manager import ReplicaManager
+from pykbroker.replica.replica_manager import ReplicaManager
 from pykbroker.storage.log import KafkaStorageError, Log
 from pykbroker.storage.log_config import LogConfig
 from pykbroker.storage.log_manager import (

@@ -16,7 +16,7 @@ import anyio
 import pytest
 
 from pykbroker.protocol.records import build_batch, validate_for_append
-from pykbroker.server import group_commit
+from pykbroker.replica import group_commit
 from pykbroker.storage.log import DataFlush, KafkaStorageError, Log
 from pykbroker.storage.log_config import LogConfig
 

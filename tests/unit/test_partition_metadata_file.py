@@ -1,4 +1,4 @@
-"""Kafka's partition.metadata file: the topic id of a partition's log (cluster mode, server/topics.py)."""
+"""Kafka's partition.metadata file: the topic id of a partition's log (cluster mode, replica/topics.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import uuid
 from pathlib import Path
 
 from pykbroker.metadata.zk_layout import uuid_to_kafka
-from pykbroker.server.topics import PARTITION_METADATA, read_partition_metadata, write_partition_metadata
+from pykbroker.replica.topics import PARTITION_METADATA, read_partition_metadata, write_partition_metadata
 
 
 def test_written_in_kafkas_format_and_read_back(tmp_path: Path) -> None:

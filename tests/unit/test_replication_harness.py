@@ -22,8 +22,8 @@ from pykbroker.config import BrokerConfig
 from pykbroker.protocol import codec
 from pykbroker.protocol.framing import FrameDecoder
 from pykbroker.protocol.records import build_batch, validate_for_append
+from pykbroker.replica.replica_manager import Partition, ReplicaManager
 from pykbroker.server.broker import Broker
-from pykbroker.server.replica_manager import Partition, ReplicaManager
 from pykbroker.storage.log import Log, LogStartOffsetIncrementReason
 from pykbroker.storage.log_config import LogConfig
 from pykbroker.storage.log_manager import REPLICATION_OFFSET_CHECKPOINT_FILE, LogManager, read_offset_checkpoint

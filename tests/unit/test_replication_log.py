@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pykbroker.protocol.records import InvalidRecords, build_batch, iter_batches, validate_for_append
-from pykbroker.server.replica_manager import ReplicaManager
+from pykbroker.replica.replica_manager import ReplicaManager
 from pykbroker.storage.log import Log
 from pykbroker.storage.log_config import LogConfig
 from pykbroker.storage.log_manager import (

@@ -7,6 +7,7 @@ from pathlib import Path
 from kio.schema.errors import ErrorCode
 
 from pykbroker.protocol.records import build_batch, validate_for_append
+from pykbroker.replica.replica_manager import Partition
 from pykbroker.replication.rules import (
     FollowerState,
     can_join_isr,
@@ -15,7 +16,6 @@ from pykbroker.replication.rules import (
     leader_high_watermark,
     out_of_sync_replicas,
 )
-from pykbroker.server.replica_manager import Partition
 from pykbroker.storage.log import Log
 from pykbroker.storage.log_config import LogConfig
 

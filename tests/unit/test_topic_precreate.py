@@ -8,8 +8,8 @@ from pathlib import Path
 from kio.schema.errors import ErrorCode
 
 from pykbroker.config import BrokerConfig
+from pykbroker.replica.topics import PRECREATE_LOGS_FROM
 from pykbroker.server.broker import Broker
-from pykbroker.server.topics import PRECREATE_LOGS_FROM
 from tests.unit.test_dispatcher import call
 
 

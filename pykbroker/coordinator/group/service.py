@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio
 from kio.schema.errors import ErrorCode
@@ -21,12 +21,19 @@ from pykbroker.config import BrokerConfig
 from pykbroker.coordinator import internal_topic
 from pykbroker.coordinator.group.manager import GroupConfig, GroupManager
 from pykbroker.coordinator.internal_topic import PartitionLoader, now_ms
+from pykbroker.coordinator.transaction.load_filter import TxnLoadFilter
 from pykbroker.metadata.store import GROUP_RESOURCE, MetadataStore, TopicRecord
-from pykbroker.server.replica_manager import ReplicaManager
-from pykbroker.server.topics import TopicManager
+from pykbroker.replica.replica_manager import ReplicaManager
+from pykbroker.replica.topics import TopicManager
 
-if TYPE_CHECKING:  # transactional offset commits
-    from pykbroker.coordinator.transaction.offsets import TxnOffsets
+
+class TxnOffsets(Protocol):
+    """The transactional offset commits (TxnOffsetCommit) waiting for their markers, kept by the
+    transaction package, which registers them here at broker start."""
+
+    def pending_for(self, group_id: str) -> dict[tuple[str, int], int]: ...
+
+    def restore(self, partition: int, open_txns: dict[int, list[tuple[bytes | None, bytes | None]]]) -> None: ...
 
 log = logging.getLogger("pykbroker.groups")
 
@@ -187,7 +194,6 @@ class GroupCoordinator(PartitionLoader):
         p = self.replicas.partition(OFFSETS_TOPIC, partition)
         if p is None:
             return []
-        from pykbroker.coordinator.transaction.offsets import TxnLoadFilter
         txn = TxnLoadFilter()  # transactional records wait for their marker (control batches included)
         out = internal_topic.read_records(p, txn.feed)
         self._txn_open[partition] = txn.open  # still-open transactions, restored by _load

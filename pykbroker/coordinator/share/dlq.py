@@ -14,8 +14,8 @@ from pykbroker.coordinator.internal_topic import now_ms
 from pykbroker.coordinator.share.partition import Archived, ArchiveReason
 from pykbroker.metadata.store import INTERNAL_TOPICS
 from pykbroker.protocol.records import Record, build_batch, decode_records, iter_batches, validate_for_append
-from pykbroker.server.replica_manager import Partition, ReplicaManager
-from pykbroker.server.topics import TopicError, TopicManager, TopicSpec
+from pykbroker.replica.replica_manager import Partition, ReplicaManager
+from pykbroker.replica.topics import TopicError, TopicManager, TopicSpec
 
 log = logging.getLogger("pykbroker.share")
 

@@ -34,8 +34,8 @@ from pykbroker.coordinator.share.session import ShareSessions
 from pykbroker.coordinator.share.state_store import STATE_TOPIC, ShareStateStore
 from pykbroker.metadata.store import GROUP_RESOURCE, INTERNAL_TOPICS, MetadataStore, TopicRecord
 from pykbroker.protocol.records import iter_batches
-from pykbroker.server.replica_manager import FetchWaiters, Partition, ReplicaManager
-from pykbroker.server.topics import TopicManager
+from pykbroker.replica.replica_manager import FetchWaiters, Partition, ReplicaManager
+from pykbroker.replica.topics import TopicManager
 from pykbroker.storage.log import KafkaStorageError, OffsetOutOfRange
 
 if TYPE_CHECKING:

@@ -27,8 +27,8 @@ from pykbroker.coordinator import internal_topic
 from pykbroker.coordinator.internal_topic import PartitionLoader, now_ms
 from pykbroker.coordinator.share import serde
 from pykbroker.metadata.store import MetadataStore, TopicRecord
-from pykbroker.server.replica_manager import ReplicaManager
-from pykbroker.server.topics import TopicManager
+from pykbroker.replica.replica_manager import ReplicaManager
+from pykbroker.replica.topics import TopicManager
 
 log = logging.getLogger("pykbroker.share")
 

@@ -15,7 +15,7 @@ import time
 from kio.schema.errors import ErrorCode
 
 from pykbroker.protocol.records import InvalidRecords, build_batch, validate_for_append
-from pykbroker.server.replica_manager import Partition, ReplicaManager
+from pykbroker.replica.replica_manager import Partition, ReplicaManager
 
 log = logging.getLogger("pykbroker.txn")
 

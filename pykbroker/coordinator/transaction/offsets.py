@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
@@ -29,9 +29,9 @@ from pykbroker.coordinator.group.serde import (
     encode_offset_key,
     encode_offset_value,
 )
-from pykbroker.coordinator.transaction.markers import CONTROL_COMMIT, append_internal, parse_control_key
+from pykbroker.coordinator.transaction.markers import append_internal
 from pykbroker.coordinator.transaction.verification import opens_transaction
-from pykbroker.protocol.records import BatchHeader, build_batch
+from pykbroker.protocol.records import build_batch
 
 if TYPE_CHECKING:
     from pykbroker.coordinator.group.service import GroupCoordinator
@@ -45,24 +45,6 @@ KV = tuple[bytes | None, bytes | None]
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-@dataclass
-class TxnLoadFilter:
-    """Replays a ``__consumer_offsets`` partition honouring transactions (fed batch by batch)."""
-
-    open: dict[int, list[KV]] = field(default_factory=dict)
-
-    def feed(self, header: BatchHeader, records: list[KV]) -> list[KV]:
-        """Records of this batch to apply now, in log order."""
-        if header.is_control:
-            held = self.open.pop(header.producer_id, [])
-            commit = bool(records) and parse_control_key(records[0][0]) == CONTROL_COMMIT
-            return held if commit else []
-        if header.is_transactional:
-            self.open.setdefault(header.producer_id, []).extend(records)
-            return []
-        return records
 
 
 # How Kafka's group coordinator answers an offset commit whose append, or whose transaction's

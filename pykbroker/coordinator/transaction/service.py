@@ -28,8 +28,8 @@ from pykbroker.coordinator.internal_topic import PartitionLoader, now_ms
 from pykbroker.coordinator.transaction.markers import write_marker
 from pykbroker.coordinator.transaction.state import MarkerJob, TransactionStateMachine, TxnConfig
 from pykbroker.metadata.store import MetadataStore, StoreUnavailable, TopicRecord, run_store
-from pykbroker.server.replica_manager import ReplicaManager
-from pykbroker.server.topics import TopicManager
+from pykbroker.replica.replica_manager import ReplicaManager
+from pykbroker.replica.topics import TopicManager
 
 if TYPE_CHECKING:
     from pykbroker.coordinator.transaction.offsets import TxnOffsets

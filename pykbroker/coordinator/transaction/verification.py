@@ -28,8 +28,8 @@ from pykbroker.protocol.records import BatchHeader, parse_batch_header
 from pykbroker.storage.producer_state import ProducerStateError
 
 if TYPE_CHECKING:
+    from pykbroker.replica.replica_manager import Partition
     from pykbroker.server.context import Services
-    from pykbroker.server.replica_manager import Partition
 
 _ATTR_TRANSACTIONAL = 0x10
 PRODUCE_ABORTABLE_SINCE = 11  # Produce v11 knows TRANSACTION_ABORTABLE

@@ -25,6 +25,7 @@ from kio.schema.errors import ErrorCode
 from pykbroker.protocol.file_range import FileRange
 from pykbroker.protocol.message_format import down_convert, first_message_size
 from pykbroker.protocol.records import InvalidRecords
+from pykbroker.replica.replica_manager import ArmedWait, FetchWaiters, Partition
 from pykbroker.replication.rules import diverging_epoch
 from pykbroker.security.authorizer import AclOperation, ResourceType
 from pykbroker.server.authz import cluster_allowed, denied_names
@@ -39,7 +40,6 @@ from pykbroker.server.fetch_session import (
     next_epoch,
 )
 from pykbroker.server.parked import Parked
-from pykbroker.server.replica_manager import ArmedWait, FetchWaiters, Partition
 from pykbroker.storage.log import KafkaStorageError, OffsetOutOfRange
 
 READ_UNCOMMITTED = 0

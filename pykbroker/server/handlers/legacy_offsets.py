@@ -13,10 +13,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from pykbroker.replica.replica_manager import Partition
 from pykbroker.security.authorizer import AclOperation, ResourceType
 from pykbroker.server.authz import denied_names
 from pykbroker.server.context import RequestContext, Services, now_ms
-from pykbroker.server.replica_manager import Partition
 from pykbroker.storage.log import KafkaStorageError
 
 LATEST = -1

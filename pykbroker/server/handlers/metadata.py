@@ -9,11 +9,11 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from pykbroker.metadata.store import INTERNAL_TOPICS, StoreUnavailable, TopicRecord, topic_name_problem
+from pykbroker.replica.topics import TopicError
 from pykbroker.security.authorizer import AUTHORIZED_OPERATIONS_OMITTED, AclOperation, ResourceType
 from pykbroker.server.authorizer import authorized_operations, maybe_authorized_operations
 from pykbroker.server.authz import CLUSTER_NAME, cluster_allowed, denied_names
 from pykbroker.server.context import RequestContext, Services
-from pykbroker.server.topics import TopicError
 
 ZERO_UUID = uuid.UUID(int=0)
 

@@ -38,7 +38,7 @@ from pykbroker.metadata.store import (
     topic_name_problem,
 )
 from pykbroker.metadata.zk_layout import uuid_from_kafka, uuid_to_kafka
-from pykbroker.server.replica_manager import ReplicaManager
+from pykbroker.replica.replica_manager import ReplicaManager
 from pykbroker.storage.log import KafkaStorageError
 from pykbroker.storage.log_config import LogConfig
 
