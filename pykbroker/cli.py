@@ -1,5 +1,8 @@
 """The ``pykbroker`` command: ``serve`` runs a broker, ``healthcheck`` asks one if it is alive, ``zookeeper``
-sets up and runs the ZooKeeper a cluster needs, ``scram`` writes SCRAM users where the brokers read them."""
+sets up and runs the ZooKeeper a cluster needs, ``scram`` writes SCRAM users where the brokers read them.
+
+Each subcommand imports what it needs inside its function: ``healthcheck`` runs every few seconds in
+containers and must start fast, so nothing of the broker is loaded at import time."""
 
 from __future__ import annotations
 

@@ -88,7 +88,9 @@ from pykbroker.protocol.records import (
 )
 from pykbroker.replica.replica_manager import Partition, ReplicaManager
 from pykbroker.replica.topics import TopicManager
-from pykbroker.server.context import RequestContext
+from pykbroker.security.authorizer import AclOperation
+from pykbroker.security.authz import cluster_allowed
+from pykbroker.security.request import RequestContext
 from pykbroker.storage.log import KafkaStorageError, OffsetOutOfRange
 from pykbroker.storage.producer_state import ProducerStateError
 
@@ -349,9 +351,6 @@ class DelayService(PartitionLoader):
             return False
         if ctx.authorizer is None:
             return True
-        from pykbroker.security.authorizer import AclOperation
-        from pykbroker.server.authz import cluster_allowed
-
         return cluster_allowed(ctx, AclOperation.CLUSTER_ACTION)
 
     def accept_forwarded(self, p: Partition, records: bytes, now: int) -> int:

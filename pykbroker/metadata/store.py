@@ -20,9 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
+from pykbroker.security.sasl.scram import ScramCredential
+
 if TYPE_CHECKING:
     from pykbroker.security.acl import AclBinding, AclBindingFilter
-    from pykbroker.security.sasl.scram import ScramCredential
 
 T = TypeVar("T")
 
@@ -314,8 +315,6 @@ class MetadataStore(ABC):
 
     def scram_credentials(self, user: str) -> dict[str, ScramCredential]:
         """One user's credentials by mechanism name (empty when none)."""
-        from pykbroker.security.sasl.scram import ScramCredential
-
         out: dict[str, ScramCredential] = {}
         for mech, text in self.scram_users().get(user, {}).items():
             try:

@@ -130,3 +130,7 @@ def encode_frame(payload: bytes | bytearray) -> bytes:
 class BrokerConnectionError(Exception):
     """A client's connection to a broker failed or answered out of step; it is closed.  Lives with the
     framing so that every client of the broker protocol (the replica fetcher's, the SASL login's) shares it."""
+
+
+class CloseConnection(Exception):
+    """Kafka's answer to some bad input is to close the connection; the message is logged."""

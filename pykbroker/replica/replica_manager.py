@@ -31,6 +31,7 @@ from kio.schema.errors import ErrorCode
 
 from pykbroker.logsetup import fields
 from pykbroker.metadata.store import StaleState
+from pykbroker.replication.fetcher import FetchSettings, ReplicaFetcherManager
 from pykbroker.replication.rules import (
     FollowerState,
     can_join_isr,
@@ -43,7 +44,6 @@ from pykbroker.storage.log_manager import LogManager, LogMove
 
 if TYPE_CHECKING:
     from pykbroker.config import BrokerConfig
-    from pykbroker.replication.fetcher import ReplicaFetcherManager
 
 log = logging.getLogger("pykbroker.replica")
 
@@ -286,8 +286,6 @@ class ReplicaManager:
 
     async def run_replication(self, config: BrokerConfig) -> None:
         """Runs for the broker's lifetime in cluster mode: follower fetchers, ISR shrink checks, HW checkpoints."""
-        from pykbroker.replication.fetcher import FetchSettings, ReplicaFetcherManager
-
         if self.endpoint_of is None:
             raise RuntimeError("set_cluster must be called before run_replication")
         self.lag_time_max_ms = int(config["replica.lag.time.max.ms"])
@@ -509,7 +507,6 @@ class ReplicaManager:
         # Requests waiting on us as leader now answer NOT_LEADER_OR_FOLLOWER.
         self._wake(tp)
         if self.fetchers is None:
-            from pykbroker.replication.fetcher import ReplicaFetcherManager
 
             self.fetchers = ReplicaFetcherManager(self, None)
         if leader_id < 0 or p.log.offline or self.fetching_stopped:

@@ -24,6 +24,7 @@ import anyio
 from kio.schema.errors import ErrorCode
 
 from pykbroker.config import BrokerConfig, ConfigError, log_config_for, validate_topic_configs
+from pykbroker.controller.assignment import AssignmentError, assign_new_partitions, assign_replicas
 from pykbroker.logsetup import fields
 from pykbroker.metadata.store import (
     BROKER_RESOURCE,
@@ -299,7 +300,6 @@ class TopicManager:
         brokers = sorted(self.store.live_brokers())
         if not self.cluster:
             return self.assign_replicas(n, rf, brokers, start_partition=start_partition)
-        from pykbroker.controller.assignment import AssignmentError, assign_new_partitions, assign_replicas
 
         racks = {b: self.store.broker_rack(b) for b in brokers}
         try:

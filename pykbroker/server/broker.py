@@ -52,8 +52,10 @@ from pykbroker.quotas import QuotaManager
 from pykbroker.replica.replica_manager import ReplicaManager
 from pykbroker.replica.topics import TopicManager
 from pykbroker.replication.client import BrokerClient
+from pykbroker.security.acl_authorizer import AclAuthorizer, parse_super_users
 from pykbroker.security.sasl.client import on_connect_hook as sasl_on_connect_hook
 from pykbroker.security.sasl.settings import inter_broker_credentials
+from pykbroker.security.tls import TLS_PROTOCOLS, TlsConfigError, client_context, listener_tls
 from pykbroker.server.allocator import RELEASE_INTERVAL_S, release_free_memory
 from pykbroker.server.connection_quotas import quotas_from_config
 from pykbroker.server.context import Services
@@ -86,7 +88,6 @@ def _periodic(
 
 def _listener_tls(config: Any) -> dict[str, Any]:
     """Server TLS of the SSL/SASL_SSL listeners; a bad keystore or truststore stops the start."""
-    from pykbroker.security.tls import TlsConfigError, listener_tls
     try:
         return listener_tls(config)
     except TlsConfigError as e:
@@ -95,7 +96,6 @@ def _listener_tls(config: Any) -> dict[str, Any]:
 
 def _inter_broker_ssl_context(config: Any) -> Any:
     """The TLS client context of inter-broker connections when the inter-broker listener is SSL/SASL_SSL."""
-    from pykbroker.security.tls import TLS_PROTOCOLS, TlsConfigError, client_context
     inter = config.inter_broker_listener
     if config.security_protocols.get(inter) not in TLS_PROTOCOLS:
         return None
@@ -240,7 +240,6 @@ class Broker:
         if not self.store.supports_acls:
             raise StartupError("authorizer.class.name is set but ACL storage is not implemented for this "
                                "metadata store")
-        from pykbroker.security.acl_authorizer import AclAuthorizer, parse_super_users
 
         authorizer = AclAuthorizer(parse_super_users(self.config["super.users"]),
                                    self.config["allow.everyone.if.no.acl.found"])
@@ -255,7 +254,7 @@ class Broker:
             except DataDirInUse as e:
                 raise StartupError(str(e)) from None
             return
-        from pykbroker.metadata.zookeeper import ZkConnectError
+        from pykbroker.metadata.zookeeper import ZkConnectError  # kazoo is loaded only for a cluster
 
         log.info("connecting to ZooKeeper at %(zookeeper_connect)s",
                  {"zookeeper_connect": self.config['zookeeper.connect']})
@@ -323,7 +322,7 @@ class Broker:
         Off the event loop: a restart right after kill -9 may wait there for the previous session's
         registration to expire, while ZooKeeper watches keep updating the caches.
         """
-        from pykbroker.controller.controller import ZkController
+        from pykbroker.controller.controller import ZkController  # kazoo is loaded only for a cluster
         from pykbroker.metadata.zookeeper import DuplicateBrokerId
 
         try:

@@ -1,4 +1,5 @@
-"""What every API handler can reach: the broker's services and the request's context."""
+"""What every API handler can reach: the broker's services (the request's own context is
+:class:`pykbroker.security.request.RequestContext`)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,8 @@ import anyio
 from pykbroker.config import BrokerConfig, Listener
 from pykbroker.metadata.store import MetadataStore
 from pykbroker.observability.stats import BrokerStats
-from pykbroker.protocol import codec
-from pykbroker.protocol.header import RequestHeader
 from pykbroker.replica.replica_manager import ReplicaManager
 from pykbroker.replica.topics import TopicManager
-from pykbroker.security.session import Session
 from pykbroker.server.fetch_session import FetchSessionCache
 from pykbroker.server.telemetry import ClientTelemetry
 
@@ -34,29 +32,6 @@ def now_ms() -> int:
 
 # A full cache gives the slot of a session unused this long to a new one (Kafka's constant).
 FETCH_SESSION_EVICTION_MS = 120_000
-
-
-@dataclass
-class RequestContext:
-    header: RequestHeader
-    listener: str = "PLAINTEXT"
-    peer: str = ""
-    # The connection's security state (principal, protocol); a PLAINTEXT anonymous one by default.
-    session: Session = field(default_factory=Session)
-    # The broker's authorizer (None: allow everything, as Kafka without authorizer.class.name).
-    authorizer: Authorizer | None = None
-
-    @property
-    def version(self) -> int:
-        return self.header.api_version
-
-    @property
-    def api_name(self) -> str:
-        return codec.API_NAMES.get(self.header.api_key, str(self.header.api_key)).upper()
-
-
-class CloseConnection(Exception):
-    """Kafka's answer to some bad input is to close the connection; the message is logged."""
 
 
 @dataclass

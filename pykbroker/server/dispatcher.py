@@ -28,7 +28,7 @@ from pykbroker.protocol import codec
 from pykbroker.protocol.bounds import BoundsError, check_request
 from pykbroker.protocol.fast_codec import FAST_ENCODERS
 from pykbroker.protocol.fast_fetch_request import check_fetch_request
-from pykbroker.protocol.framing import encode_frame
+from pykbroker.protocol.framing import CloseConnection, encode_frame
 from pykbroker.protocol.header import (
     HeaderError,
     RequestHeader,
@@ -37,10 +37,11 @@ from pykbroker.protocol.header import (
     parse_request_header_prefix,
 )
 from pykbroker.quotas import QuotaManager, Usage, charge, run_timed
+from pykbroker.security.request import RequestContext
 from pykbroker.security.sasl.authenticator import SaslAuthenticator, SaslClose, SaslServerSettings
 from pykbroker.security.sasl.settings import server_settings as sasl_server_settings
 from pykbroker.security.session import Session
-from pykbroker.server.context import CloseConnection, RequestContext, Services
+from pykbroker.server.context import Services
 from pykbroker.server.handlers import acls as acl_handlers
 from pykbroker.server.handlers import admin, cluster, configs, fetch, metadata, offsets, produce, share
 from pykbroker.server.handlers import quotas as client_quotas

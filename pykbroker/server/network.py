@@ -38,12 +38,11 @@ from anyio.abc import ByteStream, Listener, SocketAttribute, SocketListener, Soc
 from anyio.streams.tls import TLSAttribute, TLSStream
 
 from pykbroker.logsetup import RateLimitedLog, fields
-from pykbroker.protocol.framing import FrameDecoder, FrameError
+from pykbroker.protocol.framing import CloseConnection, FrameDecoder, FrameError
 from pykbroker.security.principal_mapping import MappingError
 from pykbroker.security.session import Session
 from pykbroker.security.tls import ListenerTls
 from pykbroker.server.connection_quotas import ConnectionQuotas, normalise_ip
-from pykbroker.server.context import CloseConnection
 from pykbroker.server.memory_pool import MemoryPool
 from pykbroker.server.parked import Parked
 from pykbroker.server.plain_stream import PlainStream, accept

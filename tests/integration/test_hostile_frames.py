@@ -21,7 +21,8 @@ from typing import Any, cast
 
 from confluent_kafka import KafkaError, Message, TopicPartition
 
-from pykbroker.server.context import CloseConnection, Services
+from pykbroker.protocol.framing import CloseConnection
+from pykbroker.server.context import Services
 from pykbroker.server.dispatcher import Dispatcher
 from tests.integration.conftest import (
     BrokerFactory,

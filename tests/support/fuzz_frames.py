@@ -23,7 +23,8 @@ from typing import Any, cast
 
 from pykbroker.protocol import codec
 from pykbroker.protocol.bounds import check_request, request_walker
-from pykbroker.server.context import CloseConnection, Services
+from pykbroker.protocol.framing import CloseConnection
+from pykbroker.server.context import Services
 from pykbroker.server.dispatcher import Dispatcher
 from tests.support.hostile import ISSUE_FRAME, mutated_frames
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pykbroker.protocol.header import RequestHeader
 from pykbroker.security.authorizer import AUTHORIZED_OPERATIONS_OMITTED, AclOperation, ResourceType, to_bit_field
+from pykbroker.security.authz import authorized_operations, maybe_authorized_operations
 from pykbroker.security.principal import KafkaPrincipal
-from pykbroker.server.authorizer import authorized_operations, maybe_authorized_operations
-from pykbroker.server.context import RequestContext
+from pykbroker.security.request import RequestContext
 
 
 class DenyWrites:

@@ -24,13 +24,15 @@ from kio.serial.errors import SerialError
 
 from pykbroker.config import BrokerConfig
 from pykbroker.protocol import bounds, codec
+from pykbroker.protocol.framing import CloseConnection
 from pykbroker.protocol.header import (
     HeaderError,
     finish_flexible_header,
     parse_request_header_prefix,
 )
+from pykbroker.security.request import RequestContext
 from pykbroker.server.broker import Broker
-from pykbroker.server.context import CloseConnection, RequestContext, Services
+from pykbroker.server.context import Services
 from pykbroker.server.dispatcher import API_TABLE, ApiSpec, Dispatcher
 from pykbroker.server.handlers import offsets, produce
 from tests.support.hostile import (

@@ -14,10 +14,9 @@ from kio.schema.errors import ErrorCode
 
 from pykbroker.config import BrokerConfig
 from pykbroker.protocol import codec
-from pykbroker.protocol.framing import FrameDecoder
+from pykbroker.protocol.framing import CloseConnection, FrameDecoder
 from pykbroker.protocol.records import build_batch, decode_records
 from pykbroker.server.broker import Broker
-from pykbroker.server.context import CloseConnection
 
 
 @pytest.fixture

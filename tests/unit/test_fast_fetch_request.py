@@ -24,8 +24,8 @@ from pykbroker.config import BrokerConfig
 from pykbroker.protocol import codec
 from pykbroker.protocol.bounds import BoundsError, check_request
 from pykbroker.protocol.fast_fetch_request import FIRST_VERSION, LAST_VERSION, check_fetch_request
+from pykbroker.protocol.framing import CloseConnection
 from pykbroker.server.broker import Broker
-from pykbroker.server.context import CloseConnection
 
 VERSIONS = range(FIRST_VERSION, LAST_VERSION + 1)
 

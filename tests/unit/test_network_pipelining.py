@@ -13,8 +13,8 @@ import anyio
 import anyio.abc
 import pytest
 
+from pykbroker.protocol.framing import CloseConnection
 from pykbroker.security.session import Session
-from pykbroker.server.context import CloseConnection
 from pykbroker.server.network import Response, SocketServer
 from pykbroker.server.parked import Parked, Settled
 

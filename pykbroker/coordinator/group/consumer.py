@@ -39,8 +39,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from kio.schema.errors import ErrorCode
 
 from pykbroker.coordinator.group import consumer_records as cr
+from pykbroker.coordinator.group.classic import ClassicGroup, GroupState
 from pykbroker.coordinator.group.consumer_records import ClassicMetadata
-from pykbroker.coordinator.group.serde import encode_group_key
+from pykbroker.coordinator.group.serde import (
+    decode_consumer_assignment,
+    decode_consumer_subscription,
+    encode_consumer_assignment,
+    encode_group_key,
+)
 
 if TYPE_CHECKING:
     from pykbroker.coordinator.group.manager import GroupManager
@@ -590,7 +596,6 @@ class ConsumerGroups:
                     ErrorCode.invalid_regular_expression,
                     f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {e}.") from None
         g = self.m.groups.get(gid)
-        from pykbroker.coordinator.group.classic import ClassicGroup, GroupState
         if isinstance(g, ClassicGroup):
             if g.state == GroupState.EMPTY and not g.members:
                 self.m.groups.pop(gid)  # Kafka converts an empty classic group
@@ -936,7 +941,6 @@ class ConsumerGroups:
 
     def _can_upgrade(self, cg: Any) -> bool:
         """Kafka's validateOnlineUpgrade: policy, a live group of the consumer protocol, room for one more."""
-        from pykbroker.coordinator.group.classic import GroupState
         if self._policy not in ("upgrade", "bidirectional"):
             log.info("cannot upgrade classic group %(group_id)s: migration policy %(policy)s",
                      {"group_id": cg.group_id, "policy": self._policy})
@@ -959,7 +963,6 @@ class ConsumerGroups:
 
     def _convert_from_classic(self, cg: Any) -> ConsumerGroup:
         """Kafka's ConsumerGroup.fromClassicGroup: members keep their assignment at epoch = generation."""
-        from pykbroker.coordinator.group.serde import decode_consumer_assignment, decode_consumer_subscription
         gen = cg.generation_id
         g = ConsumerGroup(cg.group_id, cg.partition, group_epoch=gen, assignment_epoch=gen,
                           state_timestamp=self.m.clock(), assignor=self.cfg.consumer_assignors[0])
@@ -1003,7 +1006,6 @@ class ConsumerGroups:
             return False
         if len(g.members) > self.cfg.max_size:
             return False
-        from pykbroker.coordinator.group.serde import encode_consumer_assignment
         members = [(m.member_id, m.instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
                     m.classic.session_timeout_ms if m.classic else 0, list(m.classic.protocols) if m.classic else [],
                     encode_consumer_assignment(self._ids_to_names(m.assigned)))
@@ -1026,7 +1028,6 @@ class ConsumerGroups:
         cb(resp)
 
     def _classic_join(self, req: Any) -> dict[str, Any]:
-        from pykbroker.coordinator.group.serde import decode_consumer_subscription
         gid = req.group_id
         g = self.m.groups[gid]
         assert isinstance(g, ConsumerGroup)
@@ -1122,7 +1123,6 @@ class ConsumerGroups:
 
     def classic_sync(self, g: ConsumerGroup, generation: int, member_id: str, instance: str | None,
                      protocol_type: str | None, protocol_name: str | None) -> dict[str, Any]:
-        from pykbroker.coordinator.group.serde import encode_consumer_assignment
         try:
             m = self._classic_member(g, member_id, instance)
             if generation != m.member_epoch:

@@ -12,12 +12,12 @@ from kio.schema.errors import ErrorCode
 
 from pykbroker.coordinator.group.classic import Callback, ClassicGroup, Response
 from pykbroker.coordinator.group.manager import CommitEntry, GroupManager, JoinRequest
+from pykbroker.coordinator.services import CoordinatorServices
 from pykbroker.coordinator.share.state_store import STATE_TOPIC
 from pykbroker.metadata.store import StoreUnavailable
 from pykbroker.security.authorizer import AclOperation, ResourceType
-from pykbroker.server.authorizer import authorized_operations
-from pykbroker.server.authz import allowed, cluster_allowed, denied_names
-from pykbroker.server.context import RequestContext, Services
+from pykbroker.security.authz import allowed, authorized_operations, cluster_allowed, denied_names
+from pykbroker.security.request import RequestContext
 
 if TYPE_CHECKING:
     from pykbroker.coordinator.group.service import GroupCoordinator
@@ -38,11 +38,11 @@ def _ms(v: Any) -> int:
     return int(v)
 
 
-def _coordinator(svc: Services) -> GroupCoordinator | None:
+def _coordinator(svc: CoordinatorServices) -> GroupCoordinator | None:
     return getattr(svc, "groups", None)
 
 
-def _manager(svc: Services) -> GroupManager:
+def _manager(svc: CoordinatorServices) -> GroupManager:
     gc = _coordinator(svc)
     assert gc is not None, "the group coordinator is not running"
     return gc.manager
@@ -79,12 +79,12 @@ def _group_ops(ctx: RequestContext, group_id: str) -> int:
 
 # --- FindCoordinator ------------------------------------------------------------------------
 
-def _log_end(svc: Services, group_id: str) -> int:
+def _log_end(svc: CoordinatorServices, group_id: str) -> int:
     gc = _coordinator(svc)
     return -1 if gc is None else gc.log_end(group_id)
 
 
-async def _replicated(svc: Services, group_id: str, code: ErrorCode, end_before: int) -> ErrorCode:
+async def _replicated(svc: CoordinatorServices, group_id: str, code: ErrorCode, end_before: int) -> ErrorCode:
     """``code`` once what the request wrote for the group is durable (fsync with log.flush.on.ack, and the
     ISR in a cluster), as Kafka answers only after its acks=all append; else the append's error.  A request
     that wrote nothing (``end_before`` is still the log end) is answered at once."""
@@ -94,7 +94,7 @@ async def _replicated(svc: Services, group_id: str, code: ErrorCode, end_before:
     return await gc.flush(group_id)
 
 
-def _find_one(svc: Services, ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
+def _find_one(svc: CoordinatorServices, ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
     out: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": ErrorCode.none,
                            "error_message": None}
     if ctx.authorizer is not None and key_type in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
@@ -134,7 +134,7 @@ def _find_one(svc: Services, ctx: RequestContext, key: str, key_type: int) -> di
     return out
 
 
-async def _internal_topic_ready(svc: Services, key_type: int) -> bool:
+async def _internal_topic_ready(svc: CoordinatorServices, key_type: int) -> bool:
     """Cluster mode: the key type's internal topic exists (created here on first use, as Kafka)."""
     if not svc.store.is_cluster():
         return True
@@ -152,7 +152,7 @@ def _not_available(key: str) -> dict[str, Any]:
             "error_message": "The coordinator is not available."}
 
 
-async def handle_find_coordinator(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_find_coordinator(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     key_type = int(getattr(req, "key_type", 0))
     ready = await _internal_topic_ready(svc, key_type)
     if ctx.version >= 4:
@@ -166,7 +166,7 @@ async def handle_find_coordinator(svc: Services, ctx: RequestContext, req: Any) 
 
 # --- JoinGroup / SyncGroup / Heartbeat / LeaveGroup -----------------------------------------------
 
-async def handle_join_group(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_join_group(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     v = ctx.version
     if not _group_allowed(ctx, AclOperation.READ, req.group_id):
         return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "generation_id": -1,
@@ -197,7 +197,7 @@ async def handle_join_group(svc: Services, ctx: RequestContext, req: Any) -> dic
     return resp
 
 
-async def handle_sync_group(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_sync_group(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     v = ctx.version
     if not _group_allowed(ctx, AclOperation.READ, req.group_id):
         return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "protocol_type": None,
@@ -221,7 +221,7 @@ async def handle_sync_group(svc: Services, ctx: RequestContext, req: Any) -> dic
             "protocol_name": resp.get("protocol_name"), "assignment": resp.get("assignment") or b""}
 
 
-async def handle_heartbeat(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_heartbeat(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     if not _group_allowed(ctx, AclOperation.READ, req.group_id):
         return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed}
     instance = req.group_instance_id if ctx.version >= 3 else None
@@ -229,7 +229,7 @@ async def handle_heartbeat(svc: Services, ctx: RequestContext, req: Any) -> dict
     return {"throttle_time": 0, "error_code": code}
 
 
-async def handle_leave_group(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_leave_group(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     if not _group_allowed(ctx, AclOperation.READ, req.group_id):
         return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "members": []}
     mgr = _manager(svc)
@@ -251,7 +251,7 @@ async def handle_leave_group(svc: Services, ctx: RequestContext, req: Any) -> di
 
 # --- offsets ----------------------------------------------------------------------------------
 
-def commit_entries(svc: Services, topics: Any, denied: frozenset[str] = frozenset()
+def commit_entries(svc: CoordinatorServices, topics: Any, denied: frozenset[str] = frozenset()
                    ) -> tuple[list[CommitEntry], set[tuple[str, int]]]:
     """The offsets of an OffsetCommit/TxnOffsetCommit request, and its partitions that do not exist
     (``denied`` topics, refused by the authorizer, are neither)."""
@@ -290,7 +290,7 @@ def partition_errors(topics: Any, unknown: set[tuple[str, int]],
     return out
 
 
-async def handle_offset_commit(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_offset_commit(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     v = ctx.version
     mgr = _manager(svc)
     gc = _coordinator(svc)
@@ -385,7 +385,7 @@ def _fetch_rows(mgr: GroupManager, group_id: str, rows: Any, code: ErrorCode, re
     return code, [{"name": t, "partitions": ps} for t, ps in by_topic.items()]
 
 
-async def handle_offset_fetch(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_offset_fetch(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     v = ctx.version
     mgr = _manager(svc)
     if v >= 8:
@@ -401,7 +401,7 @@ async def handle_offset_fetch(svc: Services, ctx: RequestContext, req: Any) -> d
     return {"throttle_time": 0, "topics": topics, "error_code": code}
 
 
-async def handle_offset_delete(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_offset_delete(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     mgr = _manager(svc)
     if not _group_allowed(ctx, AclOperation.DELETE, req.group_id):
         return {"error_code": ErrorCode.group_authorization_failed, "throttle_time": 0, "topics": []}
@@ -422,7 +422,7 @@ async def handle_offset_delete(svc: Services, ctx: RequestContext, req: Any) -> 
 
 # --- admin ------------------------------------------------------------------------------------
 
-async def handle_list_groups(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_list_groups(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     mgr = _manager(svc)
     states = {s.lower() for s in getattr(req, "states_filter", ()) or ()} or None
     types = {s.lower() for s in getattr(req, "types_filter", ()) or ()} or None
@@ -439,7 +439,7 @@ async def handle_list_groups(svc: Services, ctx: RequestContext, req: Any) -> di
     return {"throttle_time": 0, "error_code": error, "groups": groups}
 
 
-async def handle_describe_groups(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_describe_groups(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     mgr = _manager(svc)
     groups = []
     include_ops = ctx.version >= 3 and bool(req.include_authorized_operations)
@@ -507,7 +507,7 @@ def _delete_share_group(shares: ShareCoordinator, group_id: str) -> ErrorCode:
     return ErrorCode.none
 
 
-async def handle_delete_groups(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_delete_groups(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     mgr = _manager(svc)
     gc = _coordinator(svc)
     refused = {g: gc.writable(g) for g in req.groups_names} if gc is not None else {}
@@ -534,7 +534,7 @@ async def handle_delete_groups(svc: Services, ctx: RequestContext, req: Any) -> 
 
 # --- KIP-848 ----------------------------------------------------------------------------------
 
-async def handle_consumer_group_heartbeat(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_consumer_group_heartbeat(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     mgr = _manager(svc)
     gc = _coordinator(svc)
     if mgr.consumer is None or gc is None or not gc.consumer_protocol_enabled:
@@ -574,7 +574,7 @@ def _heartbeat_refusal(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
             "member_epoch": 0, "heartbeat_interval": 0, "assignment": None}
 
 
-async def handle_consumer_group_describe(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_consumer_group_describe(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     mgr = _manager(svc)
 
     def name_of(topic_id: Any) -> str | None:

@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from pykbroker.config import BrokerConfig
 from pykbroker.coordinator import internal_topic
+from pykbroker.coordinator.group.consumer import ConsumerGroups
 from pykbroker.coordinator.group.manager import GroupConfig, GroupManager
 from pykbroker.coordinator.internal_topic import PartitionLoader, now_ms
 from pykbroker.coordinator.transaction.load_filter import TxnLoadFilter
@@ -77,15 +78,10 @@ class GroupCoordinator(PartitionLoader):
         self._sleep_until: int | None = None
         self.flush_on_ack: bool = config["log.flush.on.ack"]
         self.consumer_protocol_enabled = "consumer" in config["group.coordinator.rebalance.protocols"]
-        try:
-            from pykbroker.coordinator.group.consumer import ConsumerGroups
-        except ImportError:  # pragma: no cover - the KIP-848 module is optional
-            pass
-        else:
-            self.manager.consumer = ConsumerGroups(self.manager)
-            self.manager.consumer.topic_ids = self._topic_id
-            self.manager.consumer.topic_names = self._topic_names
-            self.manager.consumer.group_configs = lambda gid: self.store.configs_of(GROUP_RESOURCE, gid)
+        self.manager.consumer = ConsumerGroups(self.manager)
+        self.manager.consumer.topic_ids = self._topic_id
+        self.manager.consumer.topic_names = self._topic_names
+        self.manager.consumer.group_configs = lambda gid: self.store.configs_of(GROUP_RESOURCE, gid)
         self.txn_offsets: TxnOffsets | None = None
         self._txn_open: dict[int, dict[int, list[tuple[bytes | None, bytes | None]]]] = {}
         self.manager.pending_txn_offsets = self._pending_txn_offsets

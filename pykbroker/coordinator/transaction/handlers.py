@@ -10,11 +10,12 @@ from kio.schema.errors import ErrorCode
 
 from pykbroker.coordinator.group.handlers import commit_entries, partition_errors
 from pykbroker.coordinator.internal_topic import min_insync_replicas, wait_replicated
+from pykbroker.coordinator.services import CoordinatorServices
 from pykbroker.coordinator.transaction.state import STATE_BY_NAME, TxnState
 from pykbroker.metadata.store import StoreUnavailable
 from pykbroker.security.authorizer import AclOperation, ResourceType
-from pykbroker.server.authz import allowed, cluster_allowed, denied_names
-from pykbroker.server.context import RequestContext, Services
+from pykbroker.security.authz import allowed, cluster_allowed, denied_names
+from pykbroker.security.request import RequestContext
 
 if TYPE_CHECKING:
     from pykbroker.coordinator.transaction.service import TransactionCoordinator
@@ -28,7 +29,7 @@ def _ms(v: Any) -> int:
     return int(v)
 
 
-def _tc(svc: Services) -> TransactionCoordinator:
+def _tc(svc: CoordinatorServices) -> TransactionCoordinator:
     tc = getattr(svc, "txn_coordinator", None)
     assert tc is not None, "the transaction coordinator is not running"
     return tc
@@ -77,7 +78,7 @@ def _init_producer_id_refusal(ctx: RequestContext, txn_id: str | None) -> ErrorC
     return ErrorCode.cluster_authorization_failed
 
 
-async def handle_init_producer_id(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_init_producer_id(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     txn_id = req.transactional_id
     refusal = _init_producer_id_refusal(ctx, txn_id)
     if refusal is not None:
@@ -106,7 +107,7 @@ async def handle_init_producer_id(svc: Services, ctx: RequestContext, req: Any) 
 
 # --- AddPartitionsToTxn / AddOffsetsToTxn -------------------------------------------------------------
 
-def _txn_partitions(svc: Services, topics: list[tuple[str, list[int]]], from_client: bool
+def _txn_partitions(svc: CoordinatorServices, topics: list[tuple[str, list[int]]], from_client: bool
                     ) -> tuple[list[tuple[str, int]], dict[tuple[str, int], ErrorCode]]:
     """Split a transaction's partitions into those that exist and the per-partition errors of the rest.
 
@@ -134,8 +135,8 @@ def _topic_results(topics: list[tuple[str, list[int]]], codes: dict[tuple[str, i
         {"partition_index": p, "partition_error_code": codes[(name, p)]} for p in ps]} for name, ps in topics]
 
 
-async def _add_or_verify(tc: TransactionCoordinator, svc: Services, version: int, txn_id: str, producer_id: int,
-                         epoch: int, topics: list[tuple[str, list[int]]], verify_only: bool,
+async def _add_or_verify(tc: TransactionCoordinator, svc: CoordinatorServices, version: int, txn_id: str,
+                         producer_id: int, epoch: int, topics: list[tuple[str, list[int]]], verify_only: bool,
                          ctx: RequestContext | None = None) -> dict[tuple[str, int], ErrorCode]:
     """One transaction of an AddPartitionsToTxn request: every partition's error code."""
     everything = [(name, p) for name, ps in topics for p in ps]
@@ -166,7 +167,7 @@ async def _add_or_verify(tc: TransactionCoordinator, svc: Services, version: int
     return {tp: abortable_compat(_compat(c, version, 2), version, 5) for tp, c in codes.items()}
 
 
-async def handle_add_partitions_to_txn(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_add_partitions_to_txn(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     """Versions 0-3: one producer adding partitions.  Versions 4+ (KIP-890): a batch of transactions, as
     partition leaders send it, each adding partitions or, with ``verify_only``, checking that they were
     added.  Kafka requires CLUSTER_ACTION for 4+; with no authorizer every principal has it."""
@@ -189,7 +190,7 @@ async def handle_add_partitions_to_txn(svc: Services, ctx: RequestContext, req: 
     return {"throttle_time": 0, "error_code": ErrorCode.none, "results_by_transaction": results}
 
 
-async def handle_add_offsets_to_txn(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_add_offsets_to_txn(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     if not _txn_write_allowed(ctx, req.transactional_id):
         return {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed}
     if not allowed(ctx, AclOperation.READ, ResourceType.GROUP, req.group_id):
@@ -209,7 +210,7 @@ async def handle_add_offsets_to_txn(svc: Services, ctx: RequestContext, req: Any
 
 # --- EndTxn / WriteTxnMarkers -------------------------------------------------------------------------
 
-async def handle_end_txn(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_end_txn(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     if not _txn_write_allowed(ctx, req.transactional_id):
         return {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed}
     tc = _tc(svc)
@@ -227,7 +228,7 @@ async def handle_end_txn(svc: Services, ctx: RequestContext, req: Any) -> dict[s
     return {"throttle_time": 0, "error_code": _compat(code, ctx.version, 2)}
 
 
-async def handle_write_txn_markers(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_write_txn_markers(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     if not cluster_allowed(ctx, AclOperation.CLUSTER_ACTION):  # only coordinators write markers
         return {"markers": [{"producer_id": int(m.producer_id), "topics": [
             {"name": t.name, "partitions": [{"partition_index": int(p),
@@ -255,7 +256,7 @@ async def handle_write_txn_markers(svc: Services, ctx: RequestContext, req: Any)
 
 # --- TxnOffsetCommit ------------------------------------------------------------------------------------
 
-async def handle_txn_offset_commit(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_txn_offset_commit(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     v = ctx.version
     if ctx.authorizer is not None:
         every = frozenset(t.name for t in req.topics)
@@ -291,7 +292,7 @@ async def handle_txn_offset_commit(svc: Services, ctx: RequestContext, req: Any)
 
 # --- operator APIs --------------------------------------------------------------------------------------
 
-async def handle_describe_transactions(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_describe_transactions(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     tc = _tc(svc)
     out = []
     for txn_id in req.transactional_ids:
@@ -318,7 +319,7 @@ async def handle_describe_transactions(svc: Services, ctx: RequestContext, req: 
     return {"throttle_time": 0, "transaction_states": out}
 
 
-async def handle_list_transactions(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_list_transactions(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     tc = _tc(svc)
     states: set[TxnState] = set()
     unknown: list[str] = []
@@ -342,7 +343,7 @@ async def handle_list_transactions(svc: Services, ctx: RequestContext, req: Any)
                                     "transaction_state": md.state.display} for md in listed]}
 
 
-async def handle_describe_producers(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_describe_producers(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
     topics = []
     denied = denied_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in req.topics))
     for t in req.topics:

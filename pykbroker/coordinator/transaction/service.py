@@ -16,13 +16,14 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import anyio
 from kio.schema.errors import ErrorCode
 
 from pykbroker.config import BrokerConfig
 from pykbroker.coordinator import internal_topic
+from pykbroker.coordinator.group.manager import CommitEntry
 from pykbroker.coordinator.inter_broker import InterBrokerClients
 from pykbroker.coordinator.internal_topic import PartitionLoader, now_ms
 from pykbroker.coordinator.transaction.markers import write_marker
@@ -31,10 +32,18 @@ from pykbroker.metadata.store import MetadataStore, StoreUnavailable, TopicRecor
 from pykbroker.replica.replica_manager import ReplicaManager
 from pykbroker.replica.topics import TopicManager
 
-if TYPE_CHECKING:
-    from pykbroker.coordinator.transaction.offsets import TxnOffsets
-
 log = logging.getLogger("pykbroker.txn")
+
+
+class TxnOffsets(Protocol):
+    """The transactional offset commits of ``__consumer_offsets`` (transaction.offsets): TxnOffsetCommit
+    goes there, and a marker written for one of their producers completes them; set by the broker at start."""
+
+    async def commit(self, transactional_id: str, group_id: str, producer_id: int, producer_epoch: int,
+                     generation_id: int, member_id: str, instance_id: str | None, entries: list[CommitEntry],
+                     version: int) -> dict[tuple[str, int], ErrorCode]: ...
+
+    def complete(self, partition: int, producer_id: int, commit: bool) -> None: ...
 
 TXN_TOPIC = "__transaction_state"
 OFFSETS_TOPIC = "__consumer_offsets"

@@ -28,8 +28,8 @@ from pykbroker.protocol.records import BatchHeader, parse_batch_header
 from pykbroker.storage.producer_state import ProducerStateError
 
 if TYPE_CHECKING:
+    from pykbroker.coordinator.services import CoordinatorServices
     from pykbroker.replica.replica_manager import Partition
-    from pykbroker.server.context import Services
 
 _ATTR_TRANSACTIONAL = 0x10
 PRODUCE_ABORTABLE_SINCE = 11  # Produce v11 knows TRANSACTION_ABORTABLE
@@ -64,7 +64,8 @@ def opens_transaction(p: Partition, producer_id: int, producer_epoch: int) -> bo
     return not (entry is not None and entry.current_txn_first_offset is not None and entry.epoch == producer_epoch)
 
 
-def _needs_verification(svc: Services, p: Partition, header: BatchHeader, transactional_id: str | None) -> bool:
+def _needs_verification(svc: CoordinatorServices, p: Partition, header: BatchHeader,
+                        transactional_id: str | None) -> bool:
     if not header.attributes & _ATTR_TRANSACTIONAL or transactional_id is None or header.producer_id < 0:
         return False
     if not svc.config["transaction.partition.verification.enable"]:
@@ -72,7 +73,8 @@ def _needs_verification(svc: Services, p: Partition, header: BatchHeader, transa
     return opens_transaction(p, header.producer_id, header.producer_epoch)
 
 
-async def verify_with_coordinator(svc: Services, p: Partition, records: bytes, transactional_id: str) -> None:
+async def verify_with_coordinator(svc: CoordinatorServices, p: Partition, records: bytes,
+                                  transactional_id: str) -> None:
     """Cluster mode, before the append: when the transaction's coordinator is another broker, ask it
     (AddPartitionsToTxn v5 ``verify_only``) and keep its answer for :func:`verify_transactional_batch`.
 
@@ -101,8 +103,8 @@ async def verify_with_coordinator(svc: Services, p: Partition, records: bytes, t
                                                      header.producer_epoch, (p.topic, p.index))
 
 
-def verify_transactional_batch(svc: Services, p: Partition, header: BatchHeader, transactional_id: str | None,
-                               produce_version: int) -> None:
+def verify_transactional_batch(svc: CoordinatorServices, p: Partition, header: BatchHeader,
+                               transactional_id: str | None, produce_version: int) -> None:
     """Raise :class:`ProducerStateError` if ``header`` would open a transaction the coordinator does
     not know of on this partition; return quietly when no verification is needed or it passed."""
     if not header.attributes & _ATTR_TRANSACTIONAL:

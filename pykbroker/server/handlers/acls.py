@@ -21,8 +21,9 @@ from pykbroker.security.acl import (
     validate_binding,
 )
 from pykbroker.security.authorizer import AclOperation, ResourceType
-from pykbroker.server.authorizer import authorize
-from pykbroker.server.context import RequestContext, Services
+from pykbroker.security.authz import authorize
+from pykbroker.security.request import RequestContext
+from pykbroker.server.context import Services
 
 NO_AUTHORIZER = "No Authorizer is configured on the broker"
 CLUSTER = "kafka-cluster"

@@ -16,8 +16,9 @@ from pykbroker.metadata.store import TopicRecord
 from pykbroker.quotas import STRICT_SINCE, MutationQuota, ThrottlingQuotaExceeded
 from pykbroker.replica.topics import TopicError, TopicSpec, timeout_ms_of, timeout_s
 from pykbroker.security.authorizer import AclOperation, ResourceType
-from pykbroker.server.authz import cluster_allowed, denied_names
-from pykbroker.server.context import RequestContext, Services
+from pykbroker.security.authz import cluster_allowed, denied_names
+from pykbroker.security.request import RequestContext
+from pykbroker.server.context import Services
 from pykbroker.server.handlers.configs import describe_topic_configs
 
 log = logging.getLogger("pykbroker.admin")

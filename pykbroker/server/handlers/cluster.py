@@ -23,9 +23,16 @@ from kio.schema.errors import ErrorCode
 from pykbroker.metadata.store import StoreUnavailable, TopicRecord, UnknownTopic, run_store, topic_name_problem
 from pykbroker.replica.topics import timeout_ms_of, timeout_s
 from pykbroker.security.authorizer import AUTHORIZED_OPERATIONS_OMITTED, AclOperation, ResourceType
-from pykbroker.server.authorizer import authorized_operations, maybe_authorized_operations
-from pykbroker.server.authz import CLUSTER_NAME, allowed, cluster_allowed, denied_names
-from pykbroker.server.context import RequestContext, Services
+from pykbroker.security.authz import (
+    CLUSTER_NAME,
+    allowed,
+    authorized_operations,
+    cluster_allowed,
+    denied_names,
+    maybe_authorized_operations,
+)
+from pykbroker.security.request import RequestContext
+from pykbroker.server.context import Services
 from pykbroker.server.handlers.metadata import ZERO_UUID, broker_entries, topic_metadata
 from pykbroker.storage.leader_epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 

@@ -42,8 +42,9 @@ from pykbroker.config import (
 )
 from pykbroker.metadata.store import StoreUnavailable, UnknownTopic, run_store, topic_name_problem
 from pykbroker.security.authorizer import AclOperation, ResourceType
-from pykbroker.server.authz import CLUSTER_NAME, allowed
-from pykbroker.server.context import RequestContext, Services
+from pykbroker.security.authz import CLUSTER_NAME, allowed
+from pykbroker.security.request import RequestContext
+from pykbroker.server.context import Services
 
 log = logging.getLogger("pykbroker.admin")
 

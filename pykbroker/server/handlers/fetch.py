@@ -28,8 +28,9 @@ from pykbroker.protocol.records import InvalidRecords
 from pykbroker.replica.replica_manager import ArmedWait, FetchWaiters, Partition
 from pykbroker.replication.rules import diverging_epoch
 from pykbroker.security.authorizer import AclOperation, ResourceType
-from pykbroker.server.authz import cluster_allowed, denied_names
-from pykbroker.server.context import RequestContext, Services
+from pykbroker.security.authz import cluster_allowed, denied_names
+from pykbroker.security.request import RequestContext
+from pykbroker.server.context import Services
 from pykbroker.server.fetch_session import (
     FINAL_EPOCH,
     INITIAL_EPOCH,

@@ -15,8 +15,9 @@ from kio.schema.errors import ErrorCode
 
 from pykbroker.replica.replica_manager import Partition
 from pykbroker.security.authorizer import AclOperation, ResourceType
-from pykbroker.server.authz import denied_names
-from pykbroker.server.context import RequestContext, Services, now_ms
+from pykbroker.security.authz import denied_names
+from pykbroker.security.request import RequestContext
+from pykbroker.server.context import Services, now_ms
 from pykbroker.storage.log import KafkaStorageError
 
 LATEST = -1

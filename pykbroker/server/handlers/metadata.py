@@ -11,9 +11,15 @@ from kio.schema.errors import ErrorCode
 from pykbroker.metadata.store import INTERNAL_TOPICS, StoreUnavailable, TopicRecord, topic_name_problem
 from pykbroker.replica.topics import TopicError
 from pykbroker.security.authorizer import AUTHORIZED_OPERATIONS_OMITTED, AclOperation, ResourceType
-from pykbroker.server.authorizer import authorized_operations, maybe_authorized_operations
-from pykbroker.server.authz import CLUSTER_NAME, cluster_allowed, denied_names
-from pykbroker.server.context import RequestContext, Services
+from pykbroker.security.authz import (
+    CLUSTER_NAME,
+    authorized_operations,
+    cluster_allowed,
+    denied_names,
+    maybe_authorized_operations,
+)
+from pykbroker.security.request import RequestContext
+from pykbroker.server.context import Services
 
 ZERO_UUID = uuid.UUID(int=0)
 

@@ -14,8 +14,9 @@ from kio.schema.errors import ErrorCode
 
 from pykbroker.replica.replica_manager import Partition
 from pykbroker.security.authorizer import AclOperation, ResourceType
-from pykbroker.server.authz import denied_names
-from pykbroker.server.context import RequestContext, Services
+from pykbroker.security.authz import denied_names
+from pykbroker.security.request import RequestContext
+from pykbroker.server.context import Services
 from pykbroker.server.handlers.legacy_offsets import handle_list_offsets_v0
 from pykbroker.storage.log import KafkaStorageError, LogStartOffsetIncrementReason, OffsetOutOfRange
 

@@ -19,14 +19,16 @@ from kio.schema.errors import ErrorCode
 from pykbroker.coordinator.transaction.verification import verify_transactional_batch, verify_with_coordinator
 from pykbroker.delay.service import DELAYED_TOPIC, DelayForward
 from pykbroker.logsetup import fields
+from pykbroker.protocol.framing import CloseConnection
 from pykbroker.protocol.message_format import is_message_set, up_convert
 from pykbroker.protocol.record_validator import validate_records
 from pykbroker.protocol.records import InvalidRecords, parse_batch_header, validate_for_append
 from pykbroker.replica import group_commit
 from pykbroker.replica.replica_manager import Partition
 from pykbroker.security.authorizer import AclOperation, ResourceType
-from pykbroker.server.authz import allowed, denied_names
-from pykbroker.server.context import CloseConnection, RequestContext, Services, now_ms
+from pykbroker.security.authz import allowed, denied_names
+from pykbroker.security.request import RequestContext
+from pykbroker.server.context import Services, now_ms
 from pykbroker.server.parked import Parked, Settled
 from pykbroker.storage.log import KafkaStorageError
 from pykbroker.storage.producer_state import ProducerStateError

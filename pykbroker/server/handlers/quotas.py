@@ -16,8 +16,9 @@ from kio.schema.errors import ErrorCode
 
 from pykbroker.metadata.store import QuotaEntity, StoreUnavailable, run_store
 from pykbroker.security.authorizer import AclOperation
-from pykbroker.server.authz import cluster_allowed
-from pykbroker.server.context import RequestContext, Services
+from pykbroker.security.authz import cluster_allowed
+from pykbroker.security.request import RequestContext
+from pykbroker.server.context import Services
 
 USER = "user"
 CLIENT_ID = "client-id"

@@ -15,6 +15,8 @@ from kio.schema.errors import ErrorCode
 
 from pykbroker.metadata.store import StoreUnavailable, run_store
 from pykbroker.security.authorizer import AclOperation
+from pykbroker.security.authz import cluster_allowed
+from pykbroker.security.request import RequestContext
 from pykbroker.security.sasl.scram import (
     MAX_ITERATIONS,
     MECHANISM_BY_CODE,
@@ -22,8 +24,7 @@ from pykbroker.security.sasl.scram import (
     MIN_ITERATIONS,
     ScramCredential,
 )
-from pykbroker.server.authz import cluster_allowed
-from pykbroker.server.context import RequestContext, Services
+from pykbroker.server.context import Services
 
 log = logging.getLogger("pykbroker.security.sasl")
 

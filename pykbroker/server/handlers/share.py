@@ -20,8 +20,9 @@ from pykbroker.coordinator.share.persister import batches_body, batches_from
 from pykbroker.coordinator.share.service import ShareCoordinator, SpKey
 from pykbroker.coordinator.share.session import FINAL_EPOCH, INITIAL_EPOCH, TopicIdPartition
 from pykbroker.security.authorizer import AclOperation, ResourceType
-from pykbroker.server.authz import allowed, cluster_allowed, denied_names
-from pykbroker.server.context import RequestContext, Services
+from pykbroker.security.authz import allowed, cluster_allowed, denied_names
+from pykbroker.security.request import RequestContext
+from pykbroker.server.context import Services
 
 
 def _shares(svc: Services) -> ShareCoordinator | None:

@@ -11,8 +11,9 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from pykbroker.security.authorizer import AclOperation
-from pykbroker.server.authz import cluster_allowed
-from pykbroker.server.context import RequestContext, Services, now_ms
+from pykbroker.security.authz import cluster_allowed
+from pykbroker.security.request import RequestContext
+from pykbroker.server.context import Services, now_ms
 from pykbroker.server.telemetry import ClientTelemetry
 
 
