@@ -30,6 +30,7 @@ for their intent to reach the ISR, and go to remote targets as idempotent acks=-
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections import defaultdict
@@ -86,6 +87,7 @@ from pykbroker.protocol.records import (
     iter_batches,
     validate_for_append,
 )
+from pykbroker.replica.append_hooks import AppendHook, ForwardFirst
 from pykbroker.replica.replica_manager import Partition, ReplicaManager
 from pykbroker.replica.topics import TopicManager
 from pykbroker.security.authorizer import AclOperation
@@ -130,7 +132,7 @@ class DelayForward(Exception):
         self.buf, self.batches = buf, batches
 
 
-class DelayService(PartitionLoader):
+class DelayService(PartitionLoader, AppendHook):
     load_topic = DELAYED_TOPIC
 
     def __init__(self, config: BrokerConfig, store: MetadataStore, replicas: ReplicaManager,
@@ -416,6 +418,28 @@ class DelayService(PartitionLoader):
             if entry.epoch == seq.epoch and entry.batches and (entry.last_seq - last) % _SEQ_MOD < _SEQ_MOD // 2:
                 return
         self._apply_sequence(p, seq)
+
+    # --- the produce path's hook (replica.append_hooks) ---------------------------------------
+
+    def accepts_internal(self, ctx: RequestContext, topic: str) -> bool:
+        return topic == DELAYED_TOPIC and self.accepts_forward(ctx)  # another broker's delayed records
+
+    def append_internal(self, p: Partition, records: bytes, now: int) -> int:
+        return self.accept_forwarded(p, records, now)
+
+    def transform(self, p: Partition, buf: bytearray, batches: list[BatchHeader], now: int
+                  ) -> tuple[bytearray, list[BatchHeader]]:
+        """Records due later go to ``__delayed_records`` instead; in a cluster, to the broker leading their
+        partition there first (ForwardFirst), when that is another broker."""
+        try:
+            return self.divert(p, buf, batches, now)
+        except DelayForward as f:
+            raise ForwardFirst(f.buf, f.batches, functools.partial(self.forward, p, f),
+                               "delayed records could not be scheduled") from None
+
+    def also_written(self) -> tuple[Partition, int] | None:
+        dp = self.take_diverted()
+        return (dp, self.min_isr()) if dp is not None else None
 
     def take_diverted(self) -> Partition | None:
         """The ``__delayed_records`` partition the last :meth:`divert` wrote (for log.flush.on.ack)."""

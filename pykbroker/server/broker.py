@@ -42,6 +42,7 @@ from pykbroker.coordinator.inter_broker import InterBrokerClients
 from pykbroker.coordinator.share.service import ShareCoordinator
 from pykbroker.coordinator.transaction.offsets import TxnOffsets
 from pykbroker.coordinator.transaction.service import TXN_TOPIC, TransactionCoordinator
+from pykbroker.coordinator.transaction.verification import TransactionVerification
 from pykbroker.delay.service import DelayService
 from pykbroker.logsetup import fields
 from pykbroker.metadata.embedded import META_PROPERTIES, DataDirInUse, EmbeddedMetadataStore, write_atomically
@@ -147,6 +148,7 @@ class Broker:
         self.txn = TransactionCoordinator(config, self.store, self.replicas, self.topics)
         self.txn.txn_offsets = self.groups.txn_offsets = TxnOffsets(self.groups, verify=self.txn.verify_partition)
         self.services.txn_coordinator = self.txn
+        self.services.append_hooks.register(TransactionVerification(self.services))
         # Client quotas are read from the store on every check, so changes apply without a restart.
         self.services.quotas = QuotaManager(self.store.client_quotas, samples=config["quota.window.num"],
                                             window_seconds=config["quota.window.size.seconds"],
@@ -155,6 +157,7 @@ class Broker:
         self.delays: DelayService | None = None
         if config["pykbroker.delay.enable"]:  # delayed delivery (pykbroker/delay)
             self.delays = self.services.delays = DelayService(config, self.store, self.replicas, self.topics)
+            self.services.append_hooks.register(self.delays)
         self.shares: ShareCoordinator | None = None
         if config["group.share.enable"]:  # share groups (pykbroker/coordinator/share)
             self.shares = self.services.shares = ShareCoordinator(config, self.store, self.replicas, self.topics,

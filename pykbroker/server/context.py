@@ -12,6 +12,7 @@ import anyio
 from pykbroker.config import BrokerConfig, Listener
 from pykbroker.metadata.store import MetadataStore
 from pykbroker.observability.stats import BrokerStats
+from pykbroker.replica.append_hooks import AppendHooks
 from pykbroker.replica.replica_manager import ReplicaManager
 from pykbroker.replica.topics import TopicManager
 from pykbroker.server.fetch_session import FetchSessionCache
@@ -52,6 +53,8 @@ class Services:
     shares: ShareCoordinator | None = None
     # Delayed delivery (pykbroker.delay.enable); None: produce never looks at delay headers.
     delays: DelayService | None = None
+    # The features on the produce path (transaction verification, delayed delivery), registered at start.
+    append_hooks: AppendHooks = field(default_factory=AppendHooks)
     # The authorizer (authorizer.class.name); None: every principal may do everything.
     authorizer: Authorizer | None = None
     # Client quota enforcement (pykbroker.quotas); set by the broker, None: no client is throttled.

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 from pykbroker.protocol.records import BatchHeader, parse_batch_header
+from pykbroker.replica.append_hooks import AppendHook
+from pykbroker.security.request import RequestContext
 from pykbroker.storage.producer_state import ProducerStateError
 
 if TYPE_CHECKING:
@@ -131,3 +133,20 @@ def verify_transactional_batch(svc: CoordinatorServices, p: Partition, header: B
     if code != ErrorCode.none:
         err, message = produce_error(code, produce_version)
         raise ProducerStateError(int(err), message)
+
+
+class TransactionVerification(AppendHook):
+    """KIP-890 on the produce path: a transactional batch that would begin a transaction on a partition
+    must be in that transaction at its coordinator (asked before the append when it is another broker)."""
+
+    def __init__(self, svc: CoordinatorServices) -> None:
+        self.svc = svc
+
+    async def before_append(self, ctx: RequestContext, p: Partition, records: bytes,
+                            transactional_id: str | None) -> None:
+        if transactional_id and self.svc.store.is_cluster():  # the coordinator may be another broker
+            await verify_with_coordinator(self.svc, p, records, transactional_id)
+
+    def check_batch(self, ctx: RequestContext, p: Partition, header: BatchHeader,
+                    transactional_id: str | None) -> None:
+        verify_transactional_batch(self.svc, p, header, transactional_id, ctx.version)

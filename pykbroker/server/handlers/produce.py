@@ -16,14 +16,13 @@ from typing import Any
 import anyio
 from kio.schema.errors import ErrorCode
 
-from pykbroker.coordinator.transaction.verification import verify_transactional_batch, verify_with_coordinator
-from pykbroker.delay.service import DELAYED_TOPIC, DelayForward
 from pykbroker.logsetup import fields
 from pykbroker.protocol.framing import CloseConnection
 from pykbroker.protocol.message_format import is_message_set, up_convert
 from pykbroker.protocol.record_validator import validate_records
 from pykbroker.protocol.records import InvalidRecords, parse_batch_header, validate_for_append
 from pykbroker.replica import group_commit
+from pykbroker.replica.append_hooks import ForwardFirst
 from pykbroker.replica.replica_manager import Partition
 from pykbroker.security.authorizer import AclOperation, ResourceType
 from pykbroker.security.authz import allowed, denied_names
@@ -56,8 +55,8 @@ def _invalid_records(index: int, e: InvalidRecords) -> dict[str, Any]:
     return out
 
 
-def _append(svc: Services, p: Partition, records: bytes, acks: int, now: int,
-            transactional_id: str | None = None, version: int = 0) -> dict[str, Any]:
+def _append(svc: Services, ctx: RequestContext, p: Partition, records: bytes, now: int,
+            transactional_id: str | None) -> dict[str, Any]:
     lg = p.log
     cfg = lg.config
     log_append = cfg.log_append_time
@@ -69,8 +68,7 @@ def _append(svc: Services, p: Partition, records: bytes, acks: int, now: int,
         timestamp_type=1 if log_append else 0,
         check_timestamps=False,
     )
-    # KIP-890: a batch that would open a transaction here must be in it at the coordinator.
-    verify_transactional_batch(svc, p, batches[0], transactional_id, version)
+    svc.append_hooks.check_batch(ctx, p, batches[0], transactional_id)  # e.g. KIP-890 verification
     buf = bytearray(records)
     rebuilt = validate_records(
         buf,
@@ -87,11 +85,10 @@ def _append(svc: Services, p: Partition, records: bytes, acks: int, now: int,
     if rebuilt is not None:  # recompressed to the topic's codec, or offsets renumbered
         buf = rebuilt
         batches = [parse_batch_header(buf, 0)]
-    if svc.delays is not None:  # pykbroker.delay.enable: records due later go to __delayed_records instead
-        # (in a cluster, DelayForward when another broker leads their partition: see _forward_delayed)
-        buf, batches = svc.delays.divert(p, buf, batches, now)
-        if not batches:  # every record was scheduled: no offset in the target yet
-            return {**_partition_error(p.index, ErrorCode.none), "log_start_offset": lg.log_start_offset}
+    # e.g. delayed delivery: records due later go elsewhere (ForwardFirst: to another broker first)
+    buf, batches = svc.append_hooks.transform(p, buf, batches, now)
+    if not batches:  # every record went elsewhere: no offset in the target yet
+        return {**_partition_error(p.index, ErrorCode.none), "log_start_offset": lg.log_start_offset}
     return _append_validated(svc, p, buf, batches, now)
 
 
@@ -114,13 +111,12 @@ def _append_validated(svc: Services, p: Partition, buf: bytearray, batches: list
     }
 
 
-async def _forward_delayed(svc: Services, p: Partition, f: DelayForward, now: int) -> dict[str, Any]:
-    """Delayed delivery in a cluster: the batch's delayed records go to the broker leading their
-    ``__delayed_records`` partition first (acks=-1); only then is the rest appended here."""
-    assert svc.delays is not None
-    code = await svc.delays.forward(p, f)
+async def _append_after_forward(svc: Services, p: Partition, f: ForwardFirst, now: int) -> dict[str, Any]:
+    """A hook sent part of the batch elsewhere first (e.g. delayed records to the broker leading their
+    ``__delayed_records`` partition, acks=-1); only then is the rest appended here."""
+    code = await f.send()
     if code != ErrorCode.none:
-        return _partition_error(p.index, code, "delayed records could not be scheduled")
+        return _partition_error(p.index, code, f.error_message)
     if not f.batches:
         return {**_partition_error(p.index, ErrorCode.none), "log_start_offset": p.log.log_start_offset}
     if svc.replicas.partition(p.topic, p.index) is not p or not p.is_leader:
@@ -224,9 +220,10 @@ async def handle_produce(svc: Services, ctx: RequestContext, req: Any
             if rec is None or idx not in rec.partitions:
                 parts.append(_partition_error(idx, ErrorCode.unknown_topic_or_partition))
                 continue
-            forwarded = rec.internal and svc.delays is not None and name == DELAYED_TOPIC and \
-                svc.delays.accepts_forward(ctx)  # another broker's delayed records (delayed delivery in a cluster)
-            if rec.internal and not forwarded:
+            # An internal topic takes appends only through a hook that owns them (e.g. delayed records
+            # forwarded by another broker).
+            internal_owner = svc.append_hooks.internal_owner(ctx, name) if rec.internal else None
+            if rec.internal and internal_owner is None:
                 parts.append(_partition_error(idx, ErrorCode.invalid_topic_exception,
                                               f"Cannot append to internal topic {name}"))
                 continue
@@ -251,33 +248,29 @@ async def handle_produce(svc: Services, ctx: RequestContext, req: Any
                 parts.append(_partition_error(idx, ErrorCode.invalid_request, "Produce request has no records"))
                 continue
             txn_id = getattr(req, "transactional_id", None)
-            if txn_id and svc.store.is_cluster():  # KIP-890 with a coordinator that may be another broker
-                await verify_with_coordinator(svc, p, records, txn_id)
-                if svc.replicas.partition(name, idx) is not p or p.leader_id != svc.broker_id:
-                    parts.append(_partition_error(idx, ErrorCode.not_leader_or_follower))
-                    continue
+            await svc.append_hooks.before_append(ctx, p, records, txn_id)  # e.g. asks a transaction coordinator
+            if svc.replicas.partition(name, idx) is not p or p.leader_id != svc.broker_id:  # moved meanwhile
+                parts.append(_partition_error(idx, ErrorCode.not_leader_or_follower))
+                continue
             try:
                 if ctx.version < 3 and is_message_set(records):  # a client from before Kafka 0.11
                     records = up_convert(records, topic_partition=f"{name}-{idx}",
                                          compression_type=p.log.config.compression_type,
                                          max_message_bytes=p.log.config.max_message_bytes)
-                if forwarded:
-                    assert svc.delays is not None
+                if internal_owner is not None:
                     parts.append({**_partition_error(idx, ErrorCode.none), "log_start_offset": p.log.log_start_offset,
-                                  "base_offset": svc.delays.accept_forwarded(p, records, now)})
+                                  "base_offset": internal_owner.append_internal(p, records, now)})
                 else:
                     try:
-                        parts.append(_append(svc, p, records, acks, now, getattr(req, "transactional_id", None),
-                                             ctx.version))
-                    except DelayForward as f:
-                        parts.append(await _forward_delayed(svc, p, f, now))
+                        parts.append(_append(svc, ctx, p, records, now, txn_id))
+                    except ForwardFirst as f:
+                        parts.append(await _append_after_forward(svc, p, f, now))
                 appended.append(p)
-                if svc.delays is not None and (scheduled := svc.delays.take_diverted()) is not None:
-                    appended.append(scheduled)  # log.flush.on.ack: the scheduled log is what must be durable
+                for other, other_min_isr in svc.append_hooks.also_written():  # e.g. the scheduled records
+                    appended.append(other)  # log.flush.on.ack: that log is what must be durable
                     if acks != 0 and svc.store.is_cluster() and \
-                            scheduled.high_watermark < scheduled.log.log_end_offset:  # and in its ISR
-                        awaiting.append((scheduled, scheduled.log.log_end_offset, parts, len(parts) - 1,
-                                         svc.delays.min_isr()))
+                            other.high_watermark < other.log.log_end_offset:  # and in its ISR
+                        awaiting.append((other, other.log.log_end_offset, parts, len(parts) - 1, other_min_isr))
                 if acks == -1 and p.high_watermark < p.log.log_end_offset:  # followers must have it first
                     awaiting.append((p, p.log.log_end_offset, parts, len(parts) - 1, min_isr))
             except InvalidRecords as e:
