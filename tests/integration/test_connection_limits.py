@@ -145,7 +145,8 @@ def test_max_connections_per_ip_and_overrides(broker_factory: BrokerFactory) -> 
                            what="a new connection from 127.0.0.3 after one closed")
         again.close()
     log = b.log()
-    assert "rejected connection from 127.0.0.1" in log and "maximum of 3 connections" in log
+    assert "rejected connection: the address already has its maximum of connections" in log
+    assert "ip=127.0.0.1" in log and "limit=3" in log
     assert b.proc is not None and b.proc.poll() is None
 
 
