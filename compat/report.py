@@ -40,6 +40,11 @@ HARNESS_IDS = ("compat-probe",)
 CELL = {"pass": "✅", "fail": "❌", "skipped": "skip"}
 
 
+def _count_word(n: int) -> str:
+    return {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine",
+            10: "ten"}.get(n, str(n))
+
+
 def client_of(client_id: str) -> str | None:
     if client_id.startswith(HARNESS_IDS):
         return None
@@ -116,7 +121,8 @@ def render(doc: dict[str, Any], source: str, compared_with: list[str] | None = N
         "Generated from the results of a run against a broker whose commit the results do not record.",
         "",
         "The compatibility suite (`compat/`, see [compat/README.md](../compat/README.md)) runs the same scenarios",
-        "with six independent implementations of the Kafka protocol. Scenarios assert Kafka's documented",
+        f"with {_count_word(len(clients))} independent implementations of the Kafka protocol. Scenarios assert "
+        "Kafka's documented",
         "behaviour only. This table comes from a real run:",
         "",
         f"- **Broker under test:** {b['label']}" + (" (started by the suite)" if b.get("managed") else ""),

@@ -25,7 +25,7 @@ def test_roundtrip_text(client: Client, new_topic) -> None:  # type: ignore[no-u
 
 
 @s.scenario("produce.roundtrip-binary", "produce/consume",
-            needs=(base.HEADERS, base.NULL_VALUES, base.BINARY), apis=(0, 1))
+            needs=(base.HEADERS, base.NULL_VALUES, base.BINARY, base.EMPTY_BYTES), apis=(0, 1))
 def test_roundtrip_binary(client: Client, new_topic) -> None:  # type: ignore[no-untyped-def]
     topic = new_topic(partitions=2)
     sent = binary_msgs(0) + binary_msgs(1)

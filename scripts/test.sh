@@ -10,7 +10,7 @@ echo "== ruff"; .venv/bin/ruff check pykbroker tests compat bench pipelines
 echo "== mypy"; .venv/bin/mypy
 echo "== pytest"
 .venv/bin/pytest -p no:cacheprovider -n "${PYTEST_WORKERS:-2}" --dist loadgroup -q tests "$@"
-echo "== compat (the same scenarios with six client implementations, against a pykbroker subprocess)"
+echo "== compat (the same scenarios with nine client implementations, against a pykbroker subprocess)"
 bash compat/setup.sh
 .venv/bin/pytest -p no:cacheprovider -n "${PYTEST_WORKERS:-2}" -q compat
 echo "== compat again, against a 3-broker pykbroker cluster (ZooKeeper + 3 brokers, bootstrap = one broker)"

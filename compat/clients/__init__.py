@@ -5,7 +5,8 @@ from __future__ import annotations
 from compat.clients.base import Client, Sasl
 
 # The table's column order.
-CLIENT_NAMES = ["confluent-kafka", "kcat", "kafka-python", "aiokafka", "kafkajs", "java"]
+CLIENT_NAMES = ["confluent-kafka", "kcat", "kafka-python", "aiokafka", "kafkajs", "java", "franz-go", "sarama",
+                "kafka-go"]
 
 
 def make_client(name: str, bootstrap: str, sasl: Sasl | None = None) -> Client:
@@ -29,6 +30,15 @@ def make_client(name: str, bootstrap: str, sasl: Sasl | None = None) -> Client:
     if name == "java":
         from compat.clients.java import JavaClient
         return JavaClient(bootstrap, sasl)
+    if name == "franz-go":
+        from compat.clients.franz import FranzClient
+        return FranzClient(bootstrap, sasl)
+    if name == "sarama":
+        from compat.clients.sarama import SaramaClient
+        return SaramaClient(bootstrap, sasl)
+    if name == "kafka-go":
+        from compat.clients.kafkago import KafkaGoClient
+        return KafkaGoClient(bootstrap, sasl)
     raise ValueError(f"unknown client {name!r}")
 
 
@@ -59,6 +69,7 @@ def client_versions() -> dict[str, str]:
     if pkg.exists():
         out["kafkajs"] = json.loads(pkg.read_text())["version"]
     out["java"] = "kafka-clients 3.9.0"
+    out.update(go_versions())
     kcat = shutil.which("kcat")
     if kcat:
         try:
@@ -68,4 +79,26 @@ def client_versions() -> dict[str, str]:
                 f" (librdkafka {line.split('librdkafka ')[1].split()[0]})" if "librdkafka " in line else "")
         except Exception:
             pass
+    return out
+
+
+def go_versions() -> dict[str, str]:
+    """The Go modules each Go driver's go.mod pins (the library and, for franz-go, kadm)."""
+    from compat.env import GO_DIR, GO_DRIVERS
+
+    libs = {"franz-go": ["github.com/twmb/franz-go", "github.com/twmb/franz-go/pkg/kadm"],
+            "sarama": ["github.com/IBM/sarama"], "kafka-go": ["github.com/segmentio/kafka-go"]}
+    out: dict[str, str] = {}
+    for client, directory in GO_DRIVERS.items():
+        try:
+            text = (GO_DIR / directory / "go.mod").read_text()
+        except OSError:
+            continue
+        found = []
+        for lib in libs[client]:
+            for line in text.splitlines():
+                parts = line.split()
+                if len(parts) >= 2 and parts[0] == lib:
+                    found.append(f"{lib.split('/')[-1]} {parts[1]}")
+        out[client] = ", ".join(found)
     return out

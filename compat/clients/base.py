@@ -102,6 +102,7 @@ HEADERS = "headers"
 NULL_VALUES = "null_values"
 NULL_HEADER_VALUES = "null_header_values"
 BINARY = "binary"                  # arbitrary bytes in keys and values
+EMPTY_BYTES = "empty_bytes"        # an empty key or value reads back empty, apart from a null one
 ACKS0 = "acks0"
 DELIVERY_OFFSETS = "delivery_offsets"  # learns each record's offset from the produce response
 GROUP_ADMIN = "group_admin"        # list and describe groups
@@ -137,7 +138,8 @@ CAP_TEXT = {
     DESCRIBE_UNKNOWN: "asking about a topic without auto-creating it", IDEMPOTENCE: "the idempotent producer",
     TRANSACTIONS: "transactions", TXN_OFFSETS: "sending offsets to a transaction",
     RESET_NONE: "auto.offset.reset=none", HEADERS: "headers", NULL_VALUES: "null values",
-    NULL_HEADER_VALUES: "null header values", BINARY: "binary keys and values", ACKS0: "acks=0",
+    NULL_HEADER_VALUES: "null header values", BINARY: "binary keys and values",
+    EMPTY_BYTES: "empty keys and values apart from null ones", ACKS0: "acks=0",
     DELIVERY_OFFSETS: "delivery offsets", GROUP_ADMIN: "listing and describing groups",
     OFFSET_DELETE: "deleting committed offsets", TXN_ADMIN: "describing transactions and producers",
     MAX_MESSAGE_OVERRIDE: "sending batches over the topic's limit",

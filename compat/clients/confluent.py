@@ -76,6 +76,7 @@ class ConfluentClient(base.Client):
         base.GROUP_PROTOCOL_CONSUMER, base.COMMIT, base.TIMESTAMPS, base.LIST_OFFSETS, base.DESCRIBE_UNKNOWN,
         base.IDEMPOTENCE,
         base.TRANSACTIONS, base.TXN_OFFSETS, base.RESET_NONE, base.HEADERS, base.NULL_VALUES, base.BINARY,
+        base.EMPTY_BYTES,
         base.ACKS0, base.MAX_MESSAGE_OVERRIDE, base.DELIVERY_OFFSETS,
         base.NULL_HEADER_VALUES, base.GROUP_ADMIN,
         base.ALTER_CONFIGS, base.INCREMENTAL_ALTER_CONFIGS, base.BROKER_CONFIGS, base.DESCRIBE_CLUSTER,

@@ -17,7 +17,8 @@ class KafkajsClient(RpcClient):
     caps = frozenset({
         base.ADMIN, base.DESCRIBE_CONFIGS, base.DELETE_RECORDS, base.ASSIGN, base.GROUPS, base.COMMIT,
         base.TIMESTAMPS, base.LIST_OFFSETS, base.DESCRIBE_UNKNOWN, base.IDEMPOTENCE, base.TRANSACTIONS,
-        base.TXN_OFFSETS, base.HEADERS, base.NULL_VALUES, base.BINARY, base.ACKS0, base.MAX_MESSAGE_OVERRIDE,
+        base.TXN_OFFSETS, base.HEADERS, base.NULL_VALUES, base.BINARY,
+        base.EMPTY_BYTES, base.ACKS0, base.MAX_MESSAGE_OVERRIDE,
         base.DELIVERY_OFFSETS, base.GROUP_ADMIN, base.ALTER_CONFIGS, base.DESCRIBE_CLUSTER, base.REASSIGNMENTS,
     })
     consume_apis = scenario.GROUPS

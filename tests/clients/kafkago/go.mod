@@ -1,8 +1,8 @@
 module pykbroker/tests/clients/kafkago
 
-go 1.19
+go 1.23
 
-require github.com/segmentio/kafka-go v0.4.47
+require github.com/segmentio/kafka-go v0.4.51
 
 require (
 	github.com/klauspost/compress v1.15.9 // indirect

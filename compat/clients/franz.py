@@ -1,0 +1,42 @@
+"""franz-go (github.com/twmb/franz-go: kgo, kadm), through compat/go/franz in one process per worker.
+
+Its admin API (kadm) covers almost every Kafka admin API; the driver sends the few it lacks
+(DescribeCluster, DescribeTopicPartitions, DescribeConfigs as asked, CLIENT_METRICS configs) as
+franz-go's own request types. franz-go tells its KIP-714 client instance id only in its log (when a
+subscription matches it), so it pushes metrics but cannot report its instance id on demand.
+"""
+
+from __future__ import annotations
+
+from compat import env
+from compat.clients import base
+from compat.clients.rpc import RpcClient, RpcProcess
+
+
+class FranzClient(RpcClient):
+    name = "franz-go"
+    caps = frozenset({
+        base.ADMIN, base.DESCRIBE_CONFIGS, base.DELETE_RECORDS, base.ASSIGN, base.GROUPS,
+        base.GROUP_PROTOCOL_CONSUMER, base.COMMIT, base.TIMESTAMPS, base.LIST_OFFSETS, base.DESCRIBE_UNKNOWN,
+        base.IDEMPOTENCE, base.TRANSACTIONS, base.TXN_OFFSETS, base.RESET_NONE, base.HEADERS, base.NULL_VALUES,
+        base.NULL_HEADER_VALUES, base.BINARY,
+        base.EMPTY_BYTES, base.ACKS0, base.MAX_MESSAGE_OVERRIDE, base.DELIVERY_OFFSETS,
+        base.GROUP_ADMIN, base.OFFSET_DELETE, base.TXN_ADMIN,
+        base.ALTER_CONFIGS, base.INCREMENTAL_ALTER_CONFIGS, base.CONFIG_SYNONYMS, base.BROKER_CONFIGS,
+        base.BROKER_DEFAULT_CONFIGS, base.CLIENT_METRICS_CONFIGS,
+        base.DESCRIBE_CLUSTER, base.CLUSTER_AUTHORIZED_OPS, base.DESCRIBE_TOPIC_PARTITIONS,
+        base.TOPIC_AUTHORIZED_OPS, base.GROUP_AUTHORIZED_OPS, base.LOG_DIRS, base.ALTER_LOG_DIRS,
+        base.ELECT_LEADERS, base.REASSIGNMENTS, base.CLIENT_QUOTAS, base.MAX_TIMESTAMP, base.EPOCH_VALIDATION,
+        base.PUSH_TELEMETRY,
+    })
+    # franz-go's KIP-848 consumer needs ConsumerGroupHeartbeat v1 (it falls back to the classic protocol
+    # below that).
+    api_versions_needed = {68: 1}
+
+    def __init__(self, bootstrap: str, sasl: base.Sasl | None = None) -> None:
+        super().__init__(bootstrap, sasl)
+        self.rpc = RpcProcess([str(env.go_driver(self.name)), bootstrap, *self.security_args()])
+
+    def push_telemetry(self, client_id: str, hold: float) -> str | None:
+        res = self.rpc.call("push_telemetry", 60 + hold, client_id=client_id, hold=hold)
+        return None if res is None else str(res)

@@ -1,0 +1,3 @@
+module compat/go/rpc
+
+go 1.23
