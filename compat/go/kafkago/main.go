@@ -475,6 +475,10 @@ func listOffset(r rpc.Req) (any, error) {
 	ctx, cancel := ctx30()
 	defer cancel()
 	topic, p := r.Str("topic"), int(r.Int("partition"))
+	// kafka-go sends each partition's ListOffsets to the leader its Transport's cache names, and to any
+	// broker for a topic the cache does not have yet: a Transport of its own asks about the topic first.
+	c, done := fresh([]string{topic})
+	defer done()
 	var req kafka.OffsetRequest
 	switch s := r["spec"].(type) {
 	case string:
@@ -486,7 +490,7 @@ func listOffset(r rpc.Req) (any, error) {
 	default:
 		req = kafka.TimeOffsetOf(p, time.UnixMilli(r.Int("spec")))
 	}
-	resp, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: {req}}})
+	resp, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: {req}}})
 	if err != nil {
 		return nil, err
 	}
@@ -689,63 +693,86 @@ func coordinator(ctx context.Context, group string) (net.Addr, error) {
 	return kafka.TCP(net.JoinHostPort(resp.Coordinator.Host, strconv.Itoa(resp.Coordinator.Port))), nil
 }
 
+// withCoordinator runs a group request against the group's coordinator, again (for at most 30 s) while
+// the answer is an error Kafka documents as retriable for coordinators: COORDINATOR_LOAD_IN_PROGRESS,
+// COORDINATOR_NOT_AVAILABLE (also while __consumer_offsets is being created), NOT_COORDINATOR.
+// kafka-go's Client sends each request once; retrying is the application's part.
+func withCoordinator(ctx context.Context, group string, fn func(addr net.Addr) error) error {
+	for {
+		addr, err := coordinator(ctx, group)
+		if err == nil {
+			err = fn(addr)
+		}
+		var ke kafka.Error
+		if err == nil || !errors.As(err, &ke) ||
+			(ke != kafka.GroupLoadInProgress && ke != kafka.GroupCoordinatorNotAvailable && ke != kafka.NotCoordinatorForGroup) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
 func commitOffsets(r rpc.Req) (any, error) {
 	ctx, cancel := ctx30()
 	defer cancel()
-	addr, err := coordinator(ctx, r.Str("group"))
-	if err != nil {
-		return nil, err
-	}
 	var commits []kafka.OffsetCommit
 	for p, o := range r.PartitionOffsets("offsets") {
 		commits = append(commits, kafka.OffsetCommit{Partition: int(p), Offset: o})
 	}
-	resp, err := client.OffsetCommit(ctx, &kafka.OffsetCommitRequest{Addr: addr, GroupID: r.Str("group"),
-		GenerationID: -1, Topics: map[string][]kafka.OffsetCommit{r.Str("topic"): commits}})
-	if err != nil {
-		return nil, err
-	}
-	for _, ps := range resp.Topics {
-		for _, p := range ps {
-			if err := noError(p.Error); err != nil {
-				return nil, err
+	return nil, withCoordinator(ctx, r.Str("group"), func(addr net.Addr) error {
+		resp, err := client.OffsetCommit(ctx, &kafka.OffsetCommitRequest{Addr: addr, GroupID: r.Str("group"),
+			GenerationID: -1, Topics: map[string][]kafka.OffsetCommit{r.Str("topic"): commits}})
+		if err != nil {
+			return err
+		}
+		for _, ps := range resp.Topics {
+			for _, p := range ps {
+				if err := noError(p.Error); err != nil {
+					return err
+				}
 			}
 		}
-	}
-	return nil, nil
+		return nil
+	})
 }
 
 func committedOffsets(r rpc.Req) (any, error) {
 	ctx, cancel := ctx30()
 	defer cancel()
-	addr, err := coordinator(ctx, r.Str("group"))
-	if err != nil {
-		return nil, err
-	}
 	topic := r.Str("topic")
 	parts := []int{}
 	for _, p := range r.Ints("partitions") {
 		parts = append(parts, int(p))
 	}
-	resp, err := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{Addr: addr, GroupID: r.Str("group"),
-		Topics: map[string][]int{topic: parts}})
+	out := map[string]int64{}
+	err := withCoordinator(ctx, r.Str("group"), func(addr net.Addr) error {
+		resp, err := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{Addr: addr, GroupID: r.Str("group"),
+			Topics: map[string][]int{topic: parts}})
+		if err != nil {
+			return err
+		}
+		if err := noError(resp.Error); err != nil {
+			return err
+		}
+		for _, p := range parts {
+			out[strconv.Itoa(p)] = -1
+		}
+		for _, p := range resp.Topics[topic] {
+			if err := noError(p.Error); err != nil {
+				return err
+			}
+			if p.CommittedOffset >= 0 {
+				out[strconv.Itoa(p.Partition)] = p.CommittedOffset
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	if err := noError(resp.Error); err != nil {
-		return nil, err
-	}
-	out := map[string]int64{}
-	for _, p := range parts {
-		out[strconv.Itoa(p)] = -1
-	}
-	for _, p := range resp.Topics[topic] {
-		if err := noError(p.Error); err != nil {
-			return nil, err
-		}
-		if p.CommittedOffset >= 0 {
-			out[strconv.Itoa(p.Partition)] = p.CommittedOffset
-		}
 	}
 	return out, nil
 }
@@ -779,64 +806,61 @@ func listGroups(rpc.Req) (any, error) {
 func describeGroup(r rpc.Req) (any, error) {
 	ctx, cancel := ctx30()
 	defer cancel()
-	addr, err := coordinator(ctx, r.Str("group"))
-	if err != nil {
-		return nil, err
-	}
-	resp, err := client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{Addr: addr, GroupIDs: []string{r.Str("group")}})
-	if err != nil {
-		return nil, err
-	}
-	for _, g := range resp.Groups {
-		if err := noError(g.Error); err != nil {
-			return nil, err
+	var out any
+	err := withCoordinator(ctx, r.Str("group"), func(addr net.Addr) error {
+		resp, err := client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{Addr: addr, GroupIDs: []string{r.Str("group")}})
+		if err != nil {
+			return err
 		}
-		return map[string]any{"state": g.GroupState, "members": len(g.Members)}, nil
-	}
-	return nil, fmt.Errorf("group not described")
+		for _, g := range resp.Groups {
+			if err := noError(g.Error); err != nil {
+				return err
+			}
+			out = map[string]any{"state": g.GroupState, "members": len(g.Members)}
+			return nil
+		}
+		return fmt.Errorf("group not described")
+	})
+	return out, err
 }
 
 func deleteGroup(r rpc.Req) (any, error) {
 	ctx, cancel := ctx30()
 	defer cancel()
-	addr, err := coordinator(ctx, r.Str("group"))
-	if err != nil {
-		return nil, err
-	}
-	resp, err := client.DeleteGroups(ctx, &kafka.DeleteGroupsRequest{Addr: addr, GroupIDs: []string{r.Str("group")}})
-	if err != nil {
-		return nil, err
-	}
-	return nil, noError(resp.Errors[r.Str("group")])
+	return nil, withCoordinator(ctx, r.Str("group"), func(addr net.Addr) error {
+		resp, err := client.DeleteGroups(ctx, &kafka.DeleteGroupsRequest{Addr: addr, GroupIDs: []string{r.Str("group")}})
+		if err != nil {
+			return err
+		}
+		return noError(resp.Errors[r.Str("group")])
+	})
 }
 
 func deleteCommittedOffsets(r rpc.Req) (any, error) {
 	ctx, cancel := ctx30()
 	defer cancel()
-	addr, err := coordinator(ctx, r.Str("group"))
-	if err != nil {
-		return nil, err
-	}
 	parts := []int{}
 	for _, p := range r.Ints("partitions") {
 		parts = append(parts, int(p))
 	}
-	resp, err := client.OffsetDelete(ctx, &kafka.OffsetDeleteRequest{Addr: addr, GroupID: r.Str("group"),
-		Topics: map[string][]int{r.Str("topic"): parts}})
-	if err != nil {
-		return nil, err
-	}
-	if err := noError(resp.Error); err != nil {
-		return nil, err
-	}
-	for _, ps := range resp.Topics {
-		for _, p := range ps {
-			if err := noError(p.Error); err != nil {
-				return nil, err
+	return nil, withCoordinator(ctx, r.Str("group"), func(addr net.Addr) error {
+		resp, err := client.OffsetDelete(ctx, &kafka.OffsetDeleteRequest{Addr: addr, GroupID: r.Str("group"),
+			Topics: map[string][]int{r.Str("topic"): parts}})
+		if err != nil {
+			return err
+		}
+		if err := noError(resp.Error); err != nil {
+			return err
+		}
+		for _, ps := range resp.Topics {
+			for _, p := range ps {
+				if err := noError(p.Error); err != nil {
+					return err
+				}
 			}
 		}
-	}
-	return nil, nil
+		return nil
+	})
 }
 
 // --- configs ---------------------------------------------------------------------------------------
