@@ -247,6 +247,9 @@ class Client:
     # SASL mechanisms the library can authenticate with (drivers narrow this).
     sasl_mechanisms: frozenset[str] = frozenset({"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"})
     codecs: frozenset[str] = frozenset({"none", "gzip", "snappy", "lz4", "zstd"})
+    # Whether the members of other clients can read this client's classic group subscription (the
+    # ConsumerProtocolSubscription in JoinGroup), so that it can share a group with them.
+    shares_groups: bool = True
     # {API key: the lowest version this library can use}, where that is above 0: a broker advertising
     # only older versions cannot serve the scenario ("not supported by the broker", not a timeout).
     api_versions_needed: dict[int, int] = {}

@@ -294,8 +294,8 @@ func produce(r rpc.Req) (any, error) {
 	w := &kafka.Writer{
 		Addr: kafka.TCP(bootstrap), Topic: r.Str("topic"), Transport: topicTransport("producer", r.Str("topic")),
 		Balancer: &kafka.Murmur2Balancer{}, BatchSize: 100000, BatchBytes: 16 << 20,
-		BatchTimeout: 5 * time.Millisecond, WriteTimeout: timeout, MaxAttempts: 5,
-		WriteBackoffMin: 100 * time.Millisecond, WriteBackoffMax: time.Second,
+		BatchTimeout: 5 * time.Millisecond, WriteTimeout: timeout, MaxAttempts: 10,
+		WriteBackoffMin: 100 * time.Millisecond, WriteBackoffMax: 2 * time.Second,
 		AllowAutoTopicCreation: false, Logger: logger(),
 	}
 	if explicit {
