@@ -29,11 +29,14 @@ class RpcProcess:
                                      start_new_session=True)
         self._lock = threading.Lock()
         self._next = 1
-        self._pending: dict[int, Future[Any]] = {0: Future()}
+        # Held here too: the reader takes the future out of _pending when the hello arrives, which a
+        # process that starts fast (the Go drivers) can send before this thread asks for it.
+        ready: Future[Any] = Future()
+        self._pending: dict[int, Future[Any]] = {0: ready}
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         try:
-            self.hello = self._pending[0].result(ready_timeout)
+            self.hello = ready.result(ready_timeout)
         except FutureTimeout:
             self.close()
             raise RuntimeError(f"{args[0]} driver not ready in {ready_timeout}s:\n{self.stderr_tail()}") from None
