@@ -4,10 +4,11 @@
 The e2e phase of bench.py at 5,000 msg/s is, for the broker, about 550 Produce and 550 Fetch requests a
 second: librdkafka sends a batch every linger.ms and the consumer's long-poll fetch returns as soon as one
 arrives.  Its CPU per request is what decides how close the broker comes to its share of the CPU beside
-busy processes (docs/performance.md), but librdkafka's batching varies with the broker's own speed, so
-the request count drifts between runs.  Here the requests are fixed: one thread sends Produce v10 requests
-of one ``--batch``-record batch each, paced at ``--rate`` a second and waiting for each answer, and
-another long-polls Fetch v16 (max_wait 500 ms) from the high watermark, as a consumer at the tail does.
+busy processes (docs/performance.md, "Sharing the CPU"), but librdkafka's batching varies with the
+broker's own speed, so the request count drifts between runs.  Here the requests are fixed: one thread
+sends Produce v10 requests of one ``--batch``-record batch each, paced at ``--rate`` a second and waiting
+for each answer, and another long-polls Fetch v16 (max_wait 500 ms) from the high watermark, as a consumer
+at the tail does.
 
 Each round starts a fresh broker (``pykbroker serve``, one partition, ``log.flush.on.ack`` as
 ``--flush``), warms up for a second, then reads the CPU time of all the broker's threads

@@ -854,7 +854,7 @@ def start_burners(n: int, max_seconds: float, session: str = "own") -> list[subp
     session, beside the benchmark clients: with the kernel's session autogroups (Linux 6.18 here) the
     broker's one-thread session then competes against one group holding both burners and the clients, and
     the scheduler left the broker's event-loop thread runnable but not running for up to 1.4 s at a time
-    (``perf sched timehist``), whatever the broker did; docs/performance.md, "What starved".
+    (``perf sched timehist``), whatever the broker did; docs/performance.md, "Sharing the CPU".
     """
     code = f"import time\nend = time.monotonic() + {max_seconds:.0f}\nwhile time.monotonic() < end: pass\n"
     own = session == "own"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fan-out figures (issue 18): many consumer groups, many consumers and many producer connections on
+"""Fan-out figures: many consumer groups, many consumers and many producer connections on
 one broker.
 
 Starts pykbroker (embedded metadata), or Apache Kafka with ``--kafka-cmd``, on a free 127.0.0.1 port,

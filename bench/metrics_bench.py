@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What Prometheus scraping costs (issue 16's target: scraping every second costs < 2 % throughput).
+"""What Prometheus scraping costs (scraping every second should cost under 2 % of throughput).
 
 Starts one pykbroker with ``pykbroker.metrics.listener`` set, then alternates rounds with the
 scraper off and on: a separate process fetching /metrics every ``--interval`` seconds, as

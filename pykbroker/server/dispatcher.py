@@ -182,7 +182,7 @@ API_TABLE: dict[int, ApiSpec] = {
         ApiSpec(50, 0, 0, sasl_handlers.handle_describe_user_scram_credentials),
         ApiSpec(51, 0, 0, sasl_handlers.handle_alter_user_scram_credentials),
         # --- end SASL ---
-        # --- cluster-shaped APIs (issue 12) ---
+        # --- cluster-shaped APIs ---
         ApiSpec(23, 0, 4, cluster.handle_offset_for_leader_epoch),
         ApiSpec(34, 0, 2, cluster.handle_alter_replica_log_dirs),
         ApiSpec(35, 0, 4, cluster.handle_describe_log_dirs),

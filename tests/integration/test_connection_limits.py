@@ -1,4 +1,4 @@
-"""Connection limits, file descriptors, request memory and slow senders (issue 10), against real brokers.
+"""Connection limits, file descriptors, request memory and slow senders, against real brokers.
 
 Every broker is a subprocess on 127.0.0.1; limits on its descriptors are set from outside with
 prlimit (psutil), and its memory and sockets are read with psutil.  Every wait is bounded.
@@ -280,7 +280,7 @@ def test_request_memory_pool_bounds_rss_and_slow_requests_are_dropped(broker_fac
         growth = (peak - rss0) / MiB
         fully_sent = sum(1 for n in sent if n == target)
         # Two requests got memory and were read (80 MiB, held as received: 79-80 MiB measured); without the
-        # pool all eight would be (~320 MiB). Grown buffers used to cost up to twice what was read.
+        # pool all eight would be (~320 MiB). A buffer grown chunk by chunk could cost up to twice what was read.
         assert fully_sent >= 2, f"sent per connection: {[n // MiB for n in sent]} MiB"
         assert growth < 120, f"RSS grew by {growth:.0f} MiB (sent {[n // MiB for n in sent]} MiB)"
         assert "request memory exhausted" in b.log() and "queued_max_request_bytes=104857600" in b.log()

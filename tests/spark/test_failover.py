@@ -1,4 +1,4 @@
-"""Spark's Kafka source reading a replicated topic while the leader of a partition is killed (issue 14).
+"""Spark's Kafka source reading a replicated topic while the leader of a partition is killed.
 
 A 3-broker ZooKeeper cluster, an RF 3 topic (min.insync.replicas=2) pre-filled and written to during the
 run by an idempotent acks=all producer; a Structured Streaming query (small micro-batches, exactly-once
