@@ -85,6 +85,8 @@ if [ $WANT_TEST -eq 1 ]; then
         $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
     fi
     command -v javac >/dev/null || apt_install openjdk-17-jdk-headless
+    # Maven fetches Apache Kafka's jars from Maven Central for the compatibility suite (compat/kafka/pom.xml).
+    command -v mvn >/dev/null || apt_install maven
     command -v node >/dev/null || apt_install nodejs npm
     # Go builds the Go client programs of the tests (tests/clients) from the Go module proxy.
     command -v go >/dev/null || [ -x /usr/local/go/bin/go ] || apt_install golang-go
