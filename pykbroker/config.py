@@ -434,6 +434,9 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         _D("socket.send.buffer.bytes", "int", 102400),
         _D("socket.receive.buffer.bytes", "int", 102400),
         _D("connections.max.idle.ms", "long", 600000),
+        _D("connection.failed.authentication.delay.ms", "int", 100, "After a failed SASL authentication the "
+           "broker waits this long before it answers, then closes the connection (KIP-306: slows down password "
+           "guessing).", at_least(0)),
         # --- SASL (pykbroker.security.sasl) ---
         _D("sasl.enabled.mechanisms", "list", ["GSSAPI"], "SASL mechanisms of SASL_* listeners: PLAIN, SCRAM-SHA-256, "
            "SCRAM-SHA-512. Kafka's default GSSAPI is not implemented: a broker with a SASL listener refuses to "

@@ -175,6 +175,7 @@ class Broker:
             max_inflight_requests=config["pykbroker.max.inflight.requests.per.connection"],
             max_inflight_bytes=config["pykbroker.max.inflight.bytes.per.connection"],
             max_inflight_local_requests=config["pykbroker.max.inflight.flush.requests.per.connection"],
+            failed_authentication_delay_ms=config["connection.failed.authentication.delay.ms"],
             security_protocols=config.security_protocols,
             tls=_listener_tls(config),
         )
