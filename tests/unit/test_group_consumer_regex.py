@@ -21,7 +21,8 @@ from pykbroker.coordinator.group.consumer import (
     ConsumerGroup,
     ConsumerGroups,
 )
-from pykbroker.coordinator.group.manager import GroupConfig, GroupManager
+from pykbroker.coordinator.group.coordinator_state import GroupConfig
+from pykbroker.coordinator.group.manager import GroupManager
 
 G = "rg"
 INITIAL = {"lit": 2, "lit2": 3, "ra-1": 3, "ra-2": 1, "rb-1": 2}

@@ -40,6 +40,7 @@ from kio.schema.errors import ErrorCode
 
 from pykbroker.coordinator.group import consumer_records as cr
 from pykbroker.coordinator.group.classic import ClassicGroup, GroupState
+from pykbroker.coordinator.group.classic_protocol import ClassicGroupCoordinator
 from pykbroker.coordinator.group.consumer_records import ClassicMetadata
 from pykbroker.coordinator.group.serde import (
     decode_consumer_assignment,
@@ -49,7 +50,6 @@ from pykbroker.coordinator.group.serde import (
 )
 
 if TYPE_CHECKING:
-    from pykbroker.coordinator.group.manager import GroupManager
     from pykbroker.metadata.store import TopicRecord
 
 log = logging.getLogger("pykbroker.groups")
@@ -353,7 +353,7 @@ ASSIGNORS = {"uniform": uniform_assign, "range": range_assign}
 # --- the coordinator side ----------------------------------------------------------------------
 
 class ConsumerGroups:
-    def __init__(self, manager: GroupManager) -> None:
+    def __init__(self, manager: ClassicGroupCoordinator) -> None:
         self.m = manager
         self._loading: dict[int, dict[tuple[int, str, str | None], bytes | None]] = {}
         self.topic_ids: Callable[[str], Any] = lambda _t: None
