@@ -16,11 +16,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from pykbroker.coordinator.group.consumer import (
-    REGEX_BATCH_REFRESH_MIN_INTERVAL_MS,
-    ConsumerGroup,
-    ConsumerGroups,
-)
+from pykbroker.coordinator.group.consumer import REGEX_BATCH_REFRESH_MIN_INTERVAL_MS, ConsumerGroups
+from pykbroker.coordinator.group.consumer_group import ConsumerGroup
 from pykbroker.coordinator.group.coordinator_state import GroupConfig
 from pykbroker.coordinator.group.manager import GroupManager
 
