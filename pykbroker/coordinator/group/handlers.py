@@ -11,7 +11,8 @@ import anyio
 from kio.schema.errors import ErrorCode
 
 from pykbroker.coordinator.group.classic import Callback, ClassicGroup, Response
-from pykbroker.coordinator.group.manager import CommitEntry, GroupManager, JoinRequest
+from pykbroker.coordinator.group.classic_protocol import JoinRequest
+from pykbroker.coordinator.group.manager import CommitEntry, GroupManager
 from pykbroker.coordinator.services import CoordinatorServices
 from pykbroker.coordinator.share.state_store import STATE_TOPIC
 from pykbroker.metadata.store import StoreUnavailable
