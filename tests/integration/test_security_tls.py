@@ -277,7 +277,7 @@ def test_cluster_replicates_over_an_ssl_inter_broker_listener(tmp_path: Path, pk
                      what="all three replicas in the ISR")
         logs = cluster.logs()
         assert "TLS handshake failed" not in logs, logs
-        assert f"listener={inter} principal=User:CN=localhost,O=pykbroker tests" in logs
+        assert f'listener={inter} principal="User:CN=localhost,O=pykbroker tests"' in logs
 
 
 KAFKAJS_SCRIPT = r"""
