@@ -377,6 +377,8 @@ def _e2e_consumer(
                 if m.error() is not None:
                     continue
                 v = m.value()
+                if v is None or len(v) <= 8:  # not the phase's: e.g. the record a cluster run warms a partition with
+                    continue
                 flag = v[8]
                 if flag == FLAG_MEASURE:
                     lat.append(now - int.from_bytes(v[:8], "big"))
