@@ -4,12 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NotRequired, TypeAlias, TypedDict
-
-from pykbroker.protocol.file_range import FileRange
-
-# A record set: bytes, or a FileRange the network edge sends from its segment file.
-Records: TypeAlias = bytes | FileRange
+from typing import NotRequired, TypedDict
 
 
 class ListOffsetsResponse(TypedDict):
