@@ -60,6 +60,7 @@ class DescribeLogDirsResult(TypedDict):
     topics: Sequence[DescribeLogDirsTopic]
     total_bytes: NotRequired[int]
     usable_bytes: NotRequired[int]
+    is_cordoned: NotRequired[bool]
 
 
 class DescribeLogDirsTopic(TypedDict):
@@ -100,6 +101,7 @@ class AlterPartitionReassignmentsResponse(TypedDict):
     error_code: int
     error_message: str | None
     responses: Sequence[ReassignableTopicResponse]
+    allow_replication_factor_change: NotRequired[bool]
 
 
 class ReassignableTopicResponse(TypedDict):
@@ -152,6 +154,7 @@ class DescribeClusterBroker(TypedDict):
     host: str
     port: int
     rack: NotRequired[str | None]
+    is_fenced: NotRequired[bool]
 
 
 class DescribeTopicPartitionsResponse(TypedDict):

@@ -20,6 +20,7 @@ class OffsetCommitResponse(TypedDict):
 class OffsetCommitResponseTopic(TypedDict):
     name: str
     partitions: Sequence[OffsetCommitResponsePartition]
+    topic_id: NotRequired[uuid.UUID | None]
 
 
 class OffsetCommitResponsePartition(TypedDict):
@@ -50,6 +51,7 @@ class OffsetFetchResponseTopic(TypedDict):
 class OffsetFetchResponseTopics(TypedDict):
     name: str
     partitions: Sequence[OffsetFetchResponsePartitions]
+    topic_id: NotRequired[uuid.UUID | None]
 
 
 class OffsetFetchResponsePartition(TypedDict):
@@ -155,6 +157,7 @@ class DescribeGroupsDescribedGroup(TypedDict):
     protocol_data: str
     members: Sequence[DescribedGroupMember]
     authorized_operations: NotRequired[int]
+    error_message: NotRequired[str | None]
 
 
 class DescribedGroupMember(TypedDict):

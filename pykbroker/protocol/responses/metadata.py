@@ -17,6 +17,7 @@ class MetadataResponse(TypedDict):
     cluster_id: NotRequired[str | None]
     throttle_time: NotRequired[int]
     cluster_authorized_operations: NotRequired[int]
+    error_code: NotRequired[int]
 
 
 class MetadataResponseBroker(TypedDict):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from typing import NotRequired, TypedDict
 
@@ -25,6 +26,7 @@ class NodeEndpoint(TypedDict):
 class TopicProduceResponse(TypedDict):
     name: str
     partition_responses: Sequence[PartitionProduceResponse]
+    topic_id: NotRequired[uuid.UUID | None]
 
 
 class PartitionProduceResponse(TypedDict):

@@ -40,3 +40,4 @@ class ListConfigResourcesResponse(TypedDict):
 
 class ConfigResource(TypedDict):
     resource_name: str
+    resource_type: NotRequired[int]

@@ -15,6 +15,8 @@ class InitProducerIdResponse(TypedDict):
     error_code: int
     producer_id: NotRequired[int]
     producer_epoch: int
+    ongoing_txn_producer_id: NotRequired[int]
+    ongoing_txn_producer_epoch: NotRequired[int]
 
 
 class AddPartitionsToTxnResponse(TypedDict):
@@ -53,6 +55,8 @@ class EndTxnResponse(TypedDict):
 
     throttle_time: int
     error_code: int
+    producer_id: NotRequired[int]
+    producer_epoch: NotRequired[int]
 
 
 class WriteTxnMarkersResponse(TypedDict):

@@ -49,4 +49,4 @@ async def handle_list_client_metrics_resources(svc: Services, ctx: RequestContex
         return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed, "config_resources": []}
     names = sorted(name for name, configs in svc.store.client_metrics_configs().items() if configs)
     return {"throttle_time": 0, "error_code": ErrorCode.none,
-            "config_resources": [{"resource_name": n} for n in names]}
+            "config_resources": [{"resource_name": n, "resource_type": 16} for n in names]}
