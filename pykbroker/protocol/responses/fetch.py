@@ -31,7 +31,7 @@ class NodeEndpoint(TypedDict):
 
 
 class FetchableTopicResponse(TypedDict):
-    topic: NotRequired[str]
+    topic: NotRequired[str | None]  # None: an unknown topic id (v13+, which carry no name)
     partitions: Sequence[PartitionData]
     topic_id: NotRequired[uuid.UUID | None]
 
