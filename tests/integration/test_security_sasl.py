@@ -307,7 +307,7 @@ def run_java_probe(tmp_path: Path, sasl: str, mechanism: str, topic: str, *extra
 
     try:
         cp = os.pathsep.join(str(p) for p in env.jars())
-    except Exception as e:  # the jars come from a wheel the compat setup downloads
+    except Exception as e:  # mvn copies them from Maven Central (compat/env.py)
         pytest.fail(f"kafka-clients jars unavailable (scripts/install.sh --test fetches them): {e}")
     src = tmp_path / "SaslProbe.java"
     src.write_text(JAVA)
