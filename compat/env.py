@@ -39,9 +39,11 @@ class SetupError(RuntimeError):
 
 
 @contextmanager
-def _lock(name: str) -> Iterator[None]:
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with open(CACHE / f".{name}.lock", "w") as f:
+def dir_lock(directory: Path, name: str) -> Iterator[None]:
+    """An exclusive lock on ``directory/.name.lock``: one test worker (or setup.sh) prepares what the
+    others then reuse."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / f".{name}.lock", "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
@@ -69,7 +71,7 @@ def _cached_jars() -> list[Path] | None:
 
 def jars() -> list[Path]:
     """The Java client's classpath, copied from Maven Central by ``mvn`` on first use."""
-    with _lock("jars"):
+    with dir_lock(CACHE, "jars"):
         found = _cached_jars()
         if found is not None:
             return found
@@ -102,7 +104,7 @@ def java_classpath() -> str:
     cp = os.pathsep.join(str(p) for p in jars())
     digest = hashlib.sha256(JAVA_SRC.read_bytes()).hexdigest()[:16]
     out = CACHE / "java" / digest
-    with _lock("javac"):
+    with dir_lock(CACHE, "javac"):
         if not (out / "CompatDriver.class").exists():
             tmp = CACHE / "java" / f"{digest}.tmp"
             shutil.rmtree(tmp, ignore_errors=True)
@@ -123,7 +125,7 @@ def node_modules() -> Path:
     nm = JS_DIR / "node_modules"
     stamp = nm / ".compat-lock-hash"
     want = hashlib.sha256((JS_DIR / "package-lock.json").read_bytes()).hexdigest()
-    with _lock("npm"):
+    with dir_lock(CACHE, "npm"):
         if not (stamp.exists() and stamp.read_text() == want):
             _run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=JS_DIR)
             stamp.write_text(want)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import fcntl
 import hashlib
 import os
 import shutil
@@ -37,14 +36,13 @@ import tempfile
 import time
 import uuid
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from compat import security
 from compat.cluster import SINGLE_NODE_OVERRIDES, ClusterInfo, cluster_overrides, wait_api_versions, wait_registered
+from compat.env import dir_lock
 from tests.support.broker import free_port
 
 if TYPE_CHECKING:
@@ -127,15 +125,6 @@ def release(name: str) -> KafkaRelease:
     raise KafkaSetupError(f"no Apache Kafka {name!r} in {POM.relative_to(COMPAT.parent)}: choose from {choices}")
 
 
-@contextmanager
-def _lock(name: str) -> Iterator[None]:
-    LIB.mkdir(parents=True, exist_ok=True)
-    with open(LIB / f".{name}.lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _complete(lib: Path) -> bool:
@@ -148,7 +137,7 @@ def _complete(lib: Path) -> bool:
 
 def resolve(rel: KafkaRelease, timeout: float = 1800.0) -> Path:
     """The release's lib folder, copied by Maven (``dependency:copy-dependencies``) unless already complete."""
-    with _lock(f"resolve-{rel.version}"):
+    with dir_lock(LIB, f"resolve-{rel.version}"):
         if _complete(rel.lib):
             return rel.lib
         mvn = shutil.which("mvn")
@@ -191,7 +180,7 @@ def reporter_classes(rel: KafkaRelease) -> Path:
         raise KafkaSetupError("compiling the telemetry reporter needs javac: apt-get install openjdk-17-jdk-headless")
     digest = hashlib.sha256(REPORTER_SRC.read_bytes()).hexdigest()[:16]
     out = BUILD / rel.version / digest
-    with _lock(f"javac-{rel.version}"):
+    with dir_lock(LIB, f"javac-{rel.version}"):
         if not (out / f"{REPORTER_CLASS}.class").exists():
             tmp = out.with_name(f"{digest}.tmp")
             shutil.rmtree(tmp, ignore_errors=True)
