@@ -100,7 +100,7 @@ def create_own_ephemeral(zk: KazooClient, path: str, data: bytes) -> None:
     except NodeExistsError:
         stat = zk.exists(path)
         if stat is not None and stat.ephemeralOwner != session_id(zk):
-            # A previous session's leftover: replace it with ours.
+            # Left by an earlier ZooKeeper session of this broker: replace it with ours.
             try:
                 zk.delete(path, version=stat.version)
                 zk.create(path, data, ephemeral=True, makepath=True)

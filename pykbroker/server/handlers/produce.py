@@ -227,8 +227,8 @@ async def handle_produce(svc: Services, ctx: RequestContext, req: Any
                 continue
             # An internal topic takes appends only through a hook that owns them (e.g. delayed records
             # forwarded by another broker).
-            internal_owner = svc.append_hooks.internal_owner(ctx, name) if rec.internal else None
-            if rec.internal and internal_owner is None:
+            internal_appender = svc.append_hooks.internal_appender(ctx, name) if rec.internal else None
+            if rec.internal and internal_appender is None:
                 parts.append(_partition_error(idx, ErrorCode.invalid_topic_exception,
                                               f"Cannot append to internal topic {name}"))
                 continue
@@ -262,9 +262,9 @@ async def handle_produce(svc: Services, ctx: RequestContext, req: Any
                     records = up_convert(records, topic_partition=f"{name}-{idx}",
                                          compression_type=p.log.config.compression_type,
                                          max_message_bytes=p.log.config.max_message_bytes)
-                if internal_owner is not None:
+                if internal_appender is not None:
                     parts.append({**_partition_error(idx, ErrorCode.none), "log_start_offset": p.log.log_start_offset,
-                                  "base_offset": internal_owner.append_internal(p, records, now)})
+                                  "base_offset": internal_appender(p, records, now)})
                 else:
                     try:
                         parts.append(_append(svc, ctx, p, records, now, txn_id))
