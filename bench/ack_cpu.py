@@ -4,10 +4,11 @@
 The e2e phase of bench.py at 5,000 msg/s is, for the broker, about 550 Produce and 550 Fetch requests a
 second: librdkafka sends a batch every linger.ms and the consumer's long-poll fetch returns as soon as one
 arrives.  Its CPU per request is what decides how close the broker comes to its share of the CPU beside
-busy processes (docs/performance.md), but librdkafka's batching varies with the broker's own speed, so
-the request count drifts between runs.  Here the requests are fixed: one thread sends Produce v10 requests
-of one ``--batch``-record batch each, paced at ``--rate`` a second and waiting for each answer, and
-another long-polls Fetch v16 (max_wait 500 ms) from the high watermark, as a consumer at the tail does.
+busy processes (docs/performance.md, "Sharing the CPU"), but librdkafka's batching varies with the
+broker's own speed, so the request count drifts between runs.  Here the requests are fixed: one thread
+sends Produce v10 requests of one ``--batch``-record batch each, paced at ``--rate`` a second and waiting
+for each answer, and another long-polls Fetch v16 (max_wait 500 ms) from the high watermark, as a consumer
+at the tail does.
 
 Each round starts a fresh broker (``pykbroker serve``, one partition, ``log.flush.on.ack`` as
 ``--flush``), warms up for a second, then reads the CPU time of all the broker's threads
@@ -40,7 +41,9 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import bench as B
+from benchlib.brokers import free_port, start_broker, stop_broker
+from benchlib.procstats import snap
+
 from pykbroker.protocol import codec
 from pykbroker.protocol.records import build_batch
 
@@ -81,7 +84,7 @@ def _connect(port: int, deadline: float) -> socket.socket:
 
 def one_round(binary: str, args: argparse.Namespace) -> dict[str, float]:
     workdir = tempfile.mkdtemp(prefix="ack-cpu-")
-    port = B.free_port()
+    port = free_port()
     profile_out = os.path.join(workdir, "loop-profile.txt")
     launcher = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "loop_profile.py")] \
         if args.loop_profile else [binary]
@@ -89,7 +92,7 @@ def one_round(binary: str, args: argparse.Namespace) -> dict[str, float]:
            "--override", f"log.dirs={workdir}/data", "--override", f"log.flush.on.ack={args.flush}"]
     for o in args.pykbroker_override:
         cmd += ["--override", o]
-    broker = B.start_broker("pykbroker", cmd, port, workdir, {**os.environ, "LOOP_PROFILE_OUT": profile_out})
+    broker = start_broker("pykbroker", cmd, port, workdir, {**os.environ, "LOOP_PROFILE_OUT": profile_out})
     stop = threading.Event()
     counts = {"produce": 0, "fetch": 0}
     failures: list[str] = []
@@ -152,9 +155,9 @@ def one_round(binary: str, args: argparse.Namespace) -> dict[str, float]:
         time.sleep(1.0)  # warm-up
         if args.loop_profile:
             os.kill(pid, signal.SIGUSR2)
-        s0, p0, f0 = B.snap(pid), counts["produce"], counts["fetch"]
+        s0, p0, f0 = snap(pid), counts["produce"], counts["fetch"]
         time.sleep(args.seconds)
-        s1, p1, f1 = B.snap(pid), counts["produce"], counts["fetch"]
+        s1, p1, f1 = snap(pid), counts["produce"], counts["fetch"]
         profile = ""
         if args.loop_profile:
             os.kill(pid, signal.SIGUSR1)
@@ -181,7 +184,7 @@ def one_round(binary: str, args: argparse.Namespace) -> dict[str, float]:
                 "produced": p1 - p0, "profile": profile}
     finally:
         stop.set()
-        B.stop_broker(broker)
+        stop_broker(broker)
         shutil.rmtree(workdir, ignore_errors=True)
 
 

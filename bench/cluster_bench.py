@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Cluster-mode figures (issue 13): controller failover, creating partitions, metadata at scale.
+"""Cluster-mode figures: controller failover, creating partitions, metadata at scale.
 
 Starts a real ZooKeeper (Debian's package) and three pykbroker brokers as subprocesses on free
 127.0.0.1 ports (the same harness as tests/cluster), then measures:

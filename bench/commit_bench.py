@@ -30,7 +30,10 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import bench as B
+from benchlib.brokers import Target, add_target_args, run_each_target
+from benchlib.console import err_str, fmt, pct
+from benchlib.phases import create_topic
+from benchlib.procstats import snap
 
 
 def _committer(bootstrap: str, topic: str, group: str, seconds: float, ready: threading.Semaphore,
@@ -65,16 +68,16 @@ def _committer(bootstrap: str, topic: str, group: str, seconds: float, ready: th
                 latencies.append(time.perf_counter() - t0)
             offset += 1
     except Exception as e:  # reported; the run exits 1
-        errors.append(f"{group}: {B.err_str(e)}")
+        errors.append(f"{group}: {err_str(e)}")
     finally:
         if not signalled:  # failed before its first commit: the run does not wait for it
             ready.release()
         c.close()
 
 
-def run(target: B.Target, args: argparse.Namespace) -> dict[str, object]:
+def run(target: Target, args: argparse.Namespace) -> dict[str, object]:
     topic = f"commits-{uuid.uuid4().hex[:8]}"
-    B.create_topic(target, topic, 1, 60)  # returns once ListOffsets answers for the partition
+    create_topic(target, topic, 1, 60)  # returns once ListOffsets answers for the partition
     per_group: list[list[float]] = [[] for _ in range(args.groups)]
     errors: list[str] = []
     retried: list[str] = []  # groups, once per retriable error (NOT_COORDINATOR while offsets load, ...)
@@ -90,11 +93,11 @@ def run(target: B.Target, args: argparse.Namespace) -> dict[str, object]:
     waited_until = time.monotonic() + 60
     for _ in range(args.groups):  # every consumer has found its coordinator (bounded: 60 s in all)
         ready.acquire(timeout=max(0.0, waited_until - time.monotonic()))
-    s0 = B.snap(target.pid)
+    s0 = snap(target.pid)
     start.set()
     for t in threads:
         t.join(args.seconds + 60)
-    s1 = B.snap(target.pid)
+    s1 = snap(target.pid)
     lat = sorted(x for g in per_group for x in g)
     n = len(lat)
     elapsed = s1.t - s0.t
@@ -103,8 +106,8 @@ def run(target: B.Target, args: argparse.Namespace) -> dict[str, object]:
         "broker": target.label,
         "commits": n,
         "commits/s": n / elapsed if elapsed > 0 else 0.0,
-        "p50 ms": (B.pct(lat, 50) or 0) * 1000,
-        "p99 ms": (B.pct(lat, 99) or 0) * 1000,
+        "p50 ms": (pct(lat, 50) or 0) * 1000,
+        "p99 ms": (pct(lat, 99) or 0) * 1000,
         "max ms": (lat[-1] if lat else 0) * 1000,
         "broker CPU-s / 1,000 commits": cpu / n * 1000 if cpu is not None and n else None,
         "broker CPU %": cpu / elapsed * 100 if cpu is not None and elapsed > 0 else None,
@@ -117,18 +120,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--groups", type=int, default=20)
     ap.add_argument("--seconds", type=float, default=10.0)
-    B.add_target_args(ap, "pykbroker,pykbroker-fsync")
+    add_target_args(ap, "pykbroker,pykbroker-fsync")
     args = ap.parse_args(argv)
 
-    def measure(t: B.Target) -> tuple[list[str], bool]:
+    def measure(t: Target) -> tuple[list[str], bool]:
         r = run(t, args)
         if r.get("error") or r["errors"]:
             return [f"| {t.label} | failed: {r.get('error') or r['errors']} |"], True
         cpu_k, cpu_pct = r["broker CPU-s / 1,000 commits"], r["broker CPU %"]
         return [f"| {t.label} | {args.groups} | {r['commits/s']:,.0f} | {r['p50 ms']:.2f} | {r['p99 ms']:.2f} | "
-                f"{r['max ms']:.1f} | {B._fmt(cpu_k, 3)} | {B._fmt(cpu_pct, 0)} | {r['retried']} |"], False
+                f"{r['max ms']:.1f} | {fmt(cpu_k, 3)} | {fmt(cpu_pct, 0)} | {r['retried']} |"], False
 
-    return B.run_each_target(args, "pykbroker-commit-bench-", [
+    return run_each_target(args, "pykbroker-commit-bench-", [
         "| broker | groups | commits/s | p50 ms | p99 ms | max ms | broker CPU-s / 1,000 commits | broker CPU % "
         "| retried |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|"], measure)

@@ -29,7 +29,9 @@ from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import bench as B
+from benchlib.brokers import Target, add_target_args, run_each_target
+from benchlib.console import err_str, fmt, pct
+from benchlib.procstats import Snap, snap
 
 _SOFTWARE = (b"connection-bench", b"1.0")
 
@@ -75,7 +77,7 @@ def _timed(op: Callable[[int], None], seconds: float, limit: int = 10_000_000) -
     return latencies
 
 
-def run(target: B.Target, seconds: float) -> list[dict[str, object]]:
+def run(target: Target, seconds: float) -> list[dict[str, object]]:
     host, port = target.bootstrap.rsplit(":", 1)
     address = (host, int(port))
 
@@ -88,9 +90,9 @@ def run(target: B.Target, seconds: float) -> list[dict[str, object]]:
     rows = []
     for _ in range(200):  # warm-up, unmeasured: imports, first connections
         connect_once(0)
-    s0 = B.snap(target.pid)
+    s0 = snap(target.pid)
     lat = _timed(connect_once, seconds)
-    s1 = B.snap(target.pid)
+    s1 = snap(target.pid)
     rows.append(_row(target, "connect + ApiVersions + close", lat, s0, s1))
 
     with socket.create_connection(address, timeout=10) as s:
@@ -101,14 +103,14 @@ def run(target: B.Target, seconds: float) -> list[dict[str, object]]:
             _read_response(s, i)
 
         _timed(round_trip, 0.5)
-        s0 = B.snap(target.pid)
+        s0 = snap(target.pid)
         lat = _timed(round_trip, seconds)
-        s1 = B.snap(target.pid)
+        s1 = snap(target.pid)
     rows.append(_row(target, "ApiVersions round trip", lat, s0, s1))
     return rows
 
 
-def _row(target: B.Target, phase: str, lat: list[float], s0: B.Snap, s1: B.Snap) -> dict[str, object]:
+def _row(target: Target, phase: str, lat: list[float], s0: Snap, s1: Snap) -> dict[str, object]:
     lat = sorted(lat)
     elapsed = s1.t - s0.t
     cpu = s1.broker.cpu_since(s0.broker) if s0.broker and s1.broker else None
@@ -116,7 +118,7 @@ def _row(target: B.Target, phase: str, lat: list[float], s0: B.Snap, s1: B.Snap)
     return {
         "broker": target.label, "phase": phase, "n": n,
         "ops/s": n / elapsed if elapsed > 0 else 0.0,
-        "p50 ms": (B.pct(lat, 50) or 0) * 1000, "p99 ms": (B.pct(lat, 99) or 0) * 1000,
+        "p50 ms": (pct(lat, 50) or 0) * 1000, "p99 ms": (pct(lat, 99) or 0) * 1000,
         "broker CPU us/op": cpu / n * 1e6 if cpu is not None and n else None,
     }
 
@@ -124,18 +126,18 @@ def _row(target: B.Target, phase: str, lat: list[float], s0: B.Snap, s1: B.Snap)
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=5.0)
-    B.add_target_args(ap, "pykbroker")
+    add_target_args(ap, "pykbroker")
     args = ap.parse_args(argv)
 
-    def measure(t: B.Target) -> tuple[list[str], bool]:
+    def measure(t: Target) -> tuple[list[str], bool]:
         try:
             rows = run(t, args.seconds)
         except (OSError, RuntimeError) as e:
-            return [f"| {t.label} | failed: {B.err_str(e)} |"], True
+            return [f"| {t.label} | failed: {err_str(e)} |"], True
         return [f"| {r['broker']} | {r['phase']} | {r['ops/s']:,.0f} | {r['p50 ms']:.3f} | {r['p99 ms']:.3f} | "
-                f"{B._fmt(r['broker CPU us/op'], 1)} |" for r in rows], False
+                f"{fmt(r['broker CPU us/op'], 1)} |" for r in rows], False
 
-    return B.run_each_target(args, "pykbroker-connection-bench-", [
+    return run_each_target(args, "pykbroker-connection-bench-", [
         "| broker | phase | ops/s | p50 ms | p99 ms | broker CPU µs / op |",
         "|---|---|---:|---:|---:|---:|"], measure)
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fan-out figures (issue 18): many consumer groups, many consumers and many producer connections on
+"""Fan-out figures: many consumer groups, many consumers and many producer connections on
 one broker.
 
 Starts pykbroker (embedded metadata), or Apache Kafka with ``--kafka-cmd``, on a free 127.0.0.1 port,
@@ -38,7 +38,9 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import bench as B
+from benchlib.brokers import free_port, kafka_command, start_broker, stop_broker, venv_bin
+from benchlib.phases import create_topic
+from benchlib.procstats import snap
 
 HEADER = 16  # send time (ns, monotonic) + producer index, big-endian
 
@@ -120,16 +122,16 @@ def _group(bootstrap: str, topic: str, group: str, consumers: int, ready: Any, s
 
 def run(args: argparse.Namespace) -> int:
     workdir = tempfile.mkdtemp(prefix="pykbroker-fanout-")
-    port = B.free_port()
+    port = free_port()
     if args.kafka_cmd:  # the same load against Apache Kafka (bench.py's kafka_command for the contract)
-        cmd, env = B.kafka_command(args.kafka_cmd, port, os.path.join(workdir, "data"),
+        cmd, env = kafka_command(args.kafka_cmd, port, os.path.join(workdir, "data"),
                                    ["group.initial.rebalance.delay.ms=0"])
-        target = B.start_broker("kafka", cmd, port, workdir, env)
+        target = start_broker("kafka", cmd, port, workdir, env)
     else:
-        cmd = [B.venv_bin("pykbroker") or "pykbroker", "serve", "--override",
+        cmd = [venv_bin("pykbroker") or "pykbroker", "serve", "--override",
                f"listeners=PLAINTEXT://127.0.0.1:{port}", "--override", f"log.dirs={workdir}/data",
                "--override", "group.initial.rebalance.delay.ms=0"]
-        target = B.start_broker("pykbroker", cmd, port, workdir, None)
+        target = start_broker("pykbroker", cmd, port, workdir, None)
     if target.dead:
         print("\n".join(target.notes))
         return 1
@@ -139,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
     rc = 0
     try:
         topic = f"fanout-{uuid.uuid4().hex[:8]}"
-        B.create_topic(target, topic, args.consumers, 60)
+        create_topic(target, topic, args.consumers, 60)
         t_start = time.monotonic()
         if args.idle_producers:
             procs.append(ctx.Process(target=_idle_producers, args=(target.bootstrap, topic, args.idle_producers,
@@ -184,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
             if err is not None:
                 errors[0] += 1
 
-        s0 = B.snap(target.pid)
+        s0 = snap(target.pid)
         sent = 0
         start = time.monotonic()
         end = start + args.seconds
@@ -208,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
         for p in producers:
             p.flush(30)
         elapsed = time.monotonic() - start
-        s1 = B.snap(target.pid)
+        s1 = snap(target.pid)
         time.sleep(args.drain)
         stop.set()
         results = {}
@@ -244,7 +246,7 @@ def run(args: argparse.Namespace) -> int:
             p.join(timeout=30)
             if p.is_alive():
                 p.kill()
-        B.stop_broker(target)
+        stop_broker(target)
         shutil.rmtree(workdir, ignore_errors=True)
     return rc
 

@@ -40,7 +40,10 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import bench as B  # bench/ is this script's directory
+from benchlib.brokers import Target, add_target_args, run_each_target  # bench/ is this script's directory
+from benchlib.console import err_str, fmt  # bench/ is this script's directory
+from benchlib.phases import wait_partitions_online  # bench/ is this script's directory
+from benchlib.procstats import Usage, broker_usage  # bench/ is this script's directory
 
 
 @dataclass
@@ -61,12 +64,12 @@ class Step:
         return None if self.cpu is None else self.cpu / max(self.done, 1) * 1e6
 
 
-def _broker_usage(pid: int) -> B.Usage | None:
+def _broker_usage(pid: int) -> Usage | None:
     """The broker's process tree (a start script's JVM child included), None without a pid."""
-    return B.broker_usage(pid) if pid else None
+    return broker_usage(pid) if pid else None
 
 
-def _cpu_between(before: B.Usage | None, after: B.Usage | None) -> float | None:
+def _cpu_between(before: Usage | None, after: Usage | None) -> float | None:
     """Broker CPU seconds between two snapshots (per-thread nanoseconds where it can)."""
     return None if before is None or after is None else after.cpu_since(before)
 
@@ -85,7 +88,7 @@ def make_topic(bootstrap: str, topic: str, partitions: int, step: int, timeout: 
                                          operation_timeout=85).values():
             f.result(timeout=88)
     created = time.monotonic() - t0
-    online = B.wait_partitions_online(admin, topic, count, timeout)  # logs opened, not only leaders known
+    online = wait_partitions_online(admin, topic, count, timeout)  # logs opened, not only leaders known
     return created, (time.monotonic() - t0 if online else None)
 
 
@@ -182,7 +185,7 @@ def compare(a: argparse.Namespace) -> int:
     """Each broker of ``--brokers`` started in turn; on each, per size, a fresh topic, the produce rounds,
     then the consume rounds. A step that fell short is a failure (exit code 1), and its row says so."""
 
-    def measure(t: B.Target) -> tuple[list[str], bool]:
+    def measure(t: Target) -> tuple[list[str], bool]:
         rows: list[str] = []
         bad = False
         pid = t.pid or 0
@@ -191,7 +194,7 @@ def compare(a: argparse.Namespace) -> int:
             try:
                 created, online = make_topic(t.bootstrap, topic, a.partitions, a.step, a.timeout)
             except Exception as e:  # a broker that refused the topic: say so and go on with the next broker
-                return [*rows, f"| {t.label} | {size} B | create | failed: {B.err_str(e)} | | |"], True
+                return [*rows, f"| {t.label} | {size} B | create | failed: {err_str(e)} | | |"], True
             if online is None:
                 return [*rows, f"| {t.label} | {size} B | create | not every log online after {a.timeout:.0f} s "
                                f"| | |"], True
@@ -207,11 +210,11 @@ def compare(a: argparse.Namespace) -> int:
                 short = "" if st.done >= st.asked else f" (only {st.done:,} of {st.asked:,})"
                 bad = bad or bool(short)
                 rows.append(f"| {t.label} | {size} B | {name} | {st.rate:,.0f} msg/s{short} | {st.seconds:.2f} s | "
-                            f"{B._fmt(st.cpu_per_million, 2)} |")
+                            f"{fmt(st.cpu_per_million, 2)} |")
             print(f"{t.label} {size} B done, load {os.getloadavg()[0]:.2f}", file=sys.stderr, flush=True)
         return rows, bad
 
-    return B.run_each_target(a, "pykbroker-many-partitions-", [
+    return run_each_target(a, "pykbroker-many-partitions-", [
         f"partitions {a.partitions:,}, {a.count:,} messages per produce, acks=1, linger.ms=5; "
         f"each consume reads all {a.count * a.rounds:,} from offset 0",
         "| broker | size | step | result | seconds | broker CPU-s/M |",
@@ -236,7 +239,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--timeout", type=float, default=60.0,
                     help="consume: hard limit in seconds; create: longest wait for every log to be online")
-    B.add_target_args(ap, "pykbroker")
+    add_target_args(ap, "pykbroker")
     a = ap.parse_args()
     if a.command == "compare":
         return compare(a)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What Prometheus scraping costs (issue 16's target: scraping every second costs < 2 % throughput).
+"""What Prometheus scraping costs (scraping every second should cost under 2 % of throughput).
 
 Starts one pykbroker with ``pykbroker.metrics.listener`` set, then alternates rounds with the
 scraper off and on: a separate process fetching /metrics every ``--interval`` seconds, as
@@ -28,6 +28,11 @@ import uuid
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from benchlib.brokers import free_port, start_broker, stop_broker, venv_bin
+from benchlib.phases import Scenario, create_topic, phase_consume, phase_produce
+from benchlib.procstats import proc_cpu_rss
+from confluent_kafka.admin import AdminClient
 
 import bench
 
@@ -61,13 +66,13 @@ def main() -> int:
     args = ap.parse_args()
     bench_args = bench.parse_args(["--bootstrap", "unused", "--phase-timeout", str(args.phase_timeout)])
     workdir = tempfile.mkdtemp(prefix="pykbroker-metrics-bench-")
-    port, mport = bench.free_port(), bench.free_port()
-    exe = bench.venv_bin("pykbroker") or "pykbroker"
+    port, mport = free_port(), free_port()
+    exe = venv_bin("pykbroker") or "pykbroker"
     cmd = [exe, "serve", "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
            "--override", f"log.dirs={workdir}/data", "--override", f"pykbroker.metrics.listener=http://127.0.0.1:{mport}"]
     for ov in args.override:
         cmd += ["--override", ov]
-    target = bench.start_broker("pykbroker", cmd, port, workdir, None)
+    target = start_broker("pykbroker", cmd, port, workdir, None)
     if target.dead:
         print("\n".join(target.notes), file=sys.stderr)
         return 1
@@ -79,20 +84,20 @@ def main() -> int:
     per_scrape_ms: float | None = None
     scrape_body = b""
     try:
-        admin = bench.AdminClient({"bootstrap.servers": target.bootstrap})
+        admin = AdminClient({"bootstrap.servers": target.bootstrap})
         for r in range(args.rounds):
             for mode in (("off", "on") if r % 2 == 0 else ("on", "off")):
                 topic = f"metrics-bench-{uuid.uuid4().hex[:8]}"
-                bench.create_topic(target, topic, args.partitions, 30)
-                sc = bench.Scenario(size=args.size, acks="1", partitions=args.partitions, count=args.count)
+                create_topic(target, topic, args.partitions, 30)
+                sc = Scenario(size=args.size, acks="1", partitions=args.partitions, count=args.count)
                 stop = mp.Event()
                 out: Any = mp.Queue()
                 proc = mp.Process(target=scraper, args=(url, args.interval, stop, out)) if mode == "on" else None
                 if proc is not None:
                     proc.start()
                 try:
-                    p = bench.phase_produce(target, sc, topic, bench_args)
-                    c = bench.phase_consume(target, sc, topic, p["delivered"], bench_args)
+                    p = phase_produce(target, sc, topic, bench_args)
+                    c = phase_consume(target, sc, topic, p["delivered"], bench_args)
                 finally:
                     if proc is not None:
                         stop.set()
@@ -112,18 +117,18 @@ def main() -> int:
                 admin.delete_topics([topic], operation_timeout=30)
         # The cost of one scrape in broker CPU, measured at idle (no traffic to blur it), with a topic of
         # --partitions partitions (each partition adds its series).
-        bench.create_topic(target, f"metrics-bench-idle-{uuid.uuid4().hex[:8]}", args.partitions, 60)
+        create_topic(target, f"metrics-bench-idle-{uuid.uuid4().hex[:8]}", args.partitions, 60)
         idle_scrapes = 50
         # /proc/PID/stat, not per-thread schedstat: prometheus_client serves each scrape on a new thread,
         # whose time would be lost with the thread; the process total keeps it.
         assert target.pid is not None
-        c0 = bench._proc_cpu_rss(target.pid)[0]
+        c0 = proc_cpu_rss(target.pid)[0]
         for _ in range(idle_scrapes):
             with urllib.request.urlopen(url, timeout=30) as r:
                 scrape_body = r.read()
-        per_scrape_ms = (bench._proc_cpu_rss(target.pid)[0] - c0) * 1000 / idle_scrapes
+        per_scrape_ms = (proc_cpu_rss(target.pid)[0] - c0) * 1000 / idle_scrapes
     finally:
-        bench.stop_broker(target)
+        stop_broker(target)
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"\nmachine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
           f"{args.rounds} rounds of {args.count:,} x {args.size} B, {args.partitions} partition(s), "

@@ -44,10 +44,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
+from benchlib.procstats import broker_usage, machine_busy, machine_facts  # noqa: E402
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-import bench as kb  # noqa: E402
 from tests.support.broker import free_ports  # noqa: E402
 from tests.support.cluster import CLUSTER_DEFAULTS, metadata, wait_for  # noqa: E402
 from tests.support.zookeeper import ZooKeeperEnsemble, zookeeper_available  # noqa: E402
@@ -132,10 +132,10 @@ def _run_clients(pid: int, workers: list[tuple[Any, tuple[Any, ...]]]) -> dict[s
     for p in procs:
         p.start()
     time.sleep(2.0)  # client start-up (interpreter, librdkafka, metadata) outside the measured window
-    b0, m0, w0 = kb.broker_usage(pid), kb.machine_busy(), time.monotonic()
+    b0, m0, w0 = broker_usage(pid), machine_busy(), time.monotonic()
     go.set()
     results = [out.get(timeout=150) for _ in procs]
-    b1, m1, w1 = kb.broker_usage(pid), kb.machine_busy(), time.monotonic()
+    b1, m1, w1 = broker_usage(pid), machine_busy(), time.monotonic()
     for p in procs:
         p.join(10)
     t0, t1 = min(r["t0"] for r in results), max(r["t1"] for r in results)
@@ -236,9 +236,9 @@ def _wait_settled(pid: int, timeout: float = 30.0) -> None:
     checkpoints): less than 15 % of a core over half a second, bounded."""
     deadline = time.monotonic() + timeout
     for _ in range(int(timeout / 0.5) + 1):
-        u0 = kb.broker_usage(pid)
+        u0 = broker_usage(pid)
         time.sleep(0.5)
-        u1 = kb.broker_usage(pid)
+        u1 = broker_usage(pid)
         if u0 is None or u1 is None or u1.cpu_since(u0) < 0.075 or time.monotonic() > deadline:
             return
 
@@ -290,7 +290,7 @@ def _med(rows: list[dict[str, Any]], phase: str, key: str) -> float:
 
 
 def report(results: list[dict[str, Any]], args: argparse.Namespace, load: str) -> str:
-    facts = kb.machine_facts()
+    facts = machine_facts()
     out = [f"### Produce and consume with 1 vs N broker processes (`serve --processes N`), "
            f"{args.count:,} records (< 1 KiB; {args.count_large:,} of 1 KiB+), {args.partitions} partitions "
            f"RF {args.rf}, acks={args.acks}, producer {args.producer_conf or 'defaults'} + linger.ms 5, "

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Replication figures (issue 14) on a 3-broker ZooKeeper cluster started on this machine.
+"""Replication figures on a 3-broker ZooKeeper cluster started on this machine.
 
 Starts a real ZooKeeper and three pykbroker brokers as subprocesses on free 127.0.0.1 ports (the
 harness of tests/cluster) and measures, with confluent-kafka (librdkafka):
@@ -53,6 +53,10 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 import page_cache  # noqa: E402
+from benchlib.brokers import Target  # noqa: E402
+from benchlib.console import log, pct  # noqa: E402
+from benchlib.phases import Scenario, phase_e2e, phase_produce  # noqa: E402
+from benchlib.procstats import Usage, broker_usage  # noqa: E402
 from confluent_kafka import KafkaError, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
@@ -187,24 +191,24 @@ class LagSampler(threading.Thread):
     def summary(self) -> dict[str, int]:
         if not self.lags:
             return {}
-        return {"lag_samples": len(self.lags), "lag_p50": int(bench.pct(self.lags, 50) or 0),
-                "lag_p99": int(bench.pct(self.lags, 99) or 0), "lag_max": int(max(self.lags))}
+        return {"lag_samples": len(self.lags), "lag_p50": int(pct(self.lags, 50) or 0),
+                "lag_p99": int(pct(self.lags, 99) or 0), "lag_max": int(max(self.lags))}
 
 
 # --------------------------------------------------------------------------- throughput + lag
 
 
-def cluster_usage(cluster: Cluster) -> dict[int, bench.Usage | None]:
-    return {i: bench.broker_usage(b.proc.pid if b.proc else None) for i, b in cluster.brokers.items()}
+def cluster_usage(cluster: Cluster) -> dict[int, Usage | None]:
+    return {i: broker_usage(b.proc.pid if b.proc else None) for i, b in cluster.brokers.items()}
 
 
-def cpu_between(before: dict[int, bench.Usage | None], after: dict[int, bench.Usage | None]) -> float:
+def cpu_between(before: dict[int, Usage | None], after: dict[int, Usage | None]) -> float:
     return sum(a.cpu_since(b) for i, a in after.items() if a is not None and (b := before.get(i)) is not None)
 
 
 def bench_throughput(cluster: Cluster, args: argparse.Namespace, bargs: argparse.Namespace) -> list[dict[str, Any]]:
     out = []
-    target = bench.Target("pykbroker-cluster", cluster.bootstrap, None)
+    target = Target("pykbroker-cluster", cluster.bootstrap, None)
     for rnd, size in itertools.product(range(args.throughput_rounds), args.sizes):
         count = args.count_small if size < 1024 else args.count_large
         for rf in (1, 3):
@@ -218,15 +222,15 @@ def bench_throughput(cluster: Cluster, args: argparse.Namespace, bargs: argparse
                 # Write back what earlier phases left dirty, so this phase's appends do not compete with it.
                 os.sync()
                 if args.ballast is not None:  # the previous phase's deleted topic freed memory
-                    bench.log(args.ballast.top_up(args.ballast_max_seconds / 4))
+                    log(args.ballast.top_up(args.ballast_max_seconds / 4))
                 sampler = LagSampler(cluster, topic, assignment, args.lag_interval_ms / 1000) if rf > 1 else None
                 free0 = page_cache.mem_free_gib()
                 u0 = cluster_usage(cluster)
                 if sampler:
                     sampler.start()
-                sc = bench.Scenario(size, acks, args.partitions, count)
+                sc = Scenario(size, acks, args.partitions, count)
                 try:
-                    r = bench.phase_produce(target, sc, topic, bargs)
+                    r = phase_produce(target, sc, topic, bargs)
                 finally:
                     if sampler:
                         sampler.stop()
@@ -239,7 +243,7 @@ def bench_throughput(cluster: Cluster, args: argparse.Namespace, bargs: argparse
                     row.update(sampler.summary())
                 out.append(row)
                 delete_topic(cluster, topic)
-                bench.log(f"throughput size={size} rf={rf} acks={acks}: {r.get('msgs_per_s') or 0:,.0f} msg/s, "
+                log(f"throughput size={size} rf={rf} acks={acks}: {r.get('msgs_per_s') or 0:,.0f} msg/s, "
                           f"MemFree {free0:.2f} -> {free1:.2f} GiB"
                           f"{' ERROR ' + r['error'] if r.get('error') else ''}")
     return out
@@ -340,7 +344,7 @@ def bench_failover(cluster: Cluster, args: argparse.Namespace) -> list[dict[str,
                    "acked": len(acker.acks), "lost": len(lost), "duplicates": len(dupes), "unacked": unacked,
                    "errors": len(acker.errors)}
             rows.append(row)
-            bench.log(f"failover {how} round {rnd}: {row}")
+            log(f"failover {how} round {rnd}: {row}")
             if how != "kill":
                 cluster.broker(victim).proc.wait(60)  # type: ignore[union-attr]
             cluster.broker(victim).start(60)
@@ -354,7 +358,7 @@ def bench_failover(cluster: Cluster, args: argparse.Namespace) -> list[dict[str,
 
 def bench_e2e(cluster: Cluster, args: argparse.Namespace, bargs: argparse.Namespace) -> list[dict[str, Any]]:
     out = []
-    target = bench.Target("pykbroker-cluster", cluster.bootstrap, None)
+    target = Target("pykbroker-cluster", cluster.bootstrap, None)
     for rf in (1, 3):
         topic = f"e2e{rf}-{uuid.uuid4().hex[:6]}"
         assignment = assignment_for(args.partitions, rf)
@@ -362,17 +366,17 @@ def bench_e2e(cluster: Cluster, args: argparse.Namespace, bargs: argparse.Namesp
         if rf > 1:
             wait_for(partial(full_isr, cluster, topic, assignment[0]), timeout=60, what="full ISR")
         warm_up(cluster, topic, args.partitions)
-        sc = bench.Scenario(args.e2e_size, "all", args.partitions, 0)
+        sc = Scenario(args.e2e_size, "all", args.partitions, 0)
         sampler = LagSampler(cluster, topic, assignment, args.lag_interval_ms / 1000) if rf > 1 else None
         if sampler:
             sampler.start()
         try:
-            r = bench.phase_e2e(target, sc, topic, bargs)
+            r = phase_e2e(target, sc, topic, bargs)
         finally:
             if sampler:
                 sampler.stop()
         out.append({"rf": rf, **r, **(sampler.summary() if sampler else {})})
-        bench.log(f"e2e rf={rf}: p99 {r.get('e2e_p99_ms')} ms{' ERROR ' + r['error'] if r.get('error') else ''}")
+        log(f"e2e rf={rf}: p99 {r.get('e2e_p99_ms')} ms{' ERROR ' + r['error'] if r.get('error') else ''}")
     return out
 
 
@@ -529,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="pykb-repl-bench-") as tmp, contextlib.ExitStack() as stack:
         if args.steady_page_cache is not None:
             args.ballast, first = stack.enter_context(page_cache.steady_page_cache(
-                Path(tmp), args.steady_page_cache, args.ballast_max_gib, args.ballast_max_seconds, bench.log))
+                Path(tmp), args.steady_page_cache, args.ballast_max_gib, args.ballast_max_seconds, log))
             memory.append(f"ballast {args.ballast.size / 2**30:.2f} GiB (MemFree target {args.steady_page_cache} "
                           f"GiB, topped up before each throughput phase): {first.describe()}")
         else:
@@ -538,7 +542,7 @@ def main(argv: list[str] | None = None) -> int:
             fresh, cached = page_cache.pwrite_probe(Path(tmp), args.probe_mib)
             memory.append(f"pwrite probe, {args.probe_mib} MiB: {fresh:.3f} CPU-ms per MiB into a new file, "
                           f"{cached:.3f} overwriting its cached pages")
-            bench.log(memory[-1])
+            log(memory[-1])
         cluster = stack.enter_context(Cluster(Path(tmp) / "c", 3, overrides=overrides))
         try:
             if "throughput" in only:

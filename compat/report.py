@@ -4,6 +4,7 @@
     python -m compat.report compat/results/X.json [--out docs/compatibility.md]
     python -m compat.report PYKBROKER.json KAFKA.json   # one column per broker label in "Across brokers"
     python -m compat.report SINGLE.json CLUSTER3.json    # one pykbroker, then 3 brokers (--pykbroker-cluster 3)
+    python -m compat.report --check FILES ...            # and exit 1 on a failure (scripts/test.sh)
 
 With several results files the first is the table in full (the broker under test); each file, the
 first included, also gets a column, named by its broker label (`--broker-label`, or the label the
@@ -237,10 +238,24 @@ def _broker_setup(d: dict[str, Any]) -> str:
     if not b.get("managed"):
         return f"an existing cluster at {b.get('bootstrap', '?')}"
     n = int(b.get("brokers", 1))
+    if b.get("kafka"):
+        where = "Maven Central's jars (compat/kafka/pom.xml)"
+        if b.get("zookeeper"):
+            return (f"started by the suite from {where}: ZooKeeper and "
+                    + (f"{n} brokers, clients bootstrap from one of them" if n != 1 else "one broker"))
+        return f"started by the suite from {where}: one KRaft node (broker and controller)"
     if b.get("zookeeper"):
         return (f"started by the suite: ZooKeeper and {n} broker{'s' if n != 1 else ''}, clients bootstrap "
                 "from one of them")
     return "started by the suite: one broker"
+
+
+def wall_time(d: dict[str, Any]) -> str:
+    """The run's wall time (broker start to results), e.g. "3 min 21 s with 2 workers"."""
+    secs = round(float(d.get("duration", 0)))
+    workers = int(d.get("workers", 1))
+    return (f"{secs // 60} min {secs % 60} s" if secs >= 60 else f"{secs} s") + \
+        f" with {workers} worker{'s' if workers != 1 else ''}"
 
 
 def render_brokers(docs: list[dict[str, Any]], sources: list[str] | None = None) -> list[str]:
@@ -252,10 +267,10 @@ def render_brokers(docs: list[dict[str, Any]], sources: list[str] | None = None)
              "label). The first column is the run shown in full above. "
              "Cells: pass ✅ · fail ❌ · not supported by the broker n/s · not possible with the client — · "
              "not possible on this cluster n/p.", "",
-             "| broker | results file | setup | run | clients |", "|---|---|---|---|---|"]
+             "| broker | results file | setup | run | wall time | clients |", "|---|---|---|---|---|---|"]
     for d, label, src in zip(docs, labels, sources, strict=True):
         lines.append(f"| {label} | {f'`{src}`' if src else '—'} | {_broker_setup(d)} | "
-                     f"{d['started']} – {d['finished']} | "
+                     f"{d['started']} – {d['finished']} | {wall_time(d)} | "
                      + "; ".join(f"{k} {v}" for k, v in d.get("clients", {}).items()) + " |")
     groups: list[tuple[str, Any]] = [(c, lambda r, c=c: r["client"] == c and "producer" not in r)
                                      for c in CLIENT_NAMES]
@@ -297,6 +312,47 @@ def _ns(rs: list[dict[str, Any]], by: str) -> int:
     return sum(r["outcome"] == "not_supported" and r.get("by") == by for r in rs)
 
 
+def is_kafka(d: dict[str, Any]) -> bool:
+    """A run against Apache Kafka that the suite started (``--kafka``)."""
+    return bool(d["broker"].get("kafka"))
+
+
+def _shape(d: dict[str, Any]) -> int:
+    return int(d["broker"].get("brokers", 1))
+
+
+def check(docs: list[dict[str, Any]], sources: list[str]) -> tuple[list[str], list[str]]:
+    """What makes a set of runs fail, and what only differs.
+
+    Problems: a scenario that fails on Apache Kafka (scenarios assert Kafka's behaviour, so the scenario is
+    wrong, or asks for what that Kafka lacks and must say so), and any failure on another broker, named
+    with the Kafka runs of the same shape (one broker, or as many) on which the same scenario and client
+    passed. Differences: a scenario that passes on Kafka and is not supported by pykbroker of that shape."""
+    problems: list[str] = []
+    notes: list[str] = []
+    labels = broker_labels(docs)
+    kafka = [(d, label) for d, label in zip(docs, labels, strict=True) if is_kafka(d)]
+    for d, label, src in zip(docs, labels, sources, strict=True):
+        same = [(k, kl) for k, kl in kafka if _shape(k) == _shape(d) and k is not d]
+        passed = {kl: {_row_key(r) for r in k["results"] if r["outcome"] == "pass"} for k, kl in same}
+        for r in sorted(d["results"], key=_row_key):
+            key = _row_key(r)
+            on = [kl for kl, keys in passed.items() if key in keys]
+            detail = " ".join((r.get("detail") or "").split())[:300]
+            if r["outcome"] == "fail":
+                if is_kafka(d):
+                    problems.append(f"`{key[0]}` with {key[1]} fails on {label} ({src}): a scenario must hold on "
+                                    f"Apache Kafka; fix it, or make it say what it needs that this Kafka lacks. "
+                                    f"{detail}")
+                else:
+                    passes = f", and passes on {', '.join(on)}" if on else ""
+                    problems.append(f"`{key[0]}` with {key[1]} fails on {label} ({src}){passes}. {detail}")
+            elif r["outcome"] == "not_supported" and r.get("by") == "broker" and on and not is_kafka(d):
+                notes.append(f"`{key[0]}` with {key[1]} is not supported by {label} and passes on "
+                             f"{', '.join(on)}: {detail}")
+    return problems, notes
+
+
 def coverage_doc(doc: dict[str, Any], source: str) -> dict[str, Any]:
     return {
         "generated_from": source,
@@ -328,6 +384,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=DOC)
     p.add_argument("--coverage", type=Path, default=COVERAGE,
                    help="where to write the protocol coverage (only for a run against a suite-started pykbroker)")
+    p.add_argument("--check", action="store_true",
+                   help="exit 1 when a scenario fails on Apache Kafka (--kafka runs), or fails on another broker "
+                        "(naming the Kafka runs of the same shape where it passed); list what Kafka passes and "
+                        "the other broker does not support")
     a = p.parse_args(argv)
     paths = a.results or [newest_results()]
     docs = [json.loads(p.read_text()) for p in paths]
@@ -342,6 +402,14 @@ def main(argv: list[str] | None = None) -> int:
     if doc["broker"].get("managed") and doc.get("requests"):
         a.coverage.write_text(json.dumps(coverage_doc(doc, _source(path)), indent=1, sort_keys=True) + "\n")
         print(f"wrote {a.coverage}")
+    if a.check:
+        problems, notes = check(docs, [_source(p) for p in paths])
+        for n in notes:
+            print(f"compat: differs: {n}")
+        for x in problems:
+            print(f"compat: FAIL: {x}")
+        print(f"compat: {len(problems)} failure(s), {len(notes)} difference(s) across {len(docs)} run(s)")
+        return 1 if problems else 0
     return 0
 
 

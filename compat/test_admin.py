@@ -6,7 +6,8 @@ from compat import scenario as s
 from compat.check import expect_error, text_msgs
 from compat.clients import base
 from compat.clients.base import Client, ClientError, retry_on, wait_until
-from compat.conftest import unique_topic
+from compat.cluster import ClusterInfo
+from compat.conftest import unique_topic, wait_known_everywhere
 
 ADMIN = (base.ADMIN,)
 
@@ -40,13 +41,16 @@ def test_create_describe_delete(client: Client, helper: Client) -> None:
 
 @s.scenario("topic.create-with-configs", "topic admin", needs=(base.ADMIN, base.DESCRIBE_CONFIGS),
             apis=(19, 32), consumes=False)
-def test_create_with_configs(client: Client, helper: Client) -> None:
+def test_create_with_configs(client: Client, helper: Client, cluster: ClusterInfo) -> None:
     name = unique_topic("create-with-configs")
     configs = {"cleanup.policy": "compact", "retention.ms": "86400000", "max.message.bytes": "200000",
                "min.cleanable.dirty.ratio": "0.25"}
     client.create_topic(name, partitions=2, configs=configs)
     try:
         wait_until(lambda: _partitions(client, name) == 2, 20, what=f"{name} to exist")
+        # The client may ask any broker for the configs: in a cluster, one that has not learnt the topic
+        # yet answers UNKNOWN_TOPIC_OR_PARTITION.
+        wait_known_everywhere(cluster, name, 2)
         got = client.topic_configs(name)
         for k, v in configs.items():
             assert got.get(k) == v, f"{k}: described {got.get(k)!r}, created with {v!r}"

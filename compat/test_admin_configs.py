@@ -264,8 +264,10 @@ def test_broker_default(client: Client, helper: Client, cluster: ClusterInfo, ne
         _settled(client, "topic", topic, {TOPIC_SYNONYM: (start.value, start.source)})
 
 
+# ListClientMetricsResources (74) comes with the CLIENT_METRICS resources (KIP-714): a broker without it
+# (Kafka in ZooKeeper mode) refuses the resource type in IncrementalAlterConfigs.
 @s.scenario("configs.client-metrics", "dynamic configs",
-            needs=(base.INCREMENTAL_ALTER_CONFIGS, base.CLIENT_METRICS_CONFIGS), apis=(44, 32), consumes=False)
+            needs=(base.INCREMENTAL_ALTER_CONFIGS, base.CLIENT_METRICS_CONFIGS), apis=(44, 32, 74), consumes=False)
 def test_client_metrics_subscription(client: Client) -> None:
     """A KIP-714 metrics subscription is a CLIENT_METRICS config resource."""
     name = f"compat-subscription-{uuid.uuid4().hex[:10]}"

@@ -244,7 +244,7 @@ def test_client_instance_id(client: Client) -> None:
 
 
 @s.scenario("telemetry.push-subscribed", "cluster admin",
-            needs=(base.PUSH_TELEMETRY,), apis=(71, 72, 44), consumes=False)
+            needs=(base.PUSH_TELEMETRY,), apis=(71, 72, 44, 74), consumes=False)
 def test_push_subscribed(client: Client, cluster: ClusterInfo) -> None:
     """A producer matched by a metrics subscription learns it (GetTelemetrySubscriptions) and pushes
     (PushTelemetry) every interval and when it closes; what it pushes is the broker's to keep."""

@@ -145,6 +145,42 @@ def broker_addresses(bootstrap: str, timeout: float = 10.0) -> dict[int, str]:
     return out
 
 
+def topic_leaders(address: str, topic: str, timeout: float = 10.0) -> dict[int, int]:
+    """{partition: leader id} of ``topic`` in the Metadata (v4, no auto-creation) of the broker at
+    ``address``; empty while that broker does not know the topic (UNKNOWN_TOPIC_OR_PARTITION)."""
+    name = topic.encode()
+    body = struct.pack(">ih", 1, len(name)) + name + b"\x00"  # topics: [topic]; allow_auto_topic_creation false
+    resp = _request(address, 3, 4, body, flexible=False, timeout=timeout)
+    pos = 4  # throttle_time_ms
+    (n,) = struct.unpack_from(">i", resp, pos)
+    pos += 4
+    for _ in range(n):
+        (host_len,) = struct.unpack_from(">h", resp, pos + 4)
+        pos += 6 + host_len + 4  # node id, host, port
+        (rack_len,) = struct.unpack_from(">h", resp, pos)
+        pos += 2 + max(rack_len, 0)
+    (cluster_len,) = struct.unpack_from(">h", resp, pos)
+    pos += 2 + max(cluster_len, 0) + 4  # cluster id, controller id
+    (topics,) = struct.unpack_from(">i", resp, pos)
+    pos += 4
+    out: dict[int, int] = {}
+    for _ in range(topics):
+        error, tlen = struct.unpack_from(">hh", resp, pos)
+        tname = resp[pos + 4:pos + 4 + tlen].decode()
+        pos += 4 + tlen + 1  # error, name, is_internal
+        (parts,) = struct.unpack_from(">i", resp, pos)
+        pos += 4
+        for _ in range(parts):
+            _perr, index, leader = struct.unpack_from(">hii", resp, pos)
+            pos += 10
+            for _ in range(2):  # replica_nodes, isr_nodes
+                (count,) = struct.unpack_from(">i", resp, pos)
+                pos += 4 + 4 * max(count, 0)
+            if tname == topic and error == 0:
+                out[index] = leader
+    return out
+
+
 def _nullable(s: str | None) -> bytes:
     if s is None:
         return struct.pack(">h", -1)

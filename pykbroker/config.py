@@ -434,6 +434,9 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         _D("socket.send.buffer.bytes", "int", 102400),
         _D("socket.receive.buffer.bytes", "int", 102400),
         _D("connections.max.idle.ms", "long", 600000),
+        _D("connection.failed.authentication.delay.ms", "int", 100, "After a failed SASL authentication the "
+           "broker waits this long before it answers, then closes the connection (KIP-306: slows down password "
+           "guessing).", at_least(0)),
         # --- SASL (pykbroker.security.sasl) ---
         _D("sasl.enabled.mechanisms", "list", ["GSSAPI"], "SASL mechanisms of SASL_* listeners: PLAIN, SCRAM-SHA-256, "
            "SCRAM-SHA-512. Kafka's default GSSAPI is not implemented: a broker with a SASL listener refuses to "
@@ -480,7 +483,7 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         _D("ssl.endpoint.identification.algorithm", "string", "https", "https: the broker's own inter-broker "
            "connections check the peer's host name; empty: they do not."),
         # --- end TLS ---
-        # --- connection limits and request memory (issue 10) ---
+        # --- connection limits and request memory ---
         _D("max.connections", "int", INT_MAX, "Connections the broker accepts at once; above it listeners "
            "stop accepting (also listener.name.X.max.connections).", at_least(0)),
         _D("max.connections.per.ip", "int", INT_MAX, "Connections allowed from one address; more are closed "
@@ -500,13 +503,13 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
            "still go out in request order. 1: each request is answered before the next is read. TLS "
            "listeners always use 1. An eager reader takes away the backpressure that makes producers batch, "
            "and each smaller request is one more acknowledgement for the followers (docs/performance.md, "
-           "2026-11-26).", at_least(1)),
+           "'acks=all and replication').", at_least(1)),
         _D("pykbroker.max.inflight.flush.requests.per.connection", "int", 1024,
            "pykbroker: as pykbroker.max.inflight.requests.per.connection, while the unanswered requests wait "
            "only for this broker's fsync (log.flush.on.ack), not for the ISR. One fsync covers them all, and a "
            "connection that stops reading stops appending, so a slow fsync would hold up the partition's "
            "consumers too: at 1,000 requests a second, 1024 rides out a one-second fsync (docs/performance.md, "
-           "2026-11-26 and 2026-11-27). The byte bound still applies. TLS listeners always use 1.", at_least(1)),
+           "'Sharing the CPU'). The byte bound still applies. TLS listeners always use 1.", at_least(1)),
         _D("pykbroker.max.inflight.bytes.per.connection", "long", 4 * 1024 * 1024,
            "pykbroker: the connection also stops reading while its unanswered requests hold this many request "
            "bytes (a single request may be larger).", at_least(1)),
@@ -516,22 +519,22 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
            "Linux 6.12+; threads started later inherit it; 0 leaves the slice the process started with, the "
            "kernel's default of 1.4 ms on 2 CPUs unless its parent set one). With a short slice a broker thread "
            "woken by a request runs before a CPU-bound neighbour's slice ends: beside two busy processes on 2 "
-           "vCPUs the event loop's run-queue waits of 1 ms or more fell tenfold, and e2e p99 with "
-           "log.flush.on.ack was lower in 33 of 44 paired cells, with no throughput lost quiet "
-           "(docs/performance.md, 'A shorter scheduler slice'). Where the kernel keeps no slice per thread, "
+           "vCPUs the event loop's run-queue waits of 1 ms or more were a tenth of those with the kernel's "
+           "slice, and e2e p99 with log.flush.on.ack was lower in 33 of 44 paired cells, with no throughput "
+           "lost quiet (docs/performance.md, 'Sharing the CPU'). Where the kernel keeps no slice per thread, "
            "the default is a log line and a value set explicitly fails the start. 0 or 100-100000.",
            lambda v: None if v == 0 or 100 <= v <= 100_000 else "value must be 0 or between 100 and 100000"),
         _D("pykbroker.event.loop", "string", "asyncio",
            "pykbroker: the event loop that serves every connection: asyncio (Python's own) or uvloop (libuv; "
            "install it with pip install 'pykbroker[uvloop]'; a start with uvloop chosen and not installed fails, "
-           "saying so). uvloop runs the same code for less CPU per request (docs/performance.md, 'A network "
-           "edge of our own').", one_of("asyncio", "uvloop")),
+           "saying so). uvloop runs the same code for less CPU per request (docs/performance.md, 'CPU per "
+           "request').", one_of("asyncio", "uvloop")),
         _D("pykbroker.gil.switch.interval.us", "int", 5000,
            "pykbroker: how long a thread waiting for Python's GIL lets the thread holding it run before asking "
            "for it (sys.setswitchinterval; 5000 is Python's own default). Where the C extension is not built, "
            "the fsync threads of log.flush.on.ack need the GIL after each fsync to hand the result to the event "
            "loop, and under CPU contention they often waited the whole interval: 500 cut that wait "
-           "(docs/performance.md, 'What starved'). The native fsync threads never take the GIL.",
+           "(docs/performance.md, 'Sharing the CPU'). The native fsync threads never take the GIL.",
            lambda v: None if 50 <= v <= 100_000 else "value must be between 50 and 100000"),
         _D("num.network.threads", "int", dynamic=True, default=3, validator=at_least(1),
            no_effect="one event loop serves every connection"),

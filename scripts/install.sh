@@ -22,8 +22,18 @@ inputs_hash() {
 }
 STAMP_DIR=.venv/.pykbroker-install
 HASH=$(inputs_hash)
+spark_jars() {
+    # The Spark Kafka connector at exactly the installed pyspark's version, and its runtime dependencies
+    # (kafka-clients, ...), from Maven Central into .cache/spark-kafka/<version>/ (~/.m2 caches the
+    # artifacts); a complete copy is kept, so this costs a Python start when nothing changed.
+    if ! .venv/bin/python -m pipelines.spark_env >/dev/null; then
+        echo "install.sh: the Spark Kafka connector could not be fetched with Maven (above)" >&2
+        exit 1
+    fi
+}
 if [ -z "${PYKB_REINSTALL:-}" ] && [ -x .venv/bin/pykbroker ] && { [ $WANT_TEST -eq 0 ] || [ -x .venv/bin/pytest ]; } \
     && [ "$(cat "$STAMP_DIR/$MODE" 2>/dev/null)" = "$HASH" ]; then
+    [ $WANT_TEST -eq 1 ] && spark_jars
     exit 0
 fi
 if [ $WANT_TEST -eq 1 ]; then
@@ -61,6 +71,41 @@ if [ ! -x .venv/bin/python ]; then
 fi
 LOG=.venv/install.log
 : >"$LOG"
+GO_NEEDED=1.26.8
+go_toolchain() {
+    # The machine's Go when it is new enough (/usr/local/go first, then PATH); otherwise Go's own toolchain
+    # module from the Go module proxy (golang.org/toolchain, the archive `GOTOOLCHAIN` downloads) into
+    # /usr/local/go, where the tests look first.
+    local go have
+    for go in /usr/local/go/bin/go "$(command -v go || true)"; do
+        [ -n "$go" ] && [ -x "$go" ] || continue
+        have=$("$go" env GOVERSION 2>/dev/null | sed 's/^go//')
+        if [ -n "$have" ] && [ "$(printf '%s\n%s\n' "${GO_NEEDED%.*}" "$have" | sort -V | head -1)" = "${GO_NEEDED%.*}" ]; then
+            return 0
+        fi
+    done
+    local arch
+    case "$(uname -m)" in x86_64) arch=amd64 ;; aarch64) arch=arm64 ;; *) arch=$(uname -m) ;; esac
+    local mod="v0.0.1-go$GO_NEEDED.linux-$arch"
+    echo "install.sh: Go $GO_NEEDED from the Go module proxy (golang.org/toolchain@$mod) into /usr/local/go"
+    local tmp root=${GO_ROOT:-/usr/local/go}
+    tmp=$(mktemp -d)
+    python3 - "${GOPROXY_URL:-https://proxy.golang.org}/golang.org/toolchain/@v/$mod.zip" "$tmp" <<'PY'
+import io, os, sys, urllib.request, zipfile
+with urllib.request.urlopen(sys.argv[1], timeout=300) as r:
+    data = r.read()
+with zipfile.ZipFile(io.BytesIO(data)) as z:
+    for info in z.infolist():
+        path = z.extract(info, sys.argv[2])
+        mode = info.external_attr >> 16
+        if mode:
+            os.chmod(path, mode & 0o7777)
+PY
+    $SUDO rm -rf "$root"
+    $SUDO mv "$tmp/golang.org/toolchain@$mod" "$root"
+    rm -rf "$tmp"
+    "$root/bin/go" version
+}
 pip_install() {
     if ! .venv/bin/pip install --disable-pip-version-check "$@" >>"$LOG" 2>&1; then
         tail -n 40 "$LOG" >&2
@@ -85,14 +130,19 @@ if [ $WANT_TEST -eq 1 ]; then
         $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
     fi
     command -v javac >/dev/null || apt_install openjdk-17-jdk-headless
+    # Maven fetches from Maven Central: Apache Kafka's jars for the compatibility suite (compat/kafka/pom.xml),
+    # the Spark Kafka connector and the Java client (kafka-clients).
+    command -v mvn >/dev/null || apt_install maven
     command -v node >/dev/null || apt_install nodejs npm
-    # Go builds the Go client programs of the tests (tests/clients) from the Go module proxy.
-    command -v go >/dev/null || [ -x /usr/local/go/bin/go ] || apt_install golang-go
+    # Go builds the Go client programs of the tests (tests/clients) and the compatibility suite's Go drivers
+    # (compat/go) from the Go module proxy; their go.mod files need Go 1.26.
+    go_toolchain
     pip_install -e '.[test,spark]'
 else
     pip_install -e .
 fi
 .venv/bin/python -c 'import pykbroker, kio, anyio'
+[ $WANT_TEST -eq 1 ] && spark_jars
 mkdir -p "$STAMP_DIR"
 echo "$HASH" >"$STAMP_DIR/$MODE"
 # The test install includes the broker's, so a later scripts/run.sh need not install again.

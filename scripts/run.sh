@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
 if [ -n "${PYKBROKER_DATA:-}" ]; then
-    # The name this script used to read; every PYKBROKER_* variable is a broker setting, and
+    # A deprecated name for the data directory; every PYKBROKER_* variable is a broker setting, and
     # there is no setting called "data", so translate it rather than let the broker refuse it.
     echo "run.sh: PYKBROKER_DATA is deprecated; use PYKBROKER_LOG_DIRS (the log.dirs setting)" >&2
     export PYKBROKER_LOG_DIRS="${PYKBROKER_LOG_DIRS:-$PYKBROKER_DATA}"

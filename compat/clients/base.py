@@ -298,7 +298,7 @@ class Client:
         authentication (drivers whose metadata call hides that error override this)."""
         self.metadata()
 
-    # --- configs and cluster admin (issue 12) ---------------------------------------------------
+    # --- configs and cluster admin ---------------------------------------------------------------
     def alter_configs(self, rtype: str, name: str, ops: list[tuple[str, str, str | None]], *,
                       incremental: bool = True, validate_only: bool = False) -> None:
         """Change a resource's configs. rtype: "topic", "broker" (name: a broker id, or "" for the cluster

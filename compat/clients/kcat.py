@@ -7,6 +7,7 @@ share partition and headers.
 
 from __future__ import annotations
 
+import functools
 import json
 import queue
 import re
@@ -55,14 +56,36 @@ def _error_from_text(text: str) -> ClientError:
     return ClientError("CLIENT_ERROR", text.strip()[-2000:])
 
 
+# librdkafka before 2.6.1 sends the client nonce twice in SCRAM's client-final message ("r=" client nonce
+# + the server's nonce, which already starts with the client's); Kafka 4 compares the nonce exactly.
+SCRAM_NONCE_FIXED = (2, 6, 1)
+
+
+@functools.cache
+def librdkafka_version(exe: str) -> tuple[int, ...]:
+    """The librdkafka kcat is built with, from ``kcat -V`` ("... librdkafka 2.0.2 builtin.features=...")."""
+    out = subprocess.run([exe, "-V"], capture_output=True, text=True, timeout=10).stdout
+    m = re.search(r"librdkafka (\d+)\.(\d+)\.(\d+)", out)
+    if m is None:
+        raise RuntimeError(f"no librdkafka version in `{exe} -V`: {out[:300]!r}")
+    return tuple(int(x) for x in m.groups())
+
+
 class KcatClient(base.Client):
     name = "kcat"
     caps = frozenset({base.ASSIGN, base.GROUPS, base.LIST_OFFSETS, base.DESCRIBE_UNKNOWN, base.IDEMPOTENCE,
                       base.RESET_NONE, base.HEADERS, base.NULL_VALUES, base.ACKS0, base.MAX_MESSAGE_OVERRIDE})
 
     def __init__(self, bootstrap: str, sasl: base.Sasl | None = None) -> None:
-        super().__init__(bootstrap, sasl)
         self.exe = env.kcat()
+        if sasl is not None and sasl.mechanism.startswith("SCRAM"):
+            have = librdkafka_version(self.exe)
+            if have < SCRAM_NONCE_FIXED:
+                raise base.NotSupportedByClient(
+                    f"SASL mechanism {sasl.mechanism}: kcat's librdkafka {'.'.join(map(str, have))} repeats the "
+                    "client nonce in SCRAM's client-final message (fixed in librdkafka 2.6.1), which RFC 5802 "
+                    "and Kafka from 4.0 reject")
+        super().__init__(bootstrap, sasl)
 
     def _security(self) -> list[str]:
         from compat.clients.confluent import security_conf

@@ -87,7 +87,7 @@ from pykbroker.protocol.records import (
     iter_batches,
     validate_for_append,
 )
-from pykbroker.replica.append_hooks import AppendHook, ForwardFirst
+from pykbroker.replica.append_hooks import AppendHook, ForwardFirst, InternalAppender
 from pykbroker.replica.replica_manager import Partition, ReplicaManager
 from pykbroker.replica.topics import TopicManager
 from pykbroker.security.authorizer import AclOperation
@@ -421,11 +421,9 @@ class DelayService(PartitionLoader, AppendHook):
 
     # --- the produce path's hook (replica.append_hooks) ---------------------------------------
 
-    def accepts_internal(self, ctx: RequestContext, topic: str) -> bool:
-        return topic == DELAYED_TOPIC and self.accepts_forward(ctx)  # another broker's delayed records
-
-    def append_internal(self, p: Partition, records: bytes, now: int) -> int:
-        return self.accept_forwarded(p, records, now)
+    def internal_appender(self, ctx: RequestContext, topic: str) -> InternalAppender | None:
+        """Another broker's delayed records, forwarded to this leader of their ``__delayed_records`` partition."""
+        return self.accept_forwarded if topic == DELAYED_TOPIC and self.accepts_forward(ctx) else None
 
     def transform(self, p: Partition, buf: bytearray, batches: list[BatchHeader], now: int
                   ) -> tuple[bytearray, list[BatchHeader]]:

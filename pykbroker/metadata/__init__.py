@@ -1,1 +1,1 @@
-"""Cluster metadata (topics, partitions, configs) behind one seam: embedded now, ZooKeeper next."""
+"""Cluster metadata (topics, partitions, configs) behind one seam: embedded, or in ZooKeeper."""

@@ -27,7 +27,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from pykbroker.config import ConfigError, load_config
 from pykbroker.metadata import zk_layout as zl
 from pykbroker.metadata.embedded import DataDirInUse, EmbeddedMetadataStore
-from pykbroker.metadata.zookeeper import ZkConnectError, edit_entity_configs, scram_edits, scram_entries, start_client
+from pykbroker.metadata.zk_client import ZkConnectError, edit_entity_configs, scram_edits, scram_entries, start_client
 from pykbroker.security.sasl.scram import MAX_ITERATIONS, MECHANISMS, MIN_ITERATIONS, ScramCredential
 
 DEFAULT_ITERATIONS = MIN_ITERATIONS  # kafka-configs' default

@@ -16,63 +16,76 @@ Writes (create_topic, update_isr, ...) are blocking ZooKeeper calls made from wo
 kazoo does not re-send watches after a reconnect (it drops them on every disconnection), so every
 reconnection, with the same session or a new one, re-reads everything with fresh watches, and a new
 session first re-creates this broker's ephemeral znodes.
+
+The znode work lives beside it: connecting and multis in ``zk_client.py``, the watcher thread's reads
+in ``zk_reader.py``, the conditional writes in ``zk_writes.py``, this broker's ephemeral znodes in
+``zk_registration.py``; this module holds the threads, the caches and the MetadataStore interface.
 """
 
 from __future__ import annotations
 
 import logging
 import queue
-import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
     BadVersionError,
-    ConnectionClosedError,
-    ConnectionLoss,
     KazooException,
     NodeExistsError,
     NoNodeError,
-    NotEmptyError,
-    OperationTimeoutError,
-    RolledBackError,
-    SessionExpiredError,
 )
-from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.paths import _prefix_root
-from kazoo.protocol.serialization import Exists, GetChildren, GetData
-from kazoo.protocol.states import EventType, WatchedEvent, ZnodeStat
+from kazoo.protocol.states import EventType, WatchedEvent
 
 from pykbroker.config import BrokerConfig, parse_protocol_map
 from pykbroker.metadata import zk_layout as zl
 from pykbroker.metadata.embedded import random_cluster_id
 from pykbroker.metadata.store import (
-    BROKER_RESOURCE,
     ENTITY_RESOURCES,
     MetadataStore,
     PartitionAssignment,
     QuotaEntity,
     StaleState,
     StoreUnavailable,
-    TopicExists,
     TopicRecord,
     UnknownTopic,
 )
-from pykbroker.metadata.zk_layout import parse_connect, reassign_partition
+from pykbroker.metadata.zk_client import (
+    UNAVAILABLE,
+    ZkConnectError,
+    commit,
+    edit_entity_configs,
+    scram_edits,
+    scram_entries,
+    start_client,
+)
+from pykbroker.metadata.zk_layout import parse_connect
+from pykbroker.metadata.zk_reader import MetadataSnapshot, TopicData, Update, ZkMetadataReader, decode_configs
+from pykbroker.metadata.zk_registration import create_own_ephemeral, ensure_registered, register_broker
+from pykbroker.metadata.zk_writes import (
+    AclEdit,
+    add_partition_assignments,
+    allocate_producer_id_block,
+    create_topic_znodes,
+    ensure_quota_parents,
+    purge_acl_changes,
+    purge_config_changes,
+    read_assignment,
+    write_acls,
+    write_entity_configs,
+    write_reassignments,
+    write_topic_configs,
+)
 from pykbroker.security.acl import (
     AclBinding,
     AclBindingFilter,
-    PatternType,
     ResourcePattern,
     entry_from_json,
     entry_to_json,
-    resource_type_from_name,
-    resource_type_name,
 )
 from pykbroker.security.sasl.scram import ScramCredential
 
@@ -81,178 +94,8 @@ log = logging.getLogger("pykbroker.metadata.zookeeper")
 SessionListener = Callable[[str], None]
 Poster = Callable[[Callable[[], None]], None]
 
-# Bounded retries of conditional writes that lost a race (BadVersion / NodeExists).
-_WRITE_RETRIES = 20
 # Watch events of one batch processed together (the rest wait for the next batch).
 _MAX_EVENTS_PER_BATCH = 50_000
-
-# Config change notifications: Kafka's brokers delete them after 15 minutes.
-_CONFIG_CHANGE_EXPIRY_S = 15 * 60
-_KEEP_CONFIG_CHANGES = 20
-_PURGE_BATCH = 500
-
-_UNAVAILABLE = (ConnectionLoss, SessionExpiredError, ConnectionClosedError, OperationTimeoutError,
-                KazooTimeoutError)
-
-
-class ZkConnectError(Exception):
-    """ZooKeeper could not be reached within zookeeper.connection.timeout.ms."""
-
-
-class DuplicateBrokerId(Exception):
-    """Another live broker holds /brokers/ids/<broker.id>."""
-
-
-_RETRY = {"max_tries": -1, "delay": 0.05, "backoff": 2, "max_delay": 1.0}
-
-
-def start_client(connect: str, session_timeout_ms: int, connection_timeout_ms: int,
-                 listener: Callable[[str], None] | None = None) -> KazooClient:
-    """A started kazoo client rooted at the chroot of ``connect`` (created first when missing, as Kafka's
-    brokers do); raises ZkConnectError when ZooKeeper is not reached within ``connection_timeout_ms``."""
-    hosts, chroot = parse_connect(connect)
-    deadline = time.monotonic() + connection_timeout_ms / 1000.0
-    if chroot:
-        _create_chroot(connect, session_timeout_ms, connection_timeout_ms, deadline)
-    zk = KazooClient(hosts=hosts + chroot, timeout=session_timeout_ms / 1000.0, connection_retry=_RETRY,
-                     logger=logging.getLogger("kazoo.client"))
-    if listener is not None:
-        zk.add_listener(listener)
-    _start(zk, connect, connection_timeout_ms, deadline)
-    return zk
-
-
-def _start(zk: KazooClient, connect: str, connection_timeout_ms: int, deadline: float) -> None:
-    try:
-        zk.start(timeout=max(deadline - time.monotonic(), 0.05))
-    except KazooTimeoutError:
-        raise ZkConnectError(
-            f"Timed out waiting for connection while in state: CONNECTING (zookeeper.connect={connect}, "
-            f"waited {connection_timeout_ms} ms: zookeeper.connection.timeout.ms)") from None
-    except KazooException as e:
-        zk.stop()
-        zk.close()
-        raise ZkConnectError(f"cannot connect to ZooKeeper {connect}: {e}") from None
-
-
-def _create_chroot(connect: str, session_timeout_ms: int, connection_timeout_ms: int, deadline: float) -> None:
-    """Create the chroot path, as Kafka does, with a client not rooted there."""
-    hosts, chroot = parse_connect(connect)
-    boot = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000.0, connection_retry=_RETRY)
-    _start(boot, connect, connection_timeout_ms, deadline)
-    try:
-        boot.ensure_path(chroot)
-    except _UNAVAILABLE as e:
-        raise ZkConnectError(f"cannot create the chroot {chroot} in ZooKeeper {hosts}: "
-                             f"{type(e).__name__}") from None
-    finally:
-        boot.stop()
-        boot.close()
-
-
-def commit(tx: Any, timeout: float) -> list[Any]:
-    """Commit a multi; raise the first failed operation's exception."""
-    results = list(tx.commit_async().get(timeout=timeout))
-    for r in results:
-        if isinstance(r, Exception) and not isinstance(r, RolledBackError):
-            raise r
-    return results
-
-
-def edit_entity_configs(zk: KazooClient, changes: dict[str, dict[str, str | None]], timeout: float) -> bool:
-    """Set (or, for None, remove) keys of entity config znodes (/config/users/<u>...) in one multi with a
-    /config/changes notification each, as Kafka's tools write them, keeping the keys not named (quotas and
-    SCRAM credentials share a user's znode); retried when it lost a race. False when it kept losing."""
-    for _ in range(_WRITE_RETRIES):
-        tx = zk.transaction()
-        for path, ops in changes.items():
-            try:
-                data, stat = zk.get(path)
-                current = zl.decode_entity_config(data)
-                version: int | None = stat.version
-            except NoNodeError:
-                current, version = {}, None
-            for key, value in ops.items():
-                if value is None:
-                    current.pop(key, None)
-                else:
-                    current[key] = value
-            if version is None:
-                tx.create(path, zl.encode_entity_config(current))
-            else:
-                tx.set_data(path, zl.encode_entity_config(current), version=version)
-            tx.create(zl.CONFIG_CHANGE_PREFIX, zl.encode_config_change(zl.config_change_entity(path)),
-                      sequence=True)
-        try:
-            commit(tx, timeout)
-        except (BadVersionError, NodeExistsError, NoNodeError):
-            continue
-        return True
-    return False
-
-
-def scram_edits(upserts: dict[tuple[str, str], ScramCredential],
-                deletions: list[tuple[str, str]]) -> dict[str, dict[str, str | None]]:
-    """user -> SCRAM config key -> Kafka's credential string (None: delete), for edit_entity_configs."""
-    changes: dict[str, dict[str, str | None]] = {}
-    for user, mech in deletions:
-        changes.setdefault(user, {})[mech] = None
-    for (user, mech), cred in upserts.items():
-        changes.setdefault(user, {})[mech] = cred.to_kafka_string()
-    return changes
-
-
-def scram_entries(configs: dict[str, str]) -> dict[str, str]:
-    """The SCRAM credentials among a /config/users/<u> znode's configs (the rest are quotas)."""
-    return {k: v for k, v in configs.items() if k.startswith("SCRAM-SHA-")}
-
-
-# --- what the watcher thread hands to the event loop ----------------------------------------------
-
-@dataclass
-class _TopicData:
-    assignment: zl.TopicAssignment
-    states: dict[int, zl.PartitionState] = field(default_factory=dict)
-    configs: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class _Snapshot:
-    """Everything, read at start and after each reconnection."""
-
-    topics: dict[str, _TopicData]
-    deleting: set[str]
-    brokers: dict[int, zl.BrokerRegistration]
-    controller: int
-    entities: dict[int, dict[str, dict[str, str]]]
-    quotas: dict[QuotaEntity, dict[str, float]]
-    scram: dict[str, dict[str, str]] = field(default_factory=dict)  # user -> mechanism -> credential
-    acls: list[AclBinding] = field(default_factory=list)
-
-
-# Update records, applied in order on the loop:
-# ("topic", name, _TopicData)             a topic (re)appeared: assignment, states and config together
-# ("gone", name, None)                    /brokers/topics/<t> is gone
-# ("assignment", name, TopicAssignment)   the assignment znode changed
-# ("states", name, {p: state | None})     partition states changed
-# ("tconfig", name, configs)              /config/topics/<t> changed
-# ("deleting", None, set[str])            children of /admin/delete_topics
-# ("brokers", None, {id: registration})   every live broker
-# ("controller", None, id)
-# ("entities", resource_type, {name: configs})
-# ("quotas", None, {entity: values})
-# ("scram", None, {user: {mechanism: credential}})  SCRAM credentials in /config/users/<u>
-# ("acls", None, [AclBinding])            every ACL (after a change notification)
-# ("reset", None, _Snapshot)
-# ("session", None, "suspended" | "lost" | "connected")
-_Update = tuple[str, Any, Any]
-
-_STATE_RE = re.compile(r"^/brokers/topics/([^/]+)/partitions/(\d+)/state$")
-_TOPIC_RE = re.compile(r"^/brokers/topics/([^/]+)$")
-_BROKER_RE = re.compile(r"^/brokers/ids/(\d+)$")
-_TOPIC_CONFIG_RE = re.compile(r"^/config/topics/([^/]+)$")
-_ENTITY_TYPE_BY_PATH = {p: t for t, p in zl.CONFIG_ENTITY_PATHS.items()}
-_QUOTA_ROOTS = (zl.CONFIG_USERS, zl.CONFIG_CLIENTS, zl.CONFIG_IPS)
 
 
 class ZkMetadataStore(MetadataStore):
@@ -286,14 +129,14 @@ class ZkMetadataStore(MetadataStore):
         self._closed = False
         self._registered = False
         self._shutdown_requested = False
-        # watcher thread only: the topics it watches and their partitions
-        self._w_topics: dict[str, zl.TopicAssignment] = {}
+        # watcher thread only: its reads, and the topics it watches with their partitions
+        self._reader = ZkMetadataReader(lambda: self.zk, self._watch, self._request_timeout)
         # watcher thread -> loop
-        self._pending: list[_Update] = []
+        self._pending: list[Update] = []
         self._pending_lock = threading.Lock()
         self._drain_posted = False
         # loop-thread caches
-        self._topic_data: dict[str, _TopicData] = {}
+        self._topic_data: dict[str, TopicData] = {}
         self._topics: dict[str, TopicRecord] = {}
         self._deleting: set[str] = set()
         self._brokers: dict[int, zl.BrokerRegistration] = {}
@@ -350,8 +193,8 @@ class ZkMetadataStore(MetadataStore):
                 zk.ensure_path(path)
             self.cluster_id = self._read_or_create_cluster_id()
             began = time.monotonic()
-            snap = self._load_all()
-        except _UNAVAILABLE as e:
+            snap = self._reader.load_all()
+        except UNAVAILABLE as e:
             self.close()
             raise ZkConnectError(f"lost the ZooKeeper connection to {self._connect} while loading metadata: "
                                  f"{type(e).__name__}") from None
@@ -415,78 +258,22 @@ class ZkMetadataStore(MetadataStore):
         return zl.encode_broker(zl.BrokerRegistration(self._broker_id, tuple(self._endpoints), protocols,
                                                       self._rack))
 
-    def _session_id(self) -> int:
-        client_id = self.zk.client_id
-        return int(client_id[0]) if client_id else -1
-
     def register_broker(self) -> None:
         """Create the ephemeral /brokers/ids/<id>; DuplicateBrokerId when another broker holds it.
 
         A broker restarted right after being killed finds its previous run's znode until that session
         expires; when the znode names our own endpoints we wait (up to the session timeout) for it to go.
         """
-        path = zl.broker_path(self._broker_id)
         data = self._registration()
-        wait = self._session_timeout_ms / 1000.0 + 2.0
-        deadline: float | None = None
         with self._unavailable():
-            for _ in range(10_000):
-                try:
-                    self.zk.create(path, data, ephemeral=True)
-                    self._registered = True
-                    log.info("registered broker %(broker_id)d at %(chroot)s%(path)s",
-                             {"broker_id": self._broker_id, "chroot": self._chroot, "path": path})
-                    return
-                except NodeExistsError:
-                    pass
-                try:
-                    old, stat = self.zk.get(path)
-                except NoNodeError:
-                    continue
-                if stat.ephemeralOwner == self._session_id():
-                    self._registered = True
-                    return
-                try:
-                    other = zl.decode_broker(self._broker_id, old).endpoints
-                except (ValueError, KeyError, TypeError):
-                    other = ()
-                described = ", ".join(f"{n}://{h}:{p}" for n, h, p in other) or "unreadable registration"
-                message = (f"Broker id {self._broker_id} is already registered in ZooKeeper at "
-                           f"{self._chroot}{path} by another broker ({described})")
-                if set(other) != set(self._endpoints):
-                    raise DuplicateBrokerId(message)
-                now = time.monotonic()
-                if deadline is None:
-                    deadline = now + wait
-                    log.warning("%(chroot)s%(path)s still holds the registration of a previous run of broker "
-                                "%(broker_id)d with the same endpoints; waiting up to %(wait).0f s for its ZooKeeper "
-                                "session to expire",
-                                {"chroot": self._chroot, "path": path, "broker_id": self._broker_id, "wait": wait})
-                if now >= deadline:
-                    raise DuplicateBrokerId(f"{message}; it did not expire within {wait:.0f} s")
-                gone = threading.Event()
-                if self.zk.exists(path, watch=_setter(gone)) is not None:
-                    gone.wait(min(deadline - now, 1.0))
-        raise DuplicateBrokerId(f"Broker id {self._broker_id}: could not register at {self._chroot}{path}")
+            register_broker(self.zk, self._broker_id, data, self._endpoints, self._chroot, self._session_timeout_ms)
+            self._registered = True
 
     def begin_controlled_shutdown(self) -> None:
         """Ask the controller to move this broker's leaderships away (ephemeral znode)."""
         self._shutdown_requested = True
         with self._unavailable():
-            self._create_own_ephemeral(zl.controlled_shutdown_path(self._broker_id), b"")
-
-    def _create_own_ephemeral(self, path: str, data: bytes) -> None:
-        try:
-            self.zk.create(path, data, ephemeral=True, makepath=True)
-        except NodeExistsError:
-            stat = self.zk.exists(path)
-            if stat is not None and stat.ephemeralOwner != self._session_id():
-                # A previous session's leftover: replace it with ours.
-                try:
-                    self.zk.delete(path, version=stat.version)
-                    self.zk.create(path, data, ephemeral=True, makepath=True)
-                except (NoNodeError, NodeExistsError, BadVersionError):
-                    log.warning("could not take over %(path)s from another ZooKeeper session", {"path": path})
+            create_own_ephemeral(self.zk, zl.controlled_shutdown_path(self._broker_id), b"")
 
     # --- session ----------------------------------------------------------------------------------
 
@@ -539,8 +326,8 @@ class ZkMetadataStore(MetadataStore):
                 if any(kind == "resync" for kind, _ in batch):
                     self._resync()
                 else:
-                    self._post_updates(self._process(batch))
-            except _UNAVAILABLE as e:
+                    self._post_updates(self._reader.process(batch))
+            except UNAVAILABLE as e:
                 log.debug("watch processing interrupted by %(error_type)s", {"error_type": type(e).__name__})
                 self._retry_resync()
             except Exception:
@@ -564,343 +351,15 @@ class ZkMetadataStore(MetadataStore):
 
     def _resync(self) -> None:
         if self._registered:
-            self._ensure_registered()
+            ensure_registered(self.zk, self._broker_id, self._registration(), self._chroot)
         if self._shutdown_requested:
-            self._create_own_ephemeral(zl.controlled_shutdown_path(self._broker_id), b"")
-        snap = self._load_all()
+            create_own_ephemeral(self.zk, zl.controlled_shutdown_path(self._broker_id), b"")
+        snap = self._reader.load_all()
         self._post_updates([("reset", None, snap)])
-
-    def _ensure_registered(self) -> None:
-        path = zl.broker_path(self._broker_id)
-        try:
-            self.zk.create(path, self._registration(), ephemeral=True)
-            log.info("re-registered broker %(broker_id)d at %(chroot)s%(path)s with the new ZooKeeper session",
-                     {"broker_id": self._broker_id, "chroot": self._chroot, "path": path})
-        except NodeExistsError:
-            stat = self.zk.exists(path)
-            if stat is not None and stat.ephemeralOwner != self._session_id():
-                log.error("broker id %(broker_id)d is registered at %(chroot)s%(path)s by another ZooKeeper session; "
-                          "this broker is not registered",
-                          {"broker_id": self._broker_id, "chroot": self._chroot, "path": path})
-
-    def _process(self, batch: list[tuple[str, str]]) -> list[_Update]:
-        """Re-read what the events point at (re-arming their watches), in as few round trips as possible."""
-        seen: set[tuple[str, str]] = set()
-        topics_children = brokers = controller = deleting = quotas = acls = False
-        entity_types: set[int] = set()
-        topic_nodes: set[str] = set()
-        topic_configs: set[str] = set()
-        states: dict[str, set[int]] = {}
-        for ev in batch:
-            if ev in seen:
-                continue
-            seen.add(ev)
-            path = ev[1]
-            if path == zl.BROKER_TOPICS:
-                topics_children = True
-            elif path == zl.BROKER_IDS or _BROKER_RE.match(path):
-                brokers = True
-            elif path == zl.CONTROLLER:
-                controller = True
-            elif path == zl.DELETE_TOPICS:
-                deleting = True
-            elif path in (zl.ACL_LITERAL_CHANGES, zl.ACL_PREFIXED_CHANGES):
-                acls = True
-            elif m := _STATE_RE.match(path):
-                states.setdefault(m.group(1), set()).add(int(m.group(2)))
-            elif m := _TOPIC_RE.match(path):
-                topic_nodes.add(m.group(1))
-            elif m := _TOPIC_CONFIG_RE.match(path):
-                topic_configs.add(m.group(1))
-            elif any(path == r or path.startswith(r + "/") for r in _QUOTA_ROOTS):
-                quotas = True
-            else:
-                root = path if path in _ENTITY_TYPE_BY_PATH else path.rsplit("/", 1)[0]
-                if root in _ENTITY_TYPE_BY_PATH:
-                    entity_types.add(_ENTITY_TYPE_BY_PATH[root])
-        out: list[_Update] = []
-        if brokers:
-            out.append(("brokers", None, self._read_brokers()))
-        if controller:
-            out.append(("controller", None, self._read_controller()))
-        if topics_children:
-            names = set(self.zk.get_children(zl.BROKER_TOPICS, watch=self._watch))
-            new = sorted(names - self._w_topics.keys())
-            for name in sorted(self._w_topics.keys() - names):
-                del self._w_topics[name]
-                out.append(("gone", name, None))
-            for name, data in self._read_topics(new).items():
-                self._w_topics[name] = data.assignment
-                out.append(("topic", name, data))
-            topic_nodes -= set(new)
-        if topic_nodes:
-            out.extend(self._reread_topics(sorted(n for n in topic_nodes if n in self._w_topics), states))
-            # a topic skipped before (unreadable assignment) or re-created after its deletion was seen
-            unknown = sorted(n for n in topic_nodes if n not in self._w_topics)
-            for name, data in self._read_topics(unknown).items():
-                self._w_topics[name] = data.assignment
-                out.append(("topic", name, data))
-        if topic_configs:
-            known = sorted(n for n in topic_configs if n in self._w_topics)
-            read = self._get_many([zl.topic_config_path(n) for n in known])
-            for name in known:
-                out.append(("tconfig", name, _decode_configs(read[zl.topic_config_path(name)])))
-        if states:
-            wanted = [(t, p) for t, ps in sorted(states.items()) if t in self._w_topics
-                      for p in sorted(ps) if p in self._w_topics[t].partitions]
-            read = self._get_many([zl.partition_state_path(t, p) for t, p in wanted])
-            per_topic: dict[str, dict[int, zl.PartitionState | None]] = {}
-            for t, p in wanted:
-                got = read[zl.partition_state_path(t, p)]
-                state = _decode_state(got)
-                if state is not None or got is None:  # an unreadable state leaves the cached one alone
-                    per_topic.setdefault(t, {})[p] = state
-            out.extend(("states", t, s) for t, s in per_topic.items())
-        if deleting:
-            out.append(("deleting", None, set(self.zk.get_children(zl.DELETE_TOPICS, watch=self._watch))))
-        for rtype in sorted(entity_types):
-            out.append(("entities", rtype, self._read_entities(rtype)))
-        if quotas:
-            out.append(("quotas", None, self._read_quotas()))
-            out.append(("scram", None, self._read_scram()))
-        if acls:
-            out.append(("acls", None, self._read_acls()))
-        return out
-
-    def _reread_topics(self, names: list[str], states: dict[str, set[int]]) -> list[_Update]:
-        """Assignment znodes that changed: gone, replaced (new topic id) or repartitioned/reassigned."""
-        out: list[_Update] = []
-        read = self._get_many([zl.topic_path(n) for n in names])
-        replaced: list[str] = []
-        for name in names:
-            got = read[zl.topic_path(name)]
-            if got is None:
-                self._w_topics.pop(name, None)
-                out.append(("gone", name, None))
-                continue
-            assignment = _decode_assignment(name, got)
-            if assignment is None:
-                continue  # unreadable (a foreign writer?): keep what we have rather than drop the topic
-            old = self._w_topics[name]
-            if assignment.topic_id != old.topic_id:
-                replaced.append(name)
-                continue
-            self._w_topics[name] = assignment
-            out.append(("assignment", name, assignment))
-            added = set(assignment.partitions) - set(old.partitions)
-            if added:
-                states.setdefault(name, set()).update(added)
-        for name, data in self._read_topics(replaced).items():
-            self._w_topics[name] = data.assignment
-            out.append(("topic", name, data))
-        return out
-
-    # --- reads (watcher thread, and start()) ----------------------------------------------------------
-
-    def _pipeline(self, request: type, paths: list[str]) -> list[tuple[str, Any]]:
-        """Send many watched reads at once: (path, async result) pairs.
-
-        kazoo's *_async calls wake its connection thread once per request (a socket write each, which
-        costs more than the request itself under the GIL); queueing the requests and waking it with one
-        write per chunk makes loading 10,000 partition states several times faster. Falls back to the
-        public calls if kazoo's internals are not what this expects.
-        """
-        zk = self.zk
-        pending = getattr(zk, "_queue", None)
-        wake = getattr(getattr(zk, "_connection", None), "_write_sock", None)
-        if pending is None or wake is None or not zk.connected or len(paths) < 8:
-            call = {GetData: zk.get_async, Exists: zk.exists_async, GetChildren: zk.get_children_async}[request]
-            return [(p, call(p, watch=self._watch)) for p in paths]
-        out = []
-        for i in range(0, len(paths), 1000):
-            chunk = paths[i:i + 1000]
-            for p in chunk:
-                ar = zk.handler.async_result()
-                pending.append((request(_prefix_root(zk.chroot, p), self._watch), ar))
-                out.append((p, ar))
-            try:
-                wake.sendall(b"\0" * len(chunk))  # one byte per queued request, as kazoo's _call does
-            except OSError:
-                for _, ar in out[i:]:
-                    ar.set_exception(ConnectionClosedError("Connection has been closed"))
-        return out
-
-    def _get_many(self, paths: list[str]) -> dict[str, tuple[bytes, ZnodeStat] | None]:
-        """Pipelined reads with data watches; a missing znode gets an exists watch (None in the result)."""
-        out: dict[str, tuple[bytes, ZnodeStat] | None] = {}
-        todo = list(paths)
-        for _ in range(3):
-            if not todo:
-                break
-            calls = self._pipeline(GetData, todo)
-            # Answers come in request order: sleep until the last one instead of waking for each.
-            calls[-1][1].wait(self._request_timeout)
-            missing = []
-            for p, ar in calls:
-                try:
-                    out[p] = ar.get(timeout=self._request_timeout)
-                except NoNodeError:
-                    missing.append(p)
-            checks = self._pipeline(Exists, missing)
-            todo = []
-            for p, ar in checks:
-                if ar.get(timeout=self._request_timeout) is None:
-                    out[p] = None
-                else:
-                    todo.append(p)  # created in between: read it again
-        for p in todo:
-            out[p] = None
-        return out
-
-    def _children_many(self, paths: list[str]) -> dict[str, list[str]]:
-        """Pipelined get_children with child watches; a missing znode has no children (no watch)."""
-        calls = self._pipeline(GetChildren, paths)
-        out: dict[str, list[str]] = {}
-        for p, ar in calls:
-            try:
-                out[p] = list(ar.get(timeout=self._request_timeout))
-            except NoNodeError:
-                out[p] = []
-        return out
-
-    def _read_topics(self, names: Iterable[str]) -> dict[str, _TopicData]:
-        names = list(names)
-        if not names:
-            return {}
-        read = self._get_many([zl.topic_path(n) for n in names] + [zl.topic_config_path(n) for n in names])
-        topics: dict[str, _TopicData] = {}
-        for name in names:
-            assignment = _decode_assignment(name, read[zl.topic_path(name)])
-            if assignment is not None:
-                topics[name] = _TopicData(assignment, configs=_decode_configs(read[zl.topic_config_path(name)]))
-        paths = [zl.partition_state_path(n, p) for n, d in topics.items() for p in d.assignment.partitions]
-        states = self._get_many(paths)
-        for name, data in topics.items():
-            for p in data.assignment.partitions:
-                state = _decode_state(states[zl.partition_state_path(name, p)])
-                if state is not None:
-                    data.states[p] = state
-        return topics
-
-    def _read_brokers(self) -> dict[int, zl.BrokerRegistration]:
-        ids = sorted(int(c) for c in self.zk.get_children(zl.BROKER_IDS, watch=self._watch) if c.isdigit())
-        read = self._get_many([zl.broker_path(i) for i in ids])
-        brokers = {}
-        for i in ids:
-            got = read[zl.broker_path(i)]
-            if got is None:
-                continue
-            try:
-                brokers[i] = zl.decode_broker(i, got[0])
-            except (ValueError, KeyError, TypeError, AttributeError):
-                log.warning("ignoring unreadable broker registration %(path)s: %(response)r",
-                            {"path": zl.broker_path(i), "response": got[0][:200]})
-        return brokers
-
-    def _read_controller(self) -> int:
-        got = self._get_many([zl.CONTROLLER])[zl.CONTROLLER]
-        if got is None:
-            return -1
-        try:
-            return zl.decode_controller(got[0])
-        except (ValueError, KeyError, TypeError):
-            log.warning("ignoring unreadable %(path)s: %(response)r", {"path": zl.CONTROLLER, "response": got[0][:200]})
-            return -1
-
-    def _read_entities(self, rtype: int) -> dict[str, dict[str, str]]:
-        root = zl.CONFIG_ENTITY_PATHS[rtype]
-        names = self._children_many([root])[root]
-        read = self._get_many([f"{root}/{n}" for n in names])
-        out = {}
-        for n in names:
-            configs = _decode_configs(read[f"{root}/{n}"])
-            if configs:
-                name = "" if rtype == BROKER_RESOURCE and n == zl.DEFAULT_BROKER_ENTITY else n
-                out[name] = configs
-        return out
-
-    def _read_quotas(self) -> dict[QuotaEntity, dict[str, float]]:
-        roots = self._children_many(list(_QUOTA_ROOTS))
-        nodes = [f"{r}/{c}" for r in _QUOTA_ROOTS for c in roots[r]]
-        user_nodes = [f"{zl.CONFIG_USERS}/{u}" for u in roots[zl.CONFIG_USERS]]
-        user_children = self._children_many(user_nodes)
-        client_dirs = [f"{u}/clients" for u in user_nodes if "clients" in user_children[u]]
-        clients = self._children_many(client_dirs)
-        nodes += [f"{d}/{c}" for d in client_dirs for c in clients[d]]
-        read = self._get_many(nodes)
-        out: dict[QuotaEntity, dict[str, float]] = {}
-        for path in nodes:
-            entity = zl.quota_entity_from_path(path)
-            values = zl.decode_quota_values(_decode_configs(read[path]))
-            if entity is not None and values:
-                out[tuple(sorted(entity))] = values
-        return out
-
-    def _load_all(self) -> _Snapshot:
-        """Everything, with watches (at start and after each reconnection)."""
-        zk = self.zk
-        names = sorted(zk.get_children(zl.BROKER_TOPICS, watch=self._watch))
-        topics = self._read_topics(names)
-        self._w_topics = {n: d.assignment for n, d in topics.items()}
-        deleting = set(zk.get_children(zl.DELETE_TOPICS, watch=self._watch))
-        return _Snapshot(
-            topics=topics, deleting=deleting, brokers=self._read_brokers(), controller=self._read_controller(),
-            entities={t: self._read_entities(t) for t in ENTITY_RESOURCES}, quotas=self._read_quotas(),
-            scram=self._read_scram(), acls=self._read_acls())
-
-    def _read_acls(self) -> list[AclBinding]:
-        """Every ACL znode (literal and prefixed), re-arming the watches on the two change-notification
-        parents: a new notification from any broker makes every broker read them all again."""
-        self._children_many([zl.ACL_LITERAL_CHANGES, zl.ACL_PREFIXED_CHANGES])
-        out: list[AclBinding] = []
-        for prefixed in (False, True):
-            root = zl.acl_root(prefixed)
-            types = [t for t in self.zk.get_children(root) if _known_resource_type(t)] \
-                if self.zk.exists(root) else []
-            names = {t: sorted(self.zk.get_children(f"{root}/{t}")) for t in types}
-            paths = [zl.acl_resource_path(prefixed, t, n) for t in types for n in names[t]]
-            read = self._get_many_unwatched(paths)
-            pattern_type = PatternType.PREFIXED if prefixed else PatternType.LITERAL
-            for t in types:
-                for n in names[t]:
-                    got = read.get(zl.acl_resource_path(prefixed, t, n))
-                    if got is None:
-                        continue
-                    pattern = ResourcePattern(resource_type_from_name(t), n, pattern_type)
-                    for d in zl.decode_acl_entries(got):
-                        try:
-                            out.append(AclBinding(pattern, entry_from_json(d)))
-                        except (KeyError, ValueError):
-                            log.warning("ignoring an unreadable ACL entry in %(resource_type)s/%(resource_name)s: "
-                                        "%(data)r",
-                                        {"resource_type": t, "resource_name": n, "data": d})
-        return out
-
-    def _get_many_unwatched(self, paths: list[str]) -> dict[str, bytes]:
-        calls = [(p, self.zk.get_async(p)) for p in paths]
-        out: dict[str, bytes] = {}
-        for p, ar in calls:
-            try:
-                out[p] = ar.get(timeout=self._request_timeout)[0]
-            except NoNodeError:
-                continue
-        return out
-
-    def _read_scram(self) -> dict[str, dict[str, str]]:
-        """SCRAM credentials: the SCRAM-SHA-* keys of /config/users/<u> (Kafka's ZooKeeper layout)."""
-        users = self._children_many([zl.CONFIG_USERS])[zl.CONFIG_USERS]
-        nodes = [f"{zl.CONFIG_USERS}/{u}" for u in users]
-        read = self._get_many(nodes)
-        out: dict[str, dict[str, str]] = {}
-        for u, path in zip(users, nodes, strict=True):
-            creds = scram_entries(_decode_configs(read[path]))
-            if creds:
-                out[zl.desanitize(u)] = creds
-        return out
 
     # --- watcher thread -> loop -------------------------------------------------------------------------
 
-    def _post_updates(self, updates: list[_Update]) -> None:
+    def _post_updates(self, updates: list[Update]) -> None:
         if not updates:
             return
         with self._pending_lock:
@@ -929,10 +388,10 @@ class ZkMetadataStore(MetadataStore):
         if updates:
             self._apply(updates)
 
-    def _apply_reset(self, snap: _Snapshot, notify: bool) -> None:
+    def _apply_reset(self, snap: MetadataSnapshot, notify: bool) -> None:
         self._apply([("reset", None, snap)], notify=notify)
 
-    def _apply(self, updates: list[_Update], notify: bool = True) -> None:
+    def _apply(self, updates: list[Update], notify: bool = True) -> None:
         # ordered: topic name -> the partitions whose state alone changed (None: rebuild the whole record)
         changed: dict[str, set[int] | None] = {}
         cluster_changed = False
@@ -984,7 +443,7 @@ class ZkMetadataStore(MetadataStore):
                 acls_changed = True
                 self._acls = value
             elif kind == "reset":
-                snap: _Snapshot = value
+                snap: MetadataSnapshot = value
                 for name in list(data) + list(snap.topics):
                     changed[name] = None
                 self._topic_data = data = dict(snap.topics)
@@ -1074,7 +533,7 @@ class ZkMetadataStore(MetadataStore):
         return TopicRecord(name=name, topic_id=a.topic_id, partitions=parts, configs=dict(data.configs))
 
     @staticmethod
-    def _partition(data: _TopicData, p: int) -> PartitionAssignment:
+    def _partition(data: TopicData, p: int) -> PartitionAssignment:
         a = data.assignment
         s = data.states.get(p)
         return PartitionAssignment(
@@ -1124,25 +583,8 @@ class ZkMetadataStore(MetadataStore):
             raise StoreUnavailable(f"ZooKeeper {self._connect} unreachable for {self._request_timeout:.0f} s")
         try:
             yield
-        except _UNAVAILABLE as e:
+        except UNAVAILABLE as e:
             raise StoreUnavailable(f"ZooKeeper {self._connect}: {type(e).__name__}") from e
-
-    def _commit(self, tx: Any) -> list[Any]:
-        return commit(tx, self._request_timeout)
-
-    def _read_assignment(self, name: str) -> tuple[zl.TopicAssignment, int]:
-        try:
-            data, stat = self.zk.get(zl.topic_path(name))
-        except NoNodeError:
-            raise UnknownTopic(name) from None
-        return zl.decode_topic_assignment(data), stat.version
-
-    def _config_node_op(self, tx: Any, path: str, configs: dict[str, str]) -> None:
-        """Add to a multi: write an entity config znode (create it when missing)."""
-        if self.zk.exists(path) is None:
-            tx.create(path, zl.encode_entity_config(configs))
-        else:
-            tx.set_data(path, zl.encode_entity_config(configs))
 
     def create_topic(self, record: TopicRecord) -> None:
         """The assignment znode and the topic config in one multi; the controller writes partition states."""
@@ -1151,17 +593,7 @@ class ZkMetadataStore(MetadataStore):
             topic_id=record.topic_id,
             partitions={p: list(a.replicas) for p, a in record.partitions.items()})
         with self._unavailable():
-            if self.zk.exists(zl.delete_topic_path(name)) is not None:
-                raise TopicExists(f"Topic '{name}' is marked for deletion.")
-            tx = self.zk.transaction()
-            self._config_node_op(tx, zl.topic_config_path(name), record.configs)
-            tx.create(zl.topic_path(name), zl.encode_topic_assignment(assignment))
-            try:
-                self._commit(tx)
-            except NodeExistsError:
-                raise TopicExists(name) from None
-            except NoNodeError:  # /config/topics/<t> vanished between exists() and the multi
-                raise TopicExists(name) from None
+            create_topic_znodes(self.zk, record, assignment, self._request_timeout)
         log.info("created topic %(name)s (%(partitions)d partitions) in ZooKeeper",
                  {"name": name, "partitions": len(assignment.partitions)})
 
@@ -1170,7 +602,7 @@ class ZkMetadataStore(MetadataStore):
         with self._unavailable():
             rec = self._topics.get(name)
             if rec is None:
-                assignment, _ = self._read_assignment(name)
+                assignment, _ = read_assignment(self.zk, name)
                 rec = TopicRecord(name, assignment.topic_id,
                                   {p: PartitionAssignment(list(r)) for p, r in assignment.partitions.items()})
             elif self.zk.exists(zl.topic_path(name)) is None:
@@ -1185,20 +617,7 @@ class ZkMetadataStore(MetadataStore):
     def add_partitions(self, name: str, new: dict[int, PartitionAssignment]) -> TopicRecord:
         """Rewrite the assignment znode, conditional on its version. StaleState if a partition exists."""
         with self._unavailable():
-            for _ in range(_WRITE_RETRIES):
-                assignment, version = self._read_assignment(name)
-                clash = sorted(set(new) & set(assignment.partitions))
-                if clash:
-                    raise StaleState(f"topic {name} already has partitions {clash}")
-                for p, a in new.items():
-                    assignment.partitions[p] = list(a.replicas)
-                try:
-                    self.zk.set(zl.topic_path(name), zl.encode_topic_assignment(assignment), version=version)
-                except BadVersionError:
-                    continue
-                break
-            else:
-                raise StoreUnavailable(f"the assignment of {name} kept changing; partitions not added")
+            assignment = add_partition_assignments(self.zk, name, new)
         base = self._topics.get(name)
         parts = dict(base.partitions) if base is not None else {}
         for p, r in assignment.partitions.items():
@@ -1221,21 +640,12 @@ class ZkMetadataStore(MetadataStore):
         return zl.decode_entity_config(data)
 
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicRecord:
-        path = zl.topic_config_path(name)
         with self._unavailable():
-            tx = self.zk.transaction()
-            tx.check(zl.topic_path(name), -1)  # the topic exists
-            self._config_node_op(tx, path, configs)
-            tx.create(zl.CONFIG_CHANGE_PREFIX, zl.encode_config_change(zl.config_change_entity(path)),
-                      sequence=True)
-            try:
-                self._commit(tx)
-            except NoNodeError:
-                raise UnknownTopic(name) from None
-            self._purge_config_changes()
+            write_topic_configs(self.zk, name, configs, self._request_timeout)
+            purge_config_changes(self.zk, self._request_timeout)
         base = self._topics.get(name)
         if base is None:
-            assignment, _ = self._read_assignment(name)
+            assignment, _ = read_assignment(self.zk, name)
             base = TopicRecord(name, assignment.topic_id,
                                {p: PartitionAssignment(list(r)) for p, r in assignment.partitions.items()})
         return TopicRecord(name, base.topic_id, dict(base.partitions), dict(configs))
@@ -1247,7 +657,7 @@ class ZkMetadataStore(MetadataStore):
         with self._unavailable():
             self.zk.sync(path)
             try:
-                return _decode_configs(self.zk.get(path))
+                return decode_configs(self.zk.get(path))
             except NoNodeError:
                 return {}
 
@@ -1257,23 +667,8 @@ class ZkMetadataStore(MetadataStore):
             raise ValueError(f"resource type {resource_type} has no dynamic configs")
         path = zl.entity_config_path(resource_type, name)
         with self._unavailable():
-            for _ in range(_WRITE_RETRIES):
-                tx = self.zk.transaction()
-                exists = self.zk.exists(path) is not None
-                if configs:
-                    if exists:
-                        tx.set_data(path, zl.encode_entity_config(configs))
-                    else:
-                        tx.create(path, zl.encode_entity_config(configs))
-                elif exists:
-                    tx.delete(path)
-                tx.create(zl.CONFIG_CHANGE_PREFIX, zl.encode_config_change(zl.config_change_entity(path)),
-                          sequence=True)
-                try:
-                    self._commit(tx)
-                except (NodeExistsError, NoNodeError, NotEmptyError):
-                    continue
-                self._purge_config_changes()
+            if write_entity_configs(self.zk, path, configs, self._request_timeout):
+                purge_config_changes(self.zk, self._request_timeout)
                 return
         raise StoreUnavailable(f"{path} kept changing; configs not written")
 
@@ -1282,7 +677,7 @@ class ZkMetadataStore(MetadataStore):
         with self._unavailable():
             paths = {entity: zl.quota_entity_path(entity) for entity in changes}
             for path in paths.values():
-                self._ensure_quota_parents(path)
+                ensure_quota_parents(self.zk, path)
         self._edit_entity_configs(
             {paths[e]: {k: None if v is None else zl.encode_quota_value(k, v) for k, v in ops.items()}
              for e, ops in changes.items()}, "client quotas")
@@ -1292,7 +687,7 @@ class ZkMetadataStore(MetadataStore):
         znodes kept changing."""
         with self._unavailable():
             if edit_entity_configs(self.zk, changes, self._request_timeout):
-                self._purge_config_changes()
+                purge_config_changes(self.zk, self._request_timeout)
                 return
         raise StoreUnavailable(f"{what} kept changing; not written")
 
@@ -1326,7 +721,7 @@ class ZkMetadataStore(MetadataStore):
     def delete_acls(self, filters: list[AclBindingFilter]) -> list[list[AclBinding]]:
         """Remove what each filter matches, read fresh from ZooKeeper; a znode left empty is deleted."""
         with self._unavailable():
-            current = self._read_acls()
+            current = self._reader.read_acls()
         matched = [[b for b in current if f.matches(b)] for f in filters]
         gone: dict[ResourcePattern, set[AclBinding]] = {}
         for m in matched:
@@ -1340,40 +735,11 @@ class ZkMetadataStore(MetadataStore):
             self._write_acls(list(gone), edit)
         return matched
 
-    def _write_acls(self, patterns: list[ResourcePattern],
-                    edit: Callable[[list[dict[str, str]], ResourcePattern], list[dict[str, str]]]) -> None:
+    def _write_acls(self, patterns: list[ResourcePattern], edit: AclEdit) -> None:
         with self._unavailable():
-            for _ in range(_WRITE_RETRIES):
-                tx = self.zk.transaction()
-                written: dict[ResourcePattern, list[dict[str, str]]] = {}  # each resource's entries now
-                for pattern in patterns:
-                    prefixed = pattern.pattern_type == PatternType.PREFIXED
-                    rtype = resource_type_name(pattern.resource_type)
-                    parent = f"{zl.acl_root(prefixed)}/{rtype}"
-                    path = zl.acl_resource_path(prefixed, rtype, pattern.name)
-                    self.zk.ensure_path(parent)
-                    try:
-                        data, stat = self.zk.get(path)
-                        entries, version = zl.decode_acl_entries(data), stat.version
-                    except NoNodeError:
-                        entries, version = [], None
-                    new = written[pattern] = edit(entries, pattern)
-                    if version is None:
-                        if not new:
-                            continue
-                        tx.create(path, zl.encode_acl_entries(new))
-                    elif not new:
-                        tx.delete(path, version=version)
-                    else:
-                        tx.set_data(path, zl.encode_acl_entries(new), version=version)
-                    changes = zl.ACL_PREFIXED_CHANGES if prefixed else zl.ACL_LITERAL_CHANGES
-                    tx.create(f"{changes}/{zl.ACL_CHANGE_NODE}", zl.encode_acl_change(prefixed, rtype, pattern.name),
-                              sequence=True)
-                try:
-                    self._commit(tx)
-                except (BadVersionError, NodeExistsError, NoNodeError):
-                    continue
-                self._purge_acl_changes()
+            written = write_acls(self.zk, patterns, edit, self._request_timeout)
+            if written is not None:
+                purge_acl_changes(self.zk)
                 # The caller (CreateAcls/DeleteAcls, then a request it authorizes) sees the change at once:
                 # the written resources' entries replace theirs in the cache (the watch brings the same set).
                 self._acls = [b for b in self._acls if b.pattern not in written] + [
@@ -1381,16 +747,6 @@ class ZkMetadataStore(MetadataStore):
                 self._post_updates([("acls", None, self._acls)])
                 return
         raise StoreUnavailable("ACLs kept changing; not written")
-
-    def _purge_acl_changes(self) -> None:
-        """Keep the newest ACL change notifications only: brokers re-read every ACL on any notification."""
-        try:
-            for root in (zl.ACL_LITERAL_CHANGES, zl.ACL_PREFIXED_CHANGES):
-                children = sorted(self.zk.get_children(root))
-                for c in children[:-_KEEP_CONFIG_CHANGES][:_PURGE_BATCH]:
-                    self.zk.delete_async(f"{root}/{c}")
-        except (KazooException, *_UNAVAILABLE):
-            log.debug("purging old ACL change notifications failed", exc_info=True)
 
     def read_scram_mechanisms(self, user: str) -> set[str]:
         path = zl.quota_entity_path((("user", user),))
@@ -1400,7 +756,7 @@ class ZkMetadataStore(MetadataStore):
                 got = self.zk.get(path)
             except NoNodeError:
                 return set()
-        return set(scram_entries(_decode_configs(got)))
+        return set(scram_entries(decode_configs(got)))
 
     def alter_scram_credentials(self, upserts: dict[tuple[str, str], ScramCredential],
                                 deletions: list[tuple[str, str]]) -> None:
@@ -1423,69 +779,12 @@ class ZkMetadataStore(MetadataStore):
                 cache.pop(user, None)
         self._scram = cache
 
-    def _purge_config_changes(self) -> None:
-        """Delete /config/changes notifications older than 15 minutes, as Kafka's brokers do.
-
-        pykbroker's brokers watch the config znodes themselves, so nothing else would ever remove
-        the notifications it writes for Kafka's tools. Best effort, bounded per call.
-        """
-        try:
-            children = sorted(self.zk.get_children(zl.CONFIG_CHANGES))
-            if len(children) <= _KEEP_CONFIG_CHANGES:
-                return
-            oldest = children[:-_KEEP_CONFIG_CHANGES][:_PURGE_BATCH]
-            stats = [(c, self.zk.exists_async(f"{zl.CONFIG_CHANGES}/{c}")) for c in oldest]
-            cutoff_ms = (time.time() - _CONFIG_CHANGE_EXPIRY_S) * 1000
-            for c, ar in stats:
-                stat = ar.get(timeout=self._request_timeout)
-                if stat is None:
-                    continue
-                if stat.ctime >= cutoff_ms:
-                    break  # sequence order is age order: the rest are younger
-                self.zk.delete_async(f"{zl.CONFIG_CHANGES}/{c}")
-        except (KazooException, *_UNAVAILABLE):
-            log.debug("purging old config change notifications failed", exc_info=True)
-
-    def _ensure_quota_parents(self, path: str) -> None:
-        """/config/users/<u>/clients/<c> needs /config/users/<u> (an empty config) and .../clients."""
-        parts = path.split("/")
-        if len(parts) != 6:  # "", config, users, <u>, clients, <c>
-            return
-        user = "/".join(parts[:4])
-        for p, data in ((user, zl.encode_entity_config({})), (user + "/clients", b"")):
-            try:
-                self.zk.create(p, data)
-            except NodeExistsError:
-                pass
-
     def allocate_producer_ids(self, count: int) -> int:
         """A block of ``count`` ids from /latest_producer_id_block (conditional update, bounded retry)."""
         if count < 1:
             raise ValueError("count must be positive")
-        path = zl.LATEST_PRODUCER_ID_BLOCK
         with self._unavailable():
-            for _ in range(_WRITE_RETRIES * 5):
-                try:
-                    data, stat = self.zk.get(path)
-                except NoNodeError:
-                    data, stat = b"", None
-                if data:
-                    _, end = zl.decode_producer_id_block(data)
-                    start = end + 1
-                else:
-                    start = 0
-                if start + count - 1 > 2**63 - 1:
-                    raise StoreUnavailable("producer ids are exhausted")
-                block = zl.encode_producer_id_block(self._broker_id, start, start + count - 1)
-                try:
-                    if stat is None:
-                        self.zk.create(path, block)
-                    else:
-                        self.zk.set(path, block, version=stat.version)
-                except (BadVersionError, NodeExistsError):
-                    continue
-                return start
-        raise StoreUnavailable("could not allocate a producer id block: too much contention")
+            return allocate_producer_id_block(self.zk, self._broker_id, count)
 
     def update_isr(self, topic: str, index: int, leader_epoch: int, isr: list[int], zk_version: int) -> int:
         """The leader's ISR change, conditional on the state version it read, plus an ISR change notification.
@@ -1512,7 +811,7 @@ class ZkMetadataStore(MetadataStore):
             tx.set_data(path, zl.encode_partition_state(new), version=zk_version)
             tx.create(zl.ISR_CHANGE_PREFIX, zl.encode_partition_list([(topic, index)]), sequence=True)
             try:
-                results = self._commit(tx)
+                results = commit(tx, self._request_timeout)
             except (BadVersionError, NoNodeError):
                 raise StaleState(f"{topic}-{index}: the state changed meanwhile") from None
         new_stat = results[0]
@@ -1536,34 +835,9 @@ class ZkMetadataStore(MetadataStore):
         for (t, p), target in moves.items():
             by_topic.setdefault(t, {})[p] = target
         with self._unavailable():
-            for topic, parts in sorted(by_topic.items()):
-                for _ in range(_WRITE_RETRIES):
-                    assignment, version = self._read_assignment(topic)
-                    for p, target in parts.items():
-                        if p not in assignment.partitions:
-                            raise UnknownTopic(f"{topic}-{p}")
-                        reassign_partition(assignment, p, target)
-                    try:
-                        self.zk.set(zl.topic_path(topic), zl.encode_topic_assignment(assignment), version=version)
-                    except BadVersionError:
-                        continue
-                    break
-                else:
-                    raise StoreUnavailable(f"the assignment of {topic} kept changing; reassignment not written")
+            write_reassignments(self.zk, by_topic)
         log.info("reassignments written: %(reassignments)s",
                  {"reassignments": {f'{t}-{p}': r for (t, p), r in sorted(moves.items())}})
-
-
-def _setter(event: threading.Event) -> Callable[[WatchedEvent], None]:
-    return lambda _e: event.set()
-
-
-def _known_resource_type(name: str) -> bool:
-    try:
-        resource_type_from_name(name)
-    except KeyError:
-        return False
-    return True
 
 
 def _call_each(fn: Callable[..., Any], calls: list[tuple[Any, ...]]) -> None:
@@ -1575,36 +849,4 @@ def _call_each(fn: Callable[..., Any], calls: list[tuple[Any, ...]]) -> None:
             log.exception("metadata listener failed")
 
 
-def _decode_assignment(name: str, got: tuple[bytes, ZnodeStat] | None) -> zl.TopicAssignment | None:
-    if got is None:
-        return None
-    try:
-        return zl.decode_topic_assignment(got[0])
-    except (ValueError, KeyError, TypeError, AttributeError):
-        log.warning("ignoring topic %(name)s: unreadable assignment %(response)r",
-                    {"name": name, "response": got[0][:200]})
-        return None
-
-
-def _decode_state(got: tuple[bytes, ZnodeStat] | None) -> zl.PartitionState | None:
-    if got is None:
-        return None
-    try:
-        return zl.decode_partition_state(got[0], got[1].version)
-    except (ValueError, KeyError, TypeError, AttributeError):
-        log.warning("ignoring unreadable partition state %(response)r", {"response": got[0][:200]})
-        return None
-
-
-def _decode_configs(got: tuple[bytes, ZnodeStat] | None) -> dict[str, str]:
-    if got is None or not got[0]:
-        return {}
-    try:
-        return zl.decode_entity_config(got[0])
-    except (ValueError, KeyError, TypeError, AttributeError):
-        log.warning("ignoring unreadable config %(response)r", {"response": got[0][:200]})
-        return {}
-
-
-__all__ = ["DuplicateBrokerId", "ZkConnectError", "ZkMetadataStore", "commit", "edit_entity_configs", "parse_connect",
-           "reassign_partition", "scram_edits", "scram_entries", "start_client"]
+__all__ = ["ZkMetadataStore"]

@@ -12,6 +12,9 @@ from pykbroker.protocol.records import BatchHeader
 from pykbroker.replica.replica_manager import Partition
 from pykbroker.security.request import RequestContext
 
+# Appends records a feature owns to one of its internal topics: (partition, records, now) -> base offset.
+InternalAppender = Callable[[Partition, bytes, int], int]
+
 
 class ForwardFirst(Exception):
     """A hook's answer from :meth:`AppendHook.transform`: part of the batch must first be written
@@ -27,13 +30,10 @@ class ForwardFirst(Exception):
 class AppendHook:
     """One feature's part in a produce; every step does nothing unless the feature overrides it."""
 
-    def accepts_internal(self, ctx: RequestContext, topic: str) -> bool:
-        """Whether this request may append to internal topic ``topic`` through :meth:`append_internal`."""
-        return False
-
-    def append_internal(self, p: Partition, records: bytes, now: int) -> int:
-        """Append what :meth:`accepts_internal` let in; the base offset."""
-        raise NotImplementedError
+    def internal_appender(self, ctx: RequestContext, topic: str) -> InternalAppender | None:
+        """How this request appends to internal topic ``topic`` (``(partition, records, now)`` -> base
+        offset), when this feature owns such appends; None otherwise."""
+        return None
 
     async def before_append(self, ctx: RequestContext, p: Partition, records: bytes,
                             transactional_id: str | None) -> None:
@@ -62,8 +62,8 @@ class AppendHooks:
     def register(self, hook: AppendHook) -> None:
         self._hooks.append(hook)
 
-    def internal_owner(self, ctx: RequestContext, topic: str) -> AppendHook | None:
-        return next((h for h in self._hooks if h.accepts_internal(ctx, topic)), None)
+    def internal_appender(self, ctx: RequestContext, topic: str) -> InternalAppender | None:
+        return next((a for h in self._hooks if (a := h.internal_appender(ctx, topic)) is not None), None)
 
     async def before_append(self, ctx: RequestContext, p: Partition, records: bytes,
                             transactional_id: str | None) -> None:

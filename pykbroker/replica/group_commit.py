@@ -1,29 +1,29 @@
 """Group commit for ``log.flush.on.ack``, on the event loop: one fsync in flight per log.
 
-``Log.flush_to`` already shares an fsync between the threads that wait for it, but every waiting produce
-request used to take a worker thread of its own, and under CPU contention each of those threads had to be
-scheduled (and win the GIL) twice to learn that someone else's fsync covered it.  Here the requests of a log
-wait on the event loop instead: the first one starts an fsync covering everything appended so far, those
-that arrive meanwhile wait for it and, if it did not cover them, for the next one, which starts as soon as
-the one in flight ends.  One worker thread and one wake-up per fsync, however many requests it acknowledges.
+``Log.flush_to`` shares an fsync between the threads that wait for it, but a worker thread per waiting
+produce request would, under CPU contention, have to be scheduled (and win the GIL) twice to learn that
+someone else's fsync covered it.  So the requests of a log wait on the event loop instead: the first one
+starts an fsync covering everything appended so far, those that arrive meanwhile wait for it and, if it
+did not cover them, for the next one, which starts as soon as the one in flight ends.  One worker thread
+and one wake-up per fsync, however many requests it acknowledges.
 
 Waiting is a callback (``flush_then``), not a task: the fsync's end calls each covered request's callback,
 which writes its acknowledgement in the same pass of the event loop.  A task per produce request, woken by
-a future, cost two more loop passes and the task's own setup per acknowledgement, a sizeable part of the
-broker's CPU per request (docs/performance.md, "Acknowledging from the fsync's callback").  ``flush_to`` is
-the awaitable form, for callers that wait in a task anyway.
+a future, would cost two more loop passes and the task's own setup per acknowledgement, a sizeable part of
+the broker's CPU per request (docs/performance.md, "CPU per request").  ``flush_to`` is the awaitable
+form, for callers that wait in a task anyway.
 
 The fsyncs run in a few long-lived threads of this module's own (``_Flushers``) rather than through
 ``anyio.to_thread``: at ~1,000 acknowledged requests a second anyio's per-call machinery (capacity limiter,
-cancel scopes, a ``queue.Queue`` whose Condition allocates a lock per wait) cost more broker CPU than the
+cancel scopes, a ``queue.Queue`` whose Condition allocates a lock per wait) costs more broker CPU than the
 fsync's own system call; here a hand-off is one ``SimpleQueue.put`` and one ``call_soon_threadsafe``.
 
 Where the C extension ``pykbroker._native.syncer`` is built, a log's data sync goes there instead: the
 loop duplicates the descriptors (``Log.begin_data_flush``), native threads fdatasync and close them without
 ever taking the GIL and signal an eventfd, and the loop settles the request (``Log.end_data_flush``).  A
-Python flusher thread had to win the GIL back from the busy event loop after every fsync; under CPU
-contention that hand-off cost more broker CPU per acknowledged request than the request itself
-(docs/performance.md, "What starved").
+Python flusher thread has to win the GIL back from the busy event loop after every fsync; under CPU
+contention that hand-off costs more broker CPU per acknowledged request than the request itself
+(docs/performance.md, "Sharing the CPU").
 """
 
 from __future__ import annotations

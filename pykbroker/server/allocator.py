@@ -4,8 +4,8 @@ Every produce, fetch and replica-fetch of a large batch allocates buffers of up 
 or more (the frame, the decoded records, the response).  glibc serves such blocks with
 ``mmap`` or by growing and trimming the heap, so each one is returned to the kernel when it is
 freed and the next one page-faults its memory in again, zero-filled, 4 KiB at a time.  On the
-replication path that was 150,000 page faults a second on a follower and most of the broker's
-CPU time in the kernel (docs/performance.md, "Replication").
+replication path that is 150,000 page faults a second on a follower and most of the broker's
+CPU time in the kernel (docs/performance.md, "acks=all and replication").
 
 Raising ``M_MMAP_THRESHOLD`` to its maximum (32 MiB on 64-bit) and ``M_TRIM_THRESHOLD`` keeps
 freed blocks in the heap for reuse.  So that a burst (a few large requests) does not keep its

@@ -175,6 +175,7 @@ class Broker:
             max_inflight_requests=config["pykbroker.max.inflight.requests.per.connection"],
             max_inflight_bytes=config["pykbroker.max.inflight.bytes.per.connection"],
             max_inflight_local_requests=config["pykbroker.max.inflight.flush.requests.per.connection"],
+            failed_authentication_delay_ms=config["connection.failed.authentication.delay.ms"],
             security_protocols=config.security_protocols,
             tls=_listener_tls(config),
         )
@@ -257,7 +258,7 @@ class Broker:
             except DataDirInUse as e:
                 raise StartupError(str(e)) from None
             return
-        from pykbroker.metadata.zookeeper import ZkConnectError  # kazoo is loaded only for a cluster
+        from pykbroker.metadata.zk_client import ZkConnectError  # kazoo is loaded only for a cluster
 
         log.info("connecting to ZooKeeper at %(zookeeper_connect)s",
                  {"zookeeper_connect": self.config['zookeeper.connect']})
@@ -326,7 +327,7 @@ class Broker:
         registration to expire, while ZooKeeper watches keep updating the caches.
         """
         from pykbroker.controller.controller import ZkController  # kazoo is loaded only for a cluster
-        from pykbroker.metadata.zookeeper import DuplicateBrokerId
+        from pykbroker.metadata.zk_registration import DuplicateBrokerId
 
         try:
             await run_store(self.store, self.store.register_broker)  # type: ignore[attr-defined]

@@ -7,7 +7,7 @@ request can wait most of a neighbour's slice on every hop, and a message's path 
 and its fsync threads several times.  Since Linux 6.12 a thread may ask for a shorter slice of its own
 (``sched_setattr`` with ``sched_runtime``, 0.1-100 ms, no privilege needed): it then preempts a busy
 neighbour when it wakes, and is itself preempted sooner, which costs a task that sleeps as often as the
-broker nothing measurable (docs/performance.md, "A shorter scheduler slice").
+broker nothing measurable (docs/performance.md, "Sharing the CPU").
 
 Threads inherit the slice, so the ``serve`` command asks once, for every thread of its process, before the
 broker starts the rest; a broker embedded in someone else's process leaves their threads alone.  Older

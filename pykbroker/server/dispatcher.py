@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import re
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from time import perf_counter
 from typing import Any
@@ -36,6 +36,7 @@ from pykbroker.protocol.header import (
     finish_flexible_header,
     parse_request_header_prefix,
 )
+from pykbroker.protocol.responses.api_versions import ApiVersionsResponse, SupportedFeatureKey
 from pykbroker.quotas import QuotaManager, Usage, charge, run_timed
 from pykbroker.security.request import RequestContext
 from pykbroker.security.sasl.authenticator import SaslAuthenticator, SaslClose, SaslServerSettings
@@ -54,8 +55,10 @@ log = logging.getLogger("pykbroker.requests")
 # One debug line per completed request (client id, API, latency), as Kafka's kafka.request.logger.
 request_log = logging.getLogger("pykbroker.request.logger")
 
+# A response body: a dict of kio's field names, typed per API in pykbroker.protocol.responses.
+ResponseBody = Mapping[str, Any]
 # A handler's answer: the response body, None (no response), or Parked (pykbroker/server/parked.py).
-Handler = Callable[[Services, RequestContext, Any], Awaitable[dict[str, Any] | Parked[dict[str, Any] | None] | None]]
+Handler = Callable[[Services, RequestContext, Any], Awaitable[ResponseBody | Parked[ResponseBody | None] | None]]
 
 API_VERSIONS = 18
 _SIZE_AND_CORRELATION = struct.Struct(">ii")
@@ -70,7 +73,7 @@ class ApiSpec:
     handler: Handler
 
 
-async def handle_api_versions(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_api_versions(svc: Services, ctx: RequestContext, req: Any) -> ApiVersionsResponse:
     if ctx.version >= 3:
         for value in (req.client_software_name, req.client_software_version):
             if not _SOFTWARE_RE.match(value or ""):
@@ -89,7 +92,7 @@ SUPPORTED_FEATURES: tuple[tuple[str, int, int], ...] = ()
 
 
 def supported_features(version: int, features: tuple[tuple[str, int, int], ...] = SUPPORTED_FEATURES
-                       ) -> list[dict[str, Any]]:
+                       ) -> list[SupportedFeatureKey]:
     """ApiVersions v0-3 omit features whose min version is 0: clients before KAFKA-17011 (Kafka 3.9)
     refuse a response containing one.  v4 lists them all."""
     return [{"name": n, "min_version": lo, "max_version": hi} for n, lo, hi in features if version >= 4 or lo >= 1]
@@ -121,7 +124,8 @@ def hidden_apis(svc: Services) -> frozenset[int]:
     return hidden if telemetry_advertised(svc) else hidden | TELEMETRY_APIS
 
 
-def api_versions_body(error: ErrorCode, version: int = 0, hidden: frozenset[int] = frozenset()) -> dict[str, Any]:
+def api_versions_body(error: ErrorCode, version: int = 0, hidden: frozenset[int] = frozenset()
+                      ) -> ApiVersionsResponse:
     return {
         "error_code": error,
         "api_keys": [
@@ -182,7 +186,7 @@ API_TABLE: dict[int, ApiSpec] = {
         ApiSpec(50, 0, 0, sasl_handlers.handle_describe_user_scram_credentials),
         ApiSpec(51, 0, 0, sasl_handlers.handle_alter_user_scram_credentials),
         # --- end SASL ---
-        # --- cluster-shaped APIs (issue 12) ---
+        # --- cluster-shaped APIs ---
         ApiSpec(23, 0, 4, cluster.handle_offset_for_leader_epoch),
         ApiSpec(34, 0, 2, cluster.handle_alter_replica_log_dirs),
         ApiSpec(35, 0, 4, cluster.handle_describe_log_dirs),
@@ -351,7 +355,7 @@ class Dispatcher:
                           replicated=parked.replicated, long_poll=parked.long_poll, settle=settle)
         return self._respond(body, header, peer, session, started, usage)
 
-    def _settled(self, body: dict[str, Any] | None, error: BaseException | None, header: RequestHeader, peer: str,
+    def _settled(self, body: ResponseBody | None, error: BaseException | None, header: RequestHeader, peer: str,
                  session: Session, started: float, usage: Usage | None,
                  done: Settled[bytes | ResponseParts | None]) -> None:
         """``_finish_parked`` for a request settled by a callback: its response, or the close, to ``done``."""
@@ -370,7 +374,7 @@ class Dispatcher:
             error = CloseConnection("internal error while handling the request")
         done(None, error)
 
-    async def _finish_parked(self, parked: Parked[dict[str, Any] | None], header: RequestHeader, peer: str,
+    async def _finish_parked(self, parked: Parked[ResponseBody | None], header: RequestHeader, peer: str,
                              session: Session, started: float, usage: Usage | None) -> bytes | ResponseParts | None:
         """The acknowledgement wait of a parked request, then its response as for any other."""
         try:
@@ -389,7 +393,7 @@ class Dispatcher:
             correlation_id=header.correlation_id))
         return CloseConnection("internal error while handling the request")
 
-    def _respond(self, body: dict[str, Any] | None, header: RequestHeader, peer: str, session: Session,
+    def _respond(self, body: ResponseBody | None, header: RequestHeader, peer: str, session: Session,
                  started: float, usage: Usage | None) -> bytes | ResponseParts | None:
         """Encode a handler's answer into a response frame (None: acks=0, nothing to send)."""
         quotas = self.services.quotas
@@ -438,7 +442,7 @@ class Dispatcher:
         return request, Usage(header.api_key, user, client_id, request_bytes, 0.0, follower)
 
     @staticmethod
-    def _throttle(quotas: QuotaManager, usage: Usage, body: dict[str, Any] | None, parts: list[Part],
+    def _throttle(quotas: QuotaManager, usage: Usage, body: ResponseBody | None, parts: list[Part],
                   session: Session, version: int) -> list[Part]:
         """Charge a request to its client's quotas.  A throttled client gets the throttle time in the
         response at once (a throttled fetch gets no data) and its connection is muted until then (KIP-219)."""
@@ -449,7 +453,7 @@ class Dispatcher:
         session.muted_until = max(session.muted_until, now + throttle.ms / 1000.0)
         if body is None:
             return parts
-        body["throttle_time"] = max(throttle.ms, body.get("throttle_time") or 0)
+        body = {**body, "throttle_time": max(throttle.ms, body.get("throttle_time") or 0)}
         if throttle.drop_fetch_data:
             body["responses"] = []
         fast = FAST_ENCODERS.get(usage.api_key)

@@ -25,6 +25,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from pykbroker.protocol.responses.fetch import PartitionData
+
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 _MAX_EPOCH = 2**31 - 1
@@ -61,7 +63,7 @@ class CachedPartition:
         self.last_fetched_epoch = int(getattr(fp, "last_fetched_epoch", -1))
         self.log_start_offset = int(getattr(fp, "log_start_offset", -1))
 
-    def must_respond(self, entry: dict[str, Any]) -> bool:
+    def must_respond(self, entry: PartitionData) -> bool:
         """Whether this partition's response entry tells the client something new; records
         what was sent when it does."""
         changed = bool(
@@ -76,7 +78,7 @@ class CachedPartition:
             self.remember(entry)
         return changed
 
-    def remember(self, entry: dict[str, Any]) -> None:
+    def remember(self, entry: PartitionData) -> None:
         self.sent_high_watermark = entry["high_watermark"]
         self.sent_last_stable_offset = entry["last_stable_offset"]
         self.sent_log_start_offset = entry["log_start_offset"]

@@ -40,6 +40,7 @@ from anyio.streams.tls import TLSAttribute, TLSStream
 from pykbroker.logsetup import RateLimitedLog, fields
 from pykbroker.protocol.framing import CloseConnection, FrameDecoder, FrameError
 from pykbroker.security.principal_mapping import MappingError
+from pykbroker.security.sasl.authenticator import State as SaslState
 from pykbroker.security.session import Session
 from pykbroker.security.tls import ListenerTls
 from pykbroker.server.connection_quotas import ConnectionQuotas, normalise_ip
@@ -99,8 +100,12 @@ class SocketServer:
         max_inflight_requests: int = 1,
         max_inflight_bytes: int | None = None,
         max_inflight_local_requests: int | None = None,
+        failed_authentication_delay_ms: int = 100,
     ) -> None:
         self._handler = handler
+        # connection.failed.authentication.delay.ms: a failed SASL authentication's answer waits this long,
+        # then the connection closes (Kafka's KIP-306).
+        self._failed_auth_delay_s = max(failed_authentication_delay_ms, 0) / 1000
         # Requests of one connection read and not yet answered while earlier ones are parked
         # (pykbroker.max.inflight.requests.per.connection); 1: each is answered before the next is read.
         self._max_inflight = max(max_inflight_requests, 1)
@@ -392,6 +397,13 @@ class SocketServer:
                         else:
                             parked.start_soon(self._finish_parked, stream_, conn, order, slot, result)
                     else:
+                        if _authentication_failed(conn.session):  # as Kafka: answer after the delay, then close
+                            await anyio.sleep(self._failed_auth_delay_s)
+                            order.ready(result, reserved)
+                            reserved = 0
+                            order.closing("failed authentication", 0)
+                            await self._write_ready(stream_, conn, order)
+                            return True
                         order.ready(result, reserved)
                         reserved = 0
                         await self._write_ready(stream_, conn, order)
@@ -640,6 +652,12 @@ class SocketServer:
         if scope.cancelled_caught:
             return None
         return anyio.current_time() - started
+
+
+def _authentication_failed(session: Session) -> bool:
+    """The connection's SASL authentication (or re-authentication) failed in the request just handled."""
+    auth = session.authenticator
+    return auth is not None and auth.state is SaslState.FAILED
 
 
 async def _drain_tls(stream: Any, data: bytes) -> bytes:

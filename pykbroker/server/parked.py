@@ -13,12 +13,14 @@ from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+# Covariant: a handler's Parked[ProduceResponse | None] is a Parked of some response body.
+T_co = TypeVar("T_co", covariant=True)
 
 # How a settled request reports: (answer, None), or (None, the exception ``finish`` would have raised).
 Settled = Callable[[T | None, BaseException | None], None]
 
 
-class Parked(Generic[T]):
+class Parked(Generic[T_co]):
     """The rest of a request's work: ``finish`` is awaited exactly once and gives its answer.
 
     ``replicated``: whether the wait includes other brokers (acks=all and the ISR), not just this broker's
@@ -38,8 +40,8 @@ class Parked(Generic[T]):
 
     __slots__ = ("finish", "long_poll", "replicated", "settle")
 
-    def __init__(self, finish: Callable[[], Awaitable[T]], *, replicated: bool = True, long_poll: bool = False,
-                 settle: Callable[[Settled[T]], None] | None = None) -> None:
+    def __init__(self, finish: Callable[[], Awaitable[T_co]], *, replicated: bool = True, long_poll: bool = False,
+                 settle: Callable[[Settled[T_co]], None] | None = None) -> None:
         self.finish = finish
         self.replicated = replicated
         self.long_poll = long_poll

@@ -17,7 +17,6 @@ import uuid
 import zlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -25,6 +24,7 @@ from pykbroker.logsetup import fields
 from pykbroker.observability.otlp import OtlpError, walk
 from pykbroker.protocol.record_validator import _decompress_bounded
 from pykbroker.protocol.records import InvalidRecords
+from pykbroker.protocol.responses.telemetry import GetTelemetrySubscriptionsResponse
 
 log = logging.getLogger("pykbroker.telemetry")
 
@@ -235,16 +235,17 @@ class ClientTelemetry:
     # -- the two requests ------------------------------------------------------------------------
 
     def get_subscriptions(self, instance_id: uuid.UUID | None, selector: ClientSelector,
-                          now_ms: int) -> dict[str, Any]:
+                          now_ms: int) -> GetTelemetrySubscriptionsResponse:
         """GetTelemetrySubscriptions: a new instance id for a zero one, then the matching subscription."""
         if instance_id is None or instance_id.int == 0:
             instance_id = uuid.uuid4()
             while instance_id in self.instances:
                 instance_id = uuid.uuid4()
         inst = self._instance(instance_id, selector, now_ms)
-        body: dict[str, Any] = {"throttle_time": 0, "error_code": ErrorCode.none, "client_instance_id": instance_id,
-                                "subscription_id": 0, "accepted_compression_types": (), "push_interval": 0,
-                                "telemetry_max_bytes": 0, "delta_temporality": False, "requested_metrics": ()}
+        body: GetTelemetrySubscriptionsResponse = {
+            "throttle_time": 0, "error_code": ErrorCode.none, "client_instance_id": instance_id, "subscription_id": 0,
+            "accepted_compression_types": (), "push_interval": 0, "telemetry_max_bytes": 0,
+            "delta_temporality": False, "requested_metrics": ()}
         # Too early, unless the last push failed on a stale subscription or codec (the client must re-fetch).
         allowed = now_ms - max(inst.last_get_ms, inst.last_push_ms) >= inst.push_interval_ms
         if not allowed and inst.last_error not in (ErrorCode.unknown_subscription_id,
@@ -254,9 +255,9 @@ class ClientTelemetry:
         if allowed:
             inst.last_get_ms = now_ms
         inst.last_error = ErrorCode.none
-        body.update(subscription_id=inst.subscription_id, accepted_compression_types=ACCEPTED_COMPRESSION_TYPES,
-                    push_interval=inst.push_interval_ms, telemetry_max_bytes=self.max_bytes,
-                    delta_temporality=True, requested_metrics=inst.metrics)
+        body.update({"subscription_id": inst.subscription_id, "accepted_compression_types": ACCEPTED_COMPRESSION_TYPES,
+                     "push_interval": inst.push_interval_ms, "telemetry_max_bytes": self.max_bytes,
+                     "delta_temporality": True, "requested_metrics": inst.metrics})
         return body
 
     def push(self, instance_id: uuid.UUID | None, subscription: int, terminating: bool, compression_type: int,

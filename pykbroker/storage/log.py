@@ -10,8 +10,12 @@ Idempotent/transactional producers: the log owns a
 :class:`~pykbroker.storage.producer_state.ProducerStateManager`, validates producer batches
 against it before appending (batch headers only) and updates it afterwards.  Its state is
 snapshotted to ``<offset>.snapshot`` files at segment roll and clean close; opening loads
-the newest usable snapshot and replays batch headers from there.  Aborted transactions
-are recorded in the ``.txnindex`` of the segment holding their abort marker.
+the newest usable snapshot and replays batch headers from there
+(:mod:`~pykbroker.storage.producer_snapshots`).  Aborted transactions are recorded in the
+``.txnindex`` of the segment holding their abort marker.
+
+Opening a directory (recovery) is :mod:`~pykbroker.storage.log_loader`; the data sync handed to
+a syncer is :mod:`~pykbroker.storage.log_flush`.
 """
 
 from __future__ import annotations
@@ -44,24 +48,28 @@ from pykbroker.protocol.records import (
 from pykbroker.storage.index import CorruptIndex
 from pykbroker.storage.leader_epoch_cache import LeaderEpochCache
 from pykbroker.storage.log_config import LogConfig
+from pykbroker.storage.log_flush import DataFlush, fsync_dir, sync_data_flush
+from pykbroker.storage.log_loader import load_segments
+from pykbroker.storage.producer_snapshots import (
+    ProducerSnapshots,
+    index_completed_txn,
+    list_snapshots,
+    replay_producer_state,
+)
 from pykbroker.storage.producer_state import (
     AppendOrigin,
-    CompletedTxn,
     EndTxnMarker,
     ProducerStateError,
     ProducerStateManager,
     parse_end_txn_marker,
 )
 from pykbroker.storage.segment import (
-    INDEX_SUFFIX,
     LOG_SUFFIX,
-    TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
     Segment,
     filename_prefix,
-    parse_base_offset,
+    floor_index,
 )
-from pykbroker.storage.txn_index import AbortedTxn
 
 __all__ = [
     "AppendOrigin",
@@ -75,10 +83,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_STRAY_SUFFIXES = (".deleted", ".cleaned", ".swap", ".snapshot.tmp")
 _ORIGINS = frozenset(("client", "coordinator", "replication"))
-SNAPSHOT_SUFFIX = ".snapshot"
-SNAPSHOTS_TO_KEEP = 3  # newest producer snapshots kept (plus the one recovery would start from)
 
 
 def _wall_clock_ms() -> int:
@@ -142,17 +147,6 @@ def _on_disk(what: str) -> Callable[[Callable[Concatenate[Log, _P], _R]], Callab
         return wrapper
 
     return decorate
-
-
-@dataclass(frozen=True, slots=True)
-class DataFlush:
-    """A data sync handed to a syncer (Log.begin_data_flush): the descriptors are the syncer's to close."""
-
-    target: int  # every offset below it was written before the descriptors were duplicated
-    fds: tuple[int, ...]  # duplicated .log descriptors: fdatasync each
-    dir_fd: int  # the log's directory to fsync after a roll (a new segment file), or -1
-    dir_dirty: bool
-    truncations: int  # the log's truncation count when it began
 
 
 @dataclass(slots=True)
@@ -222,8 +216,7 @@ class Log:
         self._closed = False
         self.producer_state = ProducerStateManager()
         self.producer_state.map_end_offset = log_end_offset
-        self._snapshots: list[int] = []  # offsets of the <offset>.snapshot files, ascending
-        self._unsynced_snapshots: set[Path] = set()
+        self._snapshots = ProducerSnapshots(dir, self._mark_dir_dirty)
         # Set once a disk operation failed or the log dir was declared offline; never cleared
         # (a restart brings the dir back).  ``on_storage_error(log, reason)`` tells the owner,
         # from whichever thread hit the error; it must not block.
@@ -255,30 +248,8 @@ class Log:
         """
         clock = now_ms or _wall_clock_ms
         dir.mkdir(parents=True, exist_ok=True)
-        bases = _clean_dir_and_list_bases(dir)
-        now = clock()
-        segments: list[Segment] = []
-        try:
-            if not bases:
-                start = max(log_start_offset or 0, 0)
-                segments.append(Segment(dir, start, config, active=True, now_ms=now))
-            else:
-                for i, base in enumerate(bases):
-                    segments.append(Segment(dir, base, config, active=i == len(bases) - 1, now_ms=now))
-            if recover:
-                _recover_segments(dir, segments, recovery_point or 0)
-            _check_indexes(segments, skip_from=_floor_index(segments, recovery_point or 0) if recover else None)
-            leo, end = segments[-1].read_end()
-            if end != segments[-1].size:
-                # Claimed clean, yet the tail is not whole batches: never append after garbage.
-                truncated, leo = segments[-1].recover()
-                log.warning("Truncated %(truncated)d bytes of invalid data from %(segment)s",
-                            {"truncated": truncated, "segment": segments[-1].log_path})
-        except BaseException:
-            for seg in segments:
-                with contextlib.suppress(OSError):
-                    seg.close()
-            raise
+        segments, leo = load_segments(dir, config, recover=recover, clock=clock, log_start_offset=log_start_offset,
+                                      recovery_point=recovery_point)
         lso = max(segments[0].base_offset, log_start_offset or 0)
         lso = min(lso, leo)
         self = cls(
@@ -305,7 +276,7 @@ class Log:
         # producer-state replay, which then has to start at or below the first of them.
         rebuild: set[int] = set()
         if recover:
-            rebuild.update(s.base_offset for s in segments[_floor_index(segments, recovery_point or 0) :])
+            rebuild.update(s.base_offset for s in segments[floor_index(segments, recovery_point or 0) :])
         for seg in segments:
             try:
                 seg.txn_index.sanity_check()
@@ -317,7 +288,7 @@ class Log:
             for seg in segments:
                 if seg.base_offset in rebuild:
                     seg.txn_index.reset()
-            self._snapshots = _list_snapshots(dir)
+            self._snapshots.offsets = list_snapshots(dir)
             with self._lock:
                 self._load_producer_state_locked(leo, limit=min(rebuild) if rebuild else None, rebuild=rebuild)
         except BaseException:
@@ -334,7 +305,7 @@ class Log:
                             os.fsync(fd)
                         finally:
                             os.close(fd)
-            _fsync_dir(dir)
+            fsync_dir(dir)
         return self
 
     # -- properties ------------------------------------------------------------------------------
@@ -463,7 +434,7 @@ class Log:
                     if b.producer_id >= 0:
                         completed = producer_state.update(b, markers.get(i) if markers else None)
                         if completed is not None:
-                            _index_completed_txn(segment, producer_state, completed)
+                            index_completed_txn(segment, producer_state, completed)
             producer_state.map_end_offset = next_offset
             return AppendResult(
                 first_offset=first_offset,
@@ -550,7 +521,7 @@ class Log:
             if b.producer_id >= 0:
                 completed = state.update(b, markers.get(i) if markers else None)
                 if completed is not None:
-                    _index_completed_txn(segment, state, completed)
+                    index_completed_txn(segment, state, completed)
         state.map_end_offset = self.log_end_offset
 
     def _assign_epochs_locked(self, batches: list[BatchHeader]) -> None:
@@ -732,74 +703,20 @@ class Log:
                           {"expired": len(expired), "log_dir": self.dir.name})
             return len(expired)
 
-    def _snapshot_path(self, offset: int) -> Path:
-        return self.dir / (filename_prefix(offset) + SNAPSHOT_SUFFIX)
+    def _mark_dir_dirty(self) -> None:
+        self._dir_dirty = True
 
     def _take_snapshot_locked(self, *, sync: bool, strict: bool = False) -> None:
-        """Write the producer state as ``<LEO>.snapshot`` (atomically).
-
-        A failure is only logged (a missing snapshot costs a longer replay), unless ``strict``:
-        at a roll it is a disk failure like any other and the OSError propagates."""
+        """Write the producer state as ``<LEO>.snapshot`` (see :meth:`ProducerSnapshots.write`)."""
         offset = self.log_end_offset
         state = self.producer_state
         state.map_end_offset = offset
-        path = self._snapshot_path(offset)
-        tmp = path.with_name(path.name + ".tmp")
-        try:
-            data = state.snapshot()
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                with memoryview(data) as view:
-                    written = 0
-                    while written < len(view):
-                        written += os.write(fd, view[written:])
-                if sync:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-            if sync:
-                _fsync_dir(self.dir)
-                self._unsynced_snapshots.discard(path)
-            else:
-                self._unsynced_snapshots.add(path)
-                self._dir_dirty = True
-        except OSError as exc:
-            log.warning("Could not write producer snapshot %(path)s: %(error)s", {"path": path, "error": exc})
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            if strict:
-                raise
-            return
-        if offset not in self._snapshots:
-            bisect.insort(self._snapshots, offset)
-        self._prune_snapshots_locked()
-
-    def _delete_snapshot_locked(self, offset: int) -> None:
-        path = self._snapshot_path(offset)
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-        self._unsynced_snapshots.discard(path)
-        with contextlib.suppress(ValueError):
-            self._snapshots.remove(offset)
-        self._dir_dirty = True
+        if self._snapshots.write(state, offset, sync=sync, strict=strict):
+            self._prune_snapshots_locked()
 
     def _prune_snapshots_locked(self) -> None:
-        """Keep the newest few snapshots and the one recovery would start from; drop those
-        below the log start offset (but never the newest)."""
-        snapshots = self._snapshots
-        if len(snapshots) <= 1:
-            return
-        keep = set(snapshots[-SNAPSHOTS_TO_KEEP:])
-        recovery_base = self._segments[_floor_index(self._segments, self.recovery_point)].base_offset
-        i = bisect.bisect_right(snapshots, recovery_base)
-        if i:
-            keep.add(snapshots[i - 1])
-        newest = snapshots[-1]
-        for offset in list(snapshots):
-            if offset == newest or (offset in keep and offset >= self.log_start_offset):
-                continue
-            self._delete_snapshot_locked(offset)
+        recovery_base = self._segments[floor_index(self._segments, self.recovery_point)].base_offset
+        self._snapshots.prune(recovery_base=recovery_base, log_start_offset=self.log_start_offset)
 
     def _load_producer_state_locked(
         self, end: int, *, limit: int | None = None, rebuild: set[int] | None = None, sync: bool = True
@@ -808,56 +725,21 @@ class Log:
         ``limit``) plus a replay of batch headers, adding aborted transactions to the indexes of
         segments in ``rebuild``.  Newer snapshots are deleted.  Returns the batches replayed."""
         max_offset = end if limit is None else min(end, limit)
-        for offset in [o for o in self._snapshots if o > max_offset]:
-            self._delete_snapshot_locked(offset)
-        state: ProducerStateManager | None = None
-        start = self.log_start_offset
-        while self._snapshots:
-            offset = self._snapshots[-1]
-            path = self._snapshot_path(offset)
-            try:
-                state = ProducerStateManager.from_snapshot(path.read_bytes())
-            except (OSError, ValueError) as exc:
-                log.warning("Deleting unreadable producer snapshot %(path)s: %(error)s", {"path": path, "error": exc})
-                self._delete_snapshot_locked(offset)
-                continue
-            start = max(offset, self.log_start_offset)
-            break
-        if state is None:
+        newest = self._snapshots.load_newest(max_offset)
+        if newest is None:
             state = ProducerStateManager()
+            start = self.log_start_offset
+        else:
+            state, offset = newest
+            start = max(offset, self.log_start_offset)
         state.map_end_offset = start
-        replayed = self._replay_locked(state, start, end, rebuild or set())
+        replayed = replay_producer_state(self._segments, state, start, end, rebuild or set())
         state.map_end_offset = end
         self.producer_state = state
         if replayed:
             log.debug("Loaded producer state of %(log_dir)s: replayed %(replayed)d batch(es) from %(start)d",
                       {"log_dir": self.dir.name, "replayed": replayed, "start": start})
             self._take_snapshot_locked(sync=sync)
-        return replayed
-
-    def _replay_locked(self, state: ProducerStateManager, start: int, end: int, rebuild: set[int]) -> int:
-        replayed = 0
-        if start >= end:
-            return replayed
-        segments = self._segments
-        for segment in segments[_floor_index(segments, start) :]:
-            if segment.base_offset >= end:
-                break
-            _, position = segment.offset_index.lookup(start)
-            try:
-                for header in segment.scan(position):
-                    if header.base_offset >= end:
-                        break
-                    if header.last_offset < start or header.producer_id < 0:
-                        continue
-                    marker = _read_marker(segment, header) if header.is_control else None
-                    completed = state.update(header, marker)
-                    replayed += 1
-                    if completed is not None and segment.base_offset in rebuild:
-                        _index_completed_txn(segment, state, completed)
-            except InvalidRecords as exc:
-                log.warning("Producer state replay stopped in %(segment)s: %(error)s",
-                            {"segment": segment.log_path, "error": exc})
         return replayed
 
     # -- roll / flush ------------------------------------------------------------------------------
@@ -925,15 +807,15 @@ class Log:
                 fds: list[int] = []
                 for segment in self._segments[i:]:
                     fds.extend(segment.dup_fds())
-                for path in self._unsynced_snapshots:
+                for path in self._snapshots.unsynced:
                     with contextlib.suppress(FileNotFoundError):
                         fds.append(os.open(path, os.O_RDONLY))
-                self._unsynced_snapshots.clear()
+                self._snapshots.unsynced.clear()
             try:
                 for fd in fds:
                     os.fsync(fd)
                 if dir_dirty:
-                    _fsync_dir(self.dir)
+                    fsync_dir(self.dir)
             finally:
                 for fd in fds:
                     os.close(fd)
@@ -1192,8 +1074,8 @@ class Log:
             self._truncations += 1
             self._unflushed_messages = 0
             self._dir_dirty = True
-            for snapshot_offset in list(self._snapshots):
-                self._delete_snapshot_locked(snapshot_offset)
+            for snapshot_offset in list(self._snapshots.offsets):
+                self._snapshots.delete(snapshot_offset)
             self.producer_state.truncate_and_reset(offset)
             self.leader_epoch_cache.clear()
 
@@ -1223,14 +1105,14 @@ class Log:
                 cleaned.unlink(missing_ok=True)
                 del self._segments[i]
                 self._bases = [s.base_offset for s in self._segments]
-                _fsync_dir(self.dir)
+                fsync_dir(self.dir)
                 return True
             old.close()
             os.replace(cleaned, old.log_path)
             for index in (old.offset_index, old.time_index):
                 with contextlib.suppress(FileNotFoundError):
                     index.path.unlink()
-            _fsync_dir(self.dir)
+            fsync_dir(self.dir)
             new = Segment(self.dir, old.base_offset, self.config, active=False, now_ms=self._now_ms())
             new.recover(verify_crc=False)
             self._segments[i] = new
@@ -1249,7 +1131,7 @@ class Log:
         ``cleaned`` (fsynced by the caller) holds the surviving batches of ``olds`` with their
         offsets; ``txn_index`` the raw transaction-index entries for the merged segment.  It
         is renamed to ``<base>.log.swap`` (the commit point: from here recovery finishes the
-        swap, see :func:`_complete_swaps`), the old segments are deleted, then the swap file
+        swap, see :mod:`~pykbroker.storage.log_loader`), the old segments are deleted, then the swap file
         is renamed to ``<base>.log``.  Returns False if ``olds`` are no longer adjacent inactive
         segments of this log.
         """
@@ -1276,13 +1158,13 @@ class Log:
                 finally:
                     os.close(fd)
             os.replace(cleaned, log_swap)
-            _fsync_dir(self.dir)  # committed: recovery completes the swap from here on
+            fsync_dir(self.dir)  # committed: recovery completes the swap from here on
             for seg in olds:
                 seg.delete()
             if txn_index:
                 os.replace(txn_swap, self.dir / (prefix + TXN_INDEX_SUFFIX))
             os.replace(log_swap, self.dir / (prefix + LOG_SUFFIX))
-            _fsync_dir(self.dir)
+            fsync_dir(self.dir)
             new = Segment(self.dir, base, self.config, active=False, now_ms=self._now_ms())
             new.recover(verify_crc=False)
             self._segments[i:i + len(olds)] = [new]
@@ -1397,37 +1279,6 @@ class Log:
 # -- helpers ----------------------------------------------------------------------------------------
 
 
-def sync_data_flush(flush: DataFlush) -> int:
-    """fdatasync the flush's segment descriptors (fsync its directory) and close them all; the errno of
-    the first failure, or 0.  What a worker of ``pykbroker/_native/syncer.c`` does, in Python."""
-    error = 0
-    try:
-        for fd in flush.fds:
-            if not error:
-                try:
-                    os.fdatasync(fd)
-                except OSError as e:
-                    error = e.errno or errno.EIO
-        if flush.dir_fd >= 0 and not error:
-            try:
-                os.fsync(flush.dir_fd)
-            except OSError as e:
-                error = e.errno or errno.EIO
-    finally:
-        for fd in (*flush.fds, flush.dir_fd):
-            if fd >= 0:
-                os.close(fd)
-    return error
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _decode_markers(records: bytearray, batches: list[BatchHeader]) -> dict[int, EndTxnMarker] | None:
     """Decoded transaction markers of the control batches (by batch index); raises InvalidRecords."""
     markers: dict[int, EndTxnMarker] | None = None
@@ -1439,160 +1290,3 @@ def _decode_markers(records: bytearray, batches: list[BatchHeader]) -> dict[int,
                     markers = {}
                 markers[i] = marker
     return markers
-
-
-def _read_marker(segment: Segment, header: BatchHeader) -> EndTxnMarker | None:
-    try:
-        return parse_end_txn_marker(segment.read_batch(header))
-    except InvalidRecords as exc:
-        log.warning("Ignoring unreadable control batch at offset %(base_offset)d of %(segment)s: %(error)s",
-                    {"base_offset": header.base_offset, "segment": segment.name, "error": exc})
-        return None
-
-
-def _index_completed_txn(segment: Segment, state: ProducerStateManager, completed: CompletedTxn) -> None:
-    """Record an aborted transaction in the index of the segment holding its marker."""
-    if completed.is_aborted:
-        segment.txn_index.append(
-            AbortedTxn(
-                completed.producer_id,
-                completed.first_offset,
-                completed.last_offset,
-                state.last_stable_offset(completed),
-            )
-        )
-
-
-def _list_snapshots(dir: Path) -> list[int]:
-    out: list[int] = []
-    for entry in os.scandir(dir):
-        if entry.name.endswith(SNAPSHOT_SUFFIX) and entry.is_file():
-            offset = parse_base_offset(entry.name)
-            if offset is not None:
-                out.append(offset)
-    return sorted(out)
-
-
-def _floor_index(segments: list[Segment], offset: int) -> int:
-    """Index of the segment containing ``offset`` (0 if it precedes all)."""
-    return max(0, bisect.bisect_right([s.base_offset for s in segments], offset) - 1)
-
-
-def _clean_dir_and_list_bases(dir: Path) -> list[int]:
-    """Delete leftovers of interrupted operations and return the segment base offsets."""
-    bases: set[int] = set()
-    index_files: list[tuple[Path, int]] = []
-    _complete_swaps(dir)  # a merged clean interrupted after its commit point
-    for entry in os.scandir(dir):
-        if not entry.is_file():
-            continue
-        name = entry.name
-        if name.endswith(_STRAY_SUFFIXES):
-            log.info("Deleting stray file %(name)s in %(log_dir)s", {"name": name, "log_dir": dir})
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(entry.path)
-            continue
-        base = parse_base_offset(name)
-        if base is None:
-            continue
-        if name.endswith(LOG_SUFFIX):
-            bases.add(base)
-        elif name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)):
-            index_files.append((Path(entry.path), base))
-    for path, base in index_files:
-        if base not in bases:
-            log.info("Deleting orphaned index file %(path)s", {"path": path})
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-    return sorted(bases)
-
-
-def _complete_swaps(dir: Path) -> None:  # finish Log.replace_segments after a crash
-    for swap in sorted(dir.glob("*" + LOG_SUFFIX + ".swap")):
-        base = parse_base_offset(swap.name)
-        if base is None:
-            continue
-        data = swap.read_bytes()
-        last, pos = base, 0
-        while pos + 61 <= len(data):
-            batch_base = int.from_bytes(data[pos:pos + 8], "big", signed=True)
-            length = int.from_bytes(data[pos + 8:pos + 12], "big", signed=True)
-            last = batch_base + int.from_bytes(data[pos + 23:pos + 27], "big", signed=True)
-            if length <= 0:
-                break
-            pos += 12 + length
-        prefix = filename_prefix(base)
-        txn_swap = dir / (prefix + TXN_INDEX_SUFFIX + ".swap")
-        for entry in list(os.scandir(dir)):
-            b = parse_base_offset(entry.name)
-            if b is None or not base <= b <= last or entry.name.endswith(".swap"):
-                continue
-            if entry.name.endswith(TXN_INDEX_SUFFIX) and b == base and not txn_swap.exists():
-                continue  # already the merged index
-            if entry.name.endswith((LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(entry.path)
-        if txn_swap.exists():
-            os.replace(txn_swap, dir / (prefix + TXN_INDEX_SUFFIX))
-        os.replace(swap, dir / (prefix + LOG_SUFFIX))
-        log.info("Completed an interrupted segment swap at base offset %(base)d in %(log_dir)s",
-                 {"base": base, "log_dir": dir})
-        _fsync_dir(dir)
-
-
-def _recover_segments(dir: Path, segments: list[Segment], recovery_point: int) -> None:
-    """Re-validate segments from the one holding the recovery point; cut at first damage."""
-    start = _floor_index(segments, recovery_point)
-    expected = segments[start].base_offset
-    total_truncated = 0
-    for i in range(start, len(segments)):
-        seg = segments[i]
-        if seg.base_offset < expected:
-            # Overlaps the previous segment's data: everything from here on is unusable.
-            total_truncated += _drop_tail_segments(segments, i)
-            break
-        truncated, next_offset = seg.recover()
-        total_truncated += truncated
-        if truncated and i + 1 < len(segments):
-            total_truncated += _drop_tail_segments(segments, i + 1)
-            break
-        expected = next_offset
-    if not segments[-1].active:
-        segments[-1].make_active()
-    if total_truncated:
-        log.warning(
-            "Recovery of %(log_dir)s truncated %(total_truncated)d bytes of invalid or incomplete data (log end "
-            "offset now %(next_offset)d)",
-            {"log_dir": dir.name, "total_truncated": total_truncated, "next_offset": segments[-1].read_next_offset()},
-        )
-    else:
-        log.debug("Recovered %(log_dir)s: %(segments)d segment(s) checked, no data lost",
-                  {"log_dir": dir.name, "segments": len(segments) - start})
-
-
-def _drop_tail_segments(segments: list[Segment], first: int) -> int:
-    dropped = 0
-    while len(segments) > first:
-        seg = segments.pop()
-        dropped += seg.size
-        log.warning("Deleting segment %(segment)s after corruption in an earlier segment", {"segment": seg.log_path})
-        seg.delete()
-    if not segments:
-        raise AssertionError("recovery dropped every segment")
-    return dropped
-
-
-def _check_indexes(segments: list[Segment], *, skip_from: int | None) -> None:
-    """Sanity-check indexes not rebuilt by recovery; rebuild those that fail."""
-    for i, seg in enumerate(segments):
-        if skip_from is not None and i >= skip_from:
-            break
-        nxt = segments[i + 1].base_offset if i + 1 < len(segments) else None
-        try:
-            seg.sanity_check(nxt)
-        except CorruptIndex as exc:
-            log.warning("Rebuilding index of %(segment)s: %(error)s", {"segment": seg.log_path, "error": exc})
-            truncated, _ = seg.recover()
-            if truncated:
-                log.warning("Truncated %(truncated)d invalid bytes from %(segment)s",
-                            {"truncated": truncated, "segment": seg.log_path})

@@ -8,6 +8,7 @@ Not thread-safe by itself: :class:`~pykbroker.storage.log.Log` serialises access
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import logging
 import os
@@ -41,6 +42,7 @@ __all__ = [
     "SegmentRead",
     "SegmentSlice",
     "filename_prefix",
+    "floor_index",
     "parse_base_offset",
 ]
 
@@ -69,6 +71,11 @@ def parse_base_offset(name: str) -> int | None:
     if len(stem) != 20 or not stem.isdigit():
         return None
     return int(stem)
+
+
+def floor_index(segments: list[Segment], offset: int) -> int:
+    """Index of the segment containing ``offset`` (0 if it precedes all)."""
+    return max(0, bisect.bisect_right([s.base_offset for s in segments], offset) - 1)
 
 
 @dataclass(slots=True)

@@ -1,4 +1,4 @@
-"""Issue 13: three pykbroker processes and a ZooKeeper are one Kafka cluster to every client.
+"""Three pykbroker processes and a ZooKeeper are one Kafka cluster to every client.
 
 Each client (confluent-kafka, kafka-python, aiokafka, kafkajs and the Java client, through the compat
 suite's drivers) bootstraps from one broker only, creates a topic with 6 partitions led by different

@@ -1,4 +1,4 @@
-"""Issue 13's fault tests: controller failover, controlled shutdown, ZooKeeper restarts, bad starts.
+"""Cluster faults: controller failover, controlled shutdown, ZooKeeper restarts, bad starts.
 
 Each test starts its own cluster (ZooKeeper + brokers as subprocesses) so that it can kill or stop
 any process; every wait is bounded.

@@ -1,4 +1,4 @@
-"""Issue 14: exactly-once across failovers.
+"""Exactly-once across failovers.
 
 A transactional read-process-write pipeline (confluent-kafka: a read_committed consumer in a group and a
 transactional producer that commits the consumer's offsets in its transactions) runs while brokers are

@@ -1,4 +1,4 @@
-"""Issue 14's replication fault tests: leaders killed, followers and leaders paused, divergent tails,
+"""Replication faults: leaders killed, followers and leaders paused, divergent tails,
 leader-epoch fencing, under-replicated and offline partitions, unclean leader election.
 
 Each test starts its own cluster (real ZooKeeper, brokers as subprocesses) so that it can SIGKILL,

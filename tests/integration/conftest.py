@@ -1,4 +1,4 @@
-"""Fixtures and helpers for the core integration tests (issue 2): real clients, real broker subprocesses.
+"""Fixtures and helpers for the core integration tests: real clients, real broker subprocesses.
 
 Every broker runs as a subprocess on a free 127.0.0.1 port with its own data directory
 (:class:`tests.support.broker.BrokerProcess`), so the tests are safe under pytest-xdist.

@@ -62,7 +62,7 @@ def test_set_describe_and_remove_through_kafka_python(kp: KpQuotas, broker: Brok
     assert kp.alter(alice, {"producer_byte_rate": 5.0}, validate_only=True) == (0, None)
     assert kp.entries([("user", EXACT, "kp-alice")], strict=True) == {}
 
-    # Every key is enforced now (tests/integration/test_quota_*.py): the log has no "not enforced" line.
+    # Every key is enforced (tests/integration/test_quota_*.py): the log has no "not enforced" line.
     assert broker.log().count("not enforced") == 0
 
 

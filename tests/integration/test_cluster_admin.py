@@ -1,4 +1,4 @@
-"""Issue 13: the admin APIs of a ZooKeeper cluster of three pykbroker processes.
+"""The admin APIs of a ZooKeeper cluster of three pykbroker processes.
 
 A topic created, altered, grown and deleted through one broker is seen the same way by every
 broker; a preferred leader election brings leadership back after it moved; a broker that cannot

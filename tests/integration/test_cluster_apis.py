@@ -1,4 +1,4 @@
-"""The cluster-shaped APIs on a single broker, through real clients (issue 12).
+"""The cluster-shaped APIs on a single broker, through real clients.
 
 DescribeCluster, DescribeTopicPartitions, DescribeLogDirs, AlterReplicaLogDirs, ElectLeaders,
 Alter/ListPartitionReassignments, OffsetForLeaderEpoch and the authorized-operations fields of

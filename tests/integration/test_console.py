@@ -1,5 +1,5 @@
 """What a person sees on the console: a short first start, errors once with their cause,
-health checks that say why, and scripts/run.sh taking its data directory from the real setting (issue 11)."""
+health checks that say why, and scripts/run.sh taking its data directory from the real setting."""
 
 from __future__ import annotations
 

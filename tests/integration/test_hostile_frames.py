@@ -1,9 +1,9 @@
-"""Hostile frames over real sockets cannot take a memory-limited broker down (issue 10).
+"""Hostile frames over real sockets cannot take a memory-limited broker down.
 
 The broker runs with its address space capped (RLIMIT_AS, what ``prlimit --as`` sets), so a
-request that made kio allocate from a lying length would abort it, as the 21-byte Metadata v12
-frame of the issue did.  It receives that frame and a few thousand mutated frames of every
-advertised (API, version) while a well-behaved idempotent producer keeps writing; afterwards the
+request that made kio allocate from a lying length would abort it, as a 21-byte Metadata v12
+frame whose topics array claims ~4 billion entries would.  It receives that frame and a few thousand
+mutated frames of every advertised (API, version) while a well-behaved idempotent producer keeps writing; afterwards the
 producer has seen no failure and a produce-then-consume round trip works.
 """
 
@@ -33,7 +33,7 @@ from tests.integration.conftest import (
     produce_all,
     unique_topic,
 )
-from tests.support.hostile import ISSUE_FRAME, advertised_pairs, mutated_frames
+from tests.support.hostile import HUGE_ARRAY_FRAME, advertised_pairs, mutated_frames
 
 ADDRESS_SPACE = 3 << 30
 # Every partition maps its offset and time indexes at full size (10 MiB each by default): the 100
@@ -124,11 +124,11 @@ def test_hostile_frames_leave_a_memory_limited_broker_serving(broker_factory: Br
     steady = SteadyProducer(b, steady_topic)
     steady.start()
     try:
-        # The issue's frame, byte for byte: answered by a closed connection, not an abort.
+        # The 21-byte frame, byte for byte: answered by a closed connection, not an abort.
         with RawConnection(b) as conn:
-            conn.send(ISSUE_FRAME)
-            assert conn.wait_closed(10), "the issue's frame did not close the connection"
-        assert b.proc.poll() is None, f"broker died on the issue's frame:\n{b.log()[-3000:]}"
+            conn.send(HUGE_ARRAY_FRAME)
+            assert conn.wait_closed(10), "the 21-byte frame did not close the connection"
+        assert b.proc.poll() is None, f"broker died on the 21-byte frame:\n{b.log()[-3000:]}"
 
         # What Kafka refuses must close the connection; what it accepts is simply served.
         parser = Dispatcher(cast(Services, None))

@@ -1,6 +1,6 @@
 """ListOffsets with MAX_TIMESTAMP (-3, KIP-734): the offset of the record with the largest timestamp.
 
-It used to come back with offset and timestamp swapped.  Records are produced with timestamps out of
+The answer pairs that record's offset with its timestamp.  Records are produced with timestamps out of
 order, so the largest is neither the first nor the last record, nor in the last batch, and two client
 libraries ask for it: confluent-kafka (``OffsetSpec.max_timestamp()``) and kafka-python
 (``OffsetSpec.MAX_TIMESTAMP``).
@@ -62,7 +62,7 @@ def test_max_timestamp_through_confluent_kafka_and_kafka_python(broker_factory: 
         tp = KpTopicPartition(topic, 0)
         got = kp.list_partition_offsets({tp: KpOffsetSpec.MAX_TIMESTAMP})[tp]
         assert (got.offset, got.timestamp) == (MAX_OFFSET, STAMPS[MAX_OFFSET])
-        # The other specs are unchanged by the fix.
+        # The other specs answer as usual.
         latest = kp.list_partition_offsets({tp: KpOffsetSpec.LATEST})[tp]
         earliest = kp.list_partition_offsets({tp: KpOffsetSpec.EARLIEST})[tp]
         assert (earliest.offset, latest.offset) == (0, len(STAMPS))

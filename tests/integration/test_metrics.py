@@ -192,7 +192,8 @@ def test_structured_logs_and_request_log(broker_factory: BrokerFactory) -> None:
     assert {"ts", "level", "msg", "version", "latency_ms", "peer", "correlation_id"} <= set(hits[0])
     assert hits[0]["level"] == "debug"
     started = [json.loads(line) for line in b.log().splitlines() if line.startswith("{")]
-    assert any("started broker_id" in d["msg"] for d in started), "the broker's own lines are JSON too"
+    assert any(d["msg"].endswith(" started") and d.get("broker_id") is not None for d in started), \
+        "the broker's own lines are JSON too, with their data as fields"
 
 
 def test_bad_metrics_listener_refuses_to_start(broker_factory: BrokerFactory) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -32,11 +33,11 @@ CHILD = textwrap.dedent("""
         sys.exit(2)
     if mode == "cannot-start" and broker == 2:
         sys.exit(1)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # before listening: a listening child stops cleanly
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind(("127.0.0.1", port))
     s.listen()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     for _ in range(600):
         time.sleep(0.1)
 """)
@@ -119,10 +120,20 @@ def test_restarts_then_gives_up_after_max_restarts(tmp_path: Path) -> None:
     assert f"broker 1 (pid {first[1]}) stopped: exit status 0" in err
 
 
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
 def test_sigint_is_forwarded_and_the_parent_exits_0(tmp_path: Path) -> None:
-    proc, _ = _supervise(tmp_path, "serve")
+    proc, port = _supervise(tmp_path, "serve")
     try:
         pids = wait_for(lambda: len(c := _children(proc.pid)) == 2 and c, timeout=20, what="two children")
+        # Both children ready (their SIGTERM handler is set before they listen), as brokers that serve.
+        wait_for(lambda: _listening(port) and _listening(port + 1), timeout=30, what="both children listening")
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
     finally:

@@ -1,4 +1,4 @@
-"""Clients from before Kafka 0.11 (issue 12): the oldest protocol versions and message formats v0/v1.
+"""Clients from before Kafka 0.11: the oldest protocol versions and message formats v0/v1.
 
 kafka-python pinned to an old ``api_version`` speaks what those brokers spoke (0.8.2: Produce
 v0 and Fetch v0 with message format v0; 0.9: v1; 0.10.1: Produce v2 / Fetch v3 with format v1),

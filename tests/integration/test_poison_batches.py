@@ -1,4 +1,4 @@
-"""Issue 10, item 3: batches Kafka would refuse are refused, and consumers read on past them.
+"""Batches Kafka would refuse are refused, and consumers read on past them.
 
 Each poison batch goes to a subprocess broker in a raw Produce request between two good
 batches; the broker must answer with Kafka's error code (and per-record errors on v8+), leave

@@ -90,7 +90,7 @@ def test_ip_connection_creation_rate_closes_connections_over_it(broker: BrokerPr
     finally:
         for sock in keep:
             sock.close()
-    assert "connection_creation_rate quota of" in broker.log()
+    assert "above its connection_creation_rate quota" in broker.log()
 
 
 def test_connections_are_not_limited_without_an_ip_quota(broker: BrokerProcess, kp: KpQuotas) -> None:

@@ -307,7 +307,7 @@ def run_java_probe(tmp_path: Path, sasl: str, mechanism: str, topic: str, *extra
 
     try:
         cp = os.pathsep.join(str(p) for p in env.jars())
-    except Exception as e:  # the jars come from a wheel the compat setup downloads
+    except Exception as e:  # mvn copies them from Maven Central (compat/env.py)
         pytest.fail(f"kafka-clients jars unavailable (scripts/install.sh --test fetches them): {e}")
     src = tmp_path / "SaslProbe.java"
     src.write_text(JAVA)
@@ -339,7 +339,7 @@ def test_wrong_password(broker: tuple[BrokerProcess, str], mechanism: str) -> No
     p.flush(10)
     assert any("uthentication" in e.str() for e in errors), [e.str() for e in errors]
     user = creds(mechanism)[0]
-    wait_for(lambda: "failed authentication" in b.log() and f"mechanism={mechanism} user='{user}'" in b.log(),
+    wait_for(lambda: "failed authentication" in b.log() and f"mechanism={mechanism} user={user} " in b.log(),
              what="the failed-login log line")
     assert bad_password not in b.log()
     assert consume_plain(b, topic, 1) == []
@@ -360,7 +360,8 @@ def test_unknown_mechanism(broker: tuple[BrokerProcess, str]) -> None:
     p.flush(5)
     assert any("OAUTHBEARER" in e.str() or "mechanism" in e.str().lower() for e in errors), \
         [e.str() for e in errors]
-    wait_for(lambda: "unsupported SASL mechanism 'OAUTHBEARER'" in b.log(), what="the log line")
+    wait_for(lambda: "unsupported SASL mechanism" in b.log() and "mechanism=OAUTHBEARER" in b.log(),
+             what="the log line")
 
 
 def test_reauthentication(tmp_path: Path) -> None:
@@ -471,6 +472,42 @@ def test_handshake_v0_raw_tokens_and_gating(broker: tuple[BrokerProcess, str]) -
         s.sendall(_v1_frame(17, 1, {"mechanism": "GSSAPI"}))
         resp = codec.decode_response(17, 1, read_frame(s), 4)
         assert resp.error_code == 33 and list(resp.mechanisms) == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+        assert s.recv(100) == b"", "a failed handshake closes the connection, as in Kafka"
+
+
+def test_failed_authentication_is_answered_late_then_closed(tmp_path: Path) -> None:
+    """Kafka's KIP-306: the answer to a failed SASL authentication waits
+    connection.failed.authentication.delay.ms, then the broker closes the connection."""
+    import socket
+
+    from pykbroker.protocol import codec
+    from tests.support.cluster import read_frame
+
+    b, sasl = start_broker(tmp_path, **{"connection.failed.authentication.delay.ms": "600"})
+    try:
+        host, port = sasl.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.settimeout(10)
+            s.sendall(_v1_frame(17, 1, {"mechanism": "PLAIN"}))
+            assert codec.decode_response(17, 1, read_frame(s), 4).error_code == 0
+            sent = time.monotonic()
+            s.sendall(_v1_frame(36, 1, {"auth_bytes": b"\x00alice\x00not-her-password"}, cid=8))
+            resp = codec.decode_response(36, 1, read_frame(s), 4)
+            waited = time.monotonic() - sent
+            assert resp.error_code == 58 and "Invalid username or password" in (resp.error_message or "")
+            assert waited >= 0.5, f"answered after {waited:.3f} s, not after the delay"
+            assert s.recv(100) == b"", "the connection closes after the answer"
+        # A good login on a new connection still works, and the broker serves on.
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.settimeout(10)
+            s.sendall(_v1_frame(17, 1, {"mechanism": "PLAIN"}))
+            assert codec.decode_response(17, 1, read_frame(s), 4).error_code == 0
+            s.sendall(_v1_frame(36, 1, {"auth_bytes": b"\x00alice\x00alice-secret"}, cid=9))
+            assert codec.decode_response(36, 1, read_frame(s), 4).error_code == 0
+        wait_for(lambda: "closing connection" in b.log() and "reason=\"failed authentication\"" in b.log(),
+                 what="the close's log line")
+    finally:
+        b.stop()
 
 
 # --- a ZooKeeper cluster ------------------------------------------------------------------------

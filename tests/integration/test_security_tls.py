@@ -194,7 +194,8 @@ def test_bad_client_certificates_refused(tls: Tls, who: str) -> None:
     cert = None if who == "none" else getattr(tls.pki, who)
     assert _handshake(tls.mtls_port, tls.pki, tls.pki.bob) == ""  # a good certificate is served
     assert _handshake(tls.mtls_port, tls.pki, cert) != ""
-    wait_for(lambda: "listener=MTLS: TLS handshake failed" in tls.broker.log(), what="handshake failure log")
+    wait_for(lambda: "TLS handshake failed" in tls.broker.log() and "listener=MTLS reason=" in tls.broker.log(),
+             what="handshake failure log")
 
 
 def test_plaintext_client_on_ssl_port(tls: Tls) -> None:
@@ -276,7 +277,7 @@ def test_cluster_replicates_over_an_ssl_inter_broker_listener(tmp_path: Path, pk
                      what="all three replicas in the ISR")
         logs = cluster.logs()
         assert "TLS handshake failed" not in logs, logs
-        assert f"listener={inter} principal=User:CN=localhost,O=pykbroker tests" in logs
+        assert f'listener={inter} principal="User:CN=localhost,O=pykbroker tests"' in logs
 
 
 KAFKAJS_SCRIPT = r"""

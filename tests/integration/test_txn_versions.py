@@ -1,4 +1,5 @@
-"""The last versions of issue 12 as real clients send them, through the compat suite's recording proxy.
+"""The newest transaction and ListOffsets versions as real clients send them, through the compat suite's
+recording proxy.
 
 Measured with the recording proxy (compat/proxy.py):
 

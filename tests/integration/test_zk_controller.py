@@ -18,7 +18,8 @@ import pytest
 from kazoo.client import KazooClient
 
 from pykbroker.config import BrokerConfig
-from pykbroker.controller.controller import ELECTIONS, ControllerMoved, ZkController, _Op
+from pykbroker.controller.controller import ELECTIONS, ZkController
+from pykbroker.controller.partition_state_machine import ControllerMoved, ZkOp
 from pykbroker.metadata import zk_layout as zl
 from tests.support.zookeeper import ZooKeeperEnsemble
 
@@ -189,7 +190,7 @@ def test_a_zombie_controller_cannot_write(cluster: Cluster) -> None:
     # Another controller was elected meanwhile (as far as ZooKeeper knows): the epoch moved on.
     cluster.admin.set(zl.CONTROLLER_EPOCH, zl.encode_controller_epoch(stale_epoch + 1))
     with pytest.raises(ControllerMoved):
-        a._multi([_Op("create", "/zombie-was-here")])
+        a._multi([ZkOp("create", "/zombie-was-here")])
     assert cluster.admin.exists("/zombie-was-here") is None
 
     # Its next real write fails the same way: it resigns and a fresh election (epoch + 2) follows,

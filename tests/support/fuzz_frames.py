@@ -26,7 +26,7 @@ from pykbroker.protocol.bounds import check_request, request_walker
 from pykbroker.protocol.framing import CloseConnection
 from pykbroker.server.context import Services
 from pykbroker.server.dispatcher import Dispatcher
-from tests.support.hostile import ISSUE_FRAME, mutated_frames
+from tests.support.hostile import HUGE_ARRAY_FRAME, mutated_frames
 
 
 def run(frames: int, seed: int) -> dict[str, Any]:
@@ -38,7 +38,7 @@ def run(frames: int, seed: int) -> dict[str, Any]:
     failures: list[str] = []
     started = time.monotonic()
     seen = 0
-    for api_key, version, frame in itertools.chain([(3, 12, ISSUE_FRAME[4:])], mutated_frames(frames, seed)):
+    for api_key, version, frame in itertools.chain([(3, 12, HUGE_ARRAY_FRAME[4:])], mutated_frames(frames, seed)):
         seen += 1
         try:
             parsed = dispatcher.parse(frame)

@@ -22,8 +22,8 @@ from pykbroker.protocol import codec
 from pykbroker.protocol.records import build_batch
 from pykbroker.server.dispatcher import API_TABLE
 
-# The issue's frame, size prefix included: Metadata v12 whose topics array claims ~4 billion entries.
-ISSUE_FRAME = bytes.fromhex("000000110003000c0000000100017800818080800f")
+# 21 bytes, size prefix included: Metadata v12 whose topics array claims ~4 billion entries.
+HUGE_ARRAY_FRAME = bytes.fromhex("000000110003000c0000000100017800818080800f")
 
 _INT_RANGES: dict[str, tuple[int, int]] = {
     "int8": (-(2**7), 2**7 - 1), "int16": (-(2**15), 2**15 - 1), "int32": (-(2**31), 2**31 - 1),

@@ -1,6 +1,6 @@
 """The bounds pre-pass: valid requests of every advertised version pass, lying frames are refused.
 
-Issue 10: a 21-byte Metadata v12 frame whose topics array claims ~4 billion entries made kio
+A 21-byte Metadata v12 frame whose topics array claims ~4 billion entries makes kio alone
 allocate tens of GB and the process abort.  These tests drive ``pykbroker.protocol.bounds`` and
 ``Dispatcher.parse`` directly; ``test_fuzz_frames.py`` runs the same mutations by the hundred
 thousand in a memory-limited subprocess.
@@ -36,8 +36,8 @@ from pykbroker.server.context import Services
 from pykbroker.server.dispatcher import API_TABLE, ApiSpec, Dispatcher
 from pykbroker.server.handlers import offsets, produce
 from tests.support.hostile import (
+    HUGE_ARRAY_FRAME,
     HUGE_LENGTHS,
-    ISSUE_FRAME,
     advertised_pairs,
     mutate,
     random_entity,
@@ -94,10 +94,10 @@ def test_valid_requests_pass_property(pair: tuple[int, int], rng: random.Random)
     assert codec.encode_entity(decoded) == codec.encode_entity(entity)
 
 
-def test_the_issue_frame_is_refused_before_decoding() -> None:
-    size, = struct.unpack_from(">i", ISSUE_FRAME)
-    frame = ISSUE_FRAME[4:]
-    assert len(ISSUE_FRAME) == 21 and size == len(frame)
+def test_a_four_billion_element_array_is_refused_before_decoding() -> None:
+    size, = struct.unpack_from(">i", HUGE_ARRAY_FRAME)
+    frame = HUGE_ARRAY_FRAME[4:]
+    assert len(HUGE_ARRAY_FRAME) == 21 and size == len(frame)
     with pytest.raises(bounds.BoundsError, match=r"topics: array of 4026531840 elements"):
         bounds.check_request(3, 12, frame, body_offset(frame))
     with pytest.raises(CloseConnection, match=r"metadata v12 request before decoding: .*topics"):

@@ -7,10 +7,21 @@ import json
 from pathlib import Path
 from typing import Any
 
-from compat.clients.base import Client
+import pytest
+
+from compat import realkafka, security
+from compat.clients.base import Client, NotSupportedByClient, Sasl
 from compat.clients.confluent import ConfluentClient
-from compat.cluster import ClusterInfo, ManagedPykbrokerCluster, cluster_overrides, recorded_requests
-from compat.report import render, render_brokers
+from compat.clients.kafka_python import DROPS_DATA_BEFORE_CLOSE, KafkaPythonClient
+from compat.cluster import (
+    SINGLE_NODE_OVERRIDES,
+    ClusterInfo,
+    ManagedPykbrokerCluster,
+    cluster_overrides,
+    recorded_requests,
+)
+from compat.realkafka import KafkaNode, KafkaSetupError, ManagedKafka, release, releases
+from compat.report import check, render, render_brokers
 from compat.scenario import CONSUMER_GROUP_HEARTBEAT, CONSUMER_PROTOCOL, GROUPS, broker_gaps, needed_versions
 from pykbroker.config import BrokerConfig, parse_listener
 
@@ -165,3 +176,99 @@ def test_the_proxies_records_are_merged_without_repeats(tmp_path: Path) -> None:
     a.write_text(json.dumps(rec[0]) + "\n")
     b.write_text(json.dumps(rec[1]) + "\n" + json.dumps(rec[0]) + "\n\n")
     assert recorded_requests([str(a), str(b), str(tmp_path / "never-written.jsonl")]) == rec
+
+
+def test_the_pom_pins_one_kafka_version_per_release_line() -> None:
+    lines = releases()
+    assert sorted(lines) == ["3.9", "4"]
+    assert lines["3.9"].version.startswith("3.9.") and lines["3.9"].zookeeper
+    assert lines["4"].version.startswith("4.") and not lines["4"].zookeeper
+    assert release("4.x") == release(lines["4"].version) == lines["4"]
+    assert lines["3.9"].lib.name == lines["3.9"].version  # each version in a folder of its own
+    with pytest.raises(KafkaSetupError, match="choose from 3.9"):
+        release("2.8")
+
+
+def test_a_suite_started_kafka_has_the_settings_of_the_pykbroker_of_its_shape(tmp_path: Path) -> None:
+    zk, kraft = release("3.9"), release("4")
+    assert ManagedKafka(zk, 1, tmp_path).settings() == SINGLE_NODE_OVERRIDES
+    assert ManagedKafka(zk, 3, tmp_path).settings() == cluster_overrides(3)
+    assert ManagedKafka(zk, 3, tmp_path).results_suffix == f"-kafka-{zk.version}-cluster3"
+    assert zk.label(1) == f"Apache Kafka {zk.version} (ZooKeeper)"
+    assert zk.label(3) == f"Apache Kafka {zk.version}, 3 brokers + ZooKeeper"
+    assert kraft.label(1) == f"Apache Kafka {kraft.version} (KRaft)"
+    with pytest.raises(KafkaSetupError, match="one node"):
+        ManagedKafka(kraft, 3, tmp_path)
+    for rel, authorizer, listeners in ((zk, realkafka.ZOOKEEPER_AUTHORIZER, 2),
+                                       (kraft, security.AUTHORIZER, 3)):
+        node = KafkaNode(rel, tmp_path / rel.version, 1, {})
+        o = node.settings
+        assert o["authorizer.class.name"] == authorizer
+        assert o["super.users"] == "User:admin;User:ANONYMOUS"
+        assert ("broker.id" if rel.zookeeper else "node.id") in o
+        assert len(o["listeners"].split(",")) == listeners  # PLAINTEXT, SASL_PLAINTEXT (and CONTROLLER)
+        assert o["advertised.listeners"] == (f"PLAINTEXT://127.0.0.1:{node.port},"
+                                             f"SASL_PLAINTEXT://127.0.0.1:{node.sasl_port}")
+        assert len(o["log.dirs"].split(",")) == 2
+        assert o["metric.reporters"] == realkafka.REPORTER_CLASS
+        node.write_config()
+        # Java properties: a backslash is escaped, the JAAS config's quotes and semicolon stay as they are.
+        text = node.config_file.read_text()
+        assert f"listener.name.sasl_plaintext.plain.sasl.jaas.config={security.plain_jaas()}\n" in text
+
+
+def test_a_lib_folder_is_complete_only_with_every_jar_it_lists(tmp_path: Path) -> None:
+    assert not realkafka._complete(tmp_path)
+    (tmp_path / "a.jar").write_bytes(b"")
+    (tmp_path / realkafka.COMPLETE).write_text("a.jar\nb.jar\n")
+    assert not realkafka._complete(tmp_path)
+    (tmp_path / "b.jar").write_bytes(b"")
+    assert realkafka._complete(tmp_path)
+    assert realkafka._properties({"k": "C:\\dir"}) == "k=C:\\\\dir\n"
+
+
+def test_the_check_fails_on_kafka_failures_and_names_where_a_pykbroker_failure_passed() -> None:
+    ok, bad, gap = ("group.rebalance-join-leave", "java"), ("offsets.by-time", "kcat"), ("topic.describe-partitions",
+                                                                                           "java")
+    pyk = _doc("pykbroker", "2026-11-23T10:00:00", {ok: "pass", bad: "fail", gap: "not_supported:broker"})
+    pyk_cluster = _doc("pykbroker, 3 brokers", "2026-11-23T10:05:00", {ok: "pass", bad: "pass", gap: "pass"})
+    pyk_cluster["broker"]["brokers"] = 3
+    kafka = _doc("Apache Kafka 4.4.0 (KRaft)", "2026-11-23T11:00:00", {ok: "pass", bad: "pass", gap: "pass"})
+    kafka["broker"]["kafka"] = "4.4.0"
+    sources = ["p.json", "p3.json", "k.json"]
+    problems, notes = check([pyk, pyk_cluster, kafka], sources)
+    assert problems == ["`offsets.by-time` with kcat fails on pykbroker (p.json), and passes on Apache Kafka 4.4.0 "
+                        "(KRaft). "]
+    assert notes == ["`topic.describe-partitions` with java is not supported by pykbroker and passes on Apache Kafka "
+                     "4.4.0 (KRaft): NOT SUPPORTED by broker"]
+    kafka["results"][0]["outcome"] = "fail"
+    problems, _ = check([pyk_cluster, kafka], sources[1:])
+    assert len(problems) == 1 and problems[0].startswith(
+        "`group.rebalance-join-leave` with java fails on Apache Kafka 4.4.0 (KRaft) (k.json): a scenario must hold")
+    assert check([pyk_cluster], sources[1:2]) == ([], [])
+
+
+def test_the_report_names_a_suite_started_kafka_and_each_run_s_wall_time() -> None:
+    same = ("group.rebalance-join-leave", "java")
+    zk = _doc("Apache Kafka 3.9.2, 3 brokers + ZooKeeper", "2026-11-23T11:00:00", {same: "pass"})
+    zk["broker"].update(managed=True, brokers=3, zookeeper=True, kafka="3.9.2")
+    zk.update(duration=201.6, workers=2)
+    kraft = _doc("Apache Kafka 4.4.0 (KRaft)", "2026-11-23T12:00:00", {same: "pass"})
+    kraft["broker"].update(managed=True, kafka="4.4.0")
+    text = "\n".join(render_brokers([zk, kraft], ["z.json", "k.json"]))
+    assert ("| `z.json` | started by the suite from Maven Central's jars (compat/kafka/pom.xml): ZooKeeper and 3 "
+            "brokers, clients bootstrap from one of them | ") in text
+    assert "| 3 min 22 s with 2 workers |" in text
+    assert "(compat/kafka/pom.xml): one KRaft node (broker and controller) |" in text
+    assert "| 1 s with 1 worker |" in text
+
+
+def test_clients_that_cannot_do_a_scenario_on_kafka_say_so() -> None:
+    # kafka-python drops a refusal read together with the close, as Kafka sends it.
+    import kafka
+
+    version = tuple(int(x) for x in kafka.__version__.split(".")[:3])
+    wrong = KafkaPythonClient("127.0.0.1:1", Sasl("PLAIN", "alice", "wrong"))
+    if version <= DROPS_DATA_BEFORE_CLOSE:
+        with pytest.raises(NotSupportedByClient, match="refused SASL authentication"):
+            wrong.authenticate(timeout=1.0)

@@ -1,4 +1,4 @@
-"""Settings pykbroker accepts but cannot honour fail at start; the README lists each of them (issue 11)."""
+"""Settings pykbroker accepts but cannot honour fail at start; the README lists each of them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""fetch.max.bytes caps a Fetch response whatever the client asks for (it used to be accepted and ignored)."""
+"""fetch.max.bytes caps a Fetch response whatever the client asks for, as in Kafka."""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 
 The decoding runs in a subprocess under ``prlimit --as`` (2 GiB of address space), so a frame
 that makes kio size an allocation from a lying length aborts that subprocess, which fails this
-test, instead of taking pytest or the machine with it.  CI runs 200,000 frames; the issue's
-"millions" is one environment variable away::
+test, instead of taking pytest or the machine with it.  CI runs 200,000 frames; millions are
+one environment variable away::
 
     PYKB_FUZZ_FRAMES=3000000 .venv/bin/pytest -p no:cacheprovider -q tests/unit/test_fuzz_frames.py
 
@@ -38,7 +38,7 @@ def test_mutated_frames_of_every_pair_never_crash_the_decoder() -> None:
                     timeout=60 + FRAMES / 1000)
     assert proc.returncode == 0, f"exit {proc.returncode}\nstdout: {proc.stdout[-4000:]}\nstderr: {proc.stderr[-4000:]}"
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["frames"] == FRAMES + 1  # the issue's frame first, then the mutations
+    assert result["frames"] == FRAMES + 1  # the 21-byte frame first, then the mutations
     outcome = result["outcome"]
     # The mix shows the mutations reach every stage: refused by the pre-pass, closed by header or
     # kio errors, and decoded (a mutation that still makes a valid request).
@@ -48,16 +48,16 @@ def test_mutated_frames_of_every_pair_never_crash_the_decoder() -> None:
 
 
 def test_the_limit_turns_an_unchecked_decode_into_a_visible_failure() -> None:
-    """Without the pre-pass, kio aborts on the issue's frame: the harness above would see it.
+    """Without the pre-pass, kio aborts on the 21-byte frame: the harness above would see it.
 
     If a kio release starts refusing such lengths itself, this fails and says so; the pre-pass
     then stays as defence in depth.
     """
     code = (
         "from pykbroker.protocol import codec\n"
-        "from tests.support.hostile import ISSUE_FRAME\n"
-        "codec.decode_request(3, 12, ISSUE_FRAME[4:], 12)\n"
+        "from tests.support.hostile import HUGE_ARRAY_FRAME\n"
+        "codec.decode_request(3, 12, HUGE_ARRAY_FRAME[4:], 12)\n"
     )
     proc = _limited(["-c", code], timeout=60)
-    assert proc.returncode != 0, "kio decoded the issue's frame without aborting: it may now bound lengths itself"
+    assert proc.returncode != 0, "kio decoded the 21-byte frame without aborting: it may bound lengths itself"
     assert "memory allocation" in proc.stderr or proc.returncode in (-6, 134), proc.stderr[-2000:]

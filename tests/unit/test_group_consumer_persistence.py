@@ -11,8 +11,10 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from pykbroker.coordinator.group import consumer_records as cr
-from pykbroker.coordinator.group.consumer import ConsumerGroup, ConsumerGroups
-from pykbroker.coordinator.group.manager import CommitEntry, GroupConfig, GroupManager
+from pykbroker.coordinator.group.consumer import ConsumerGroups
+from pykbroker.coordinator.group.consumer_group import ConsumerGroup
+from pykbroker.coordinator.group.coordinator_state import GroupConfig
+from pykbroker.coordinator.group.manager import CommitEntry, GroupManager
 
 TID = uuid.UUID("12345678-1234-5678-1234-567812345678")
 G = "cg"

@@ -9,8 +9,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from pykbroker.coordinator.group.consumer import ConsumerGroups, ConsumerMember, range_assign, uniform_assign
-from pykbroker.coordinator.group.manager import CommitEntry, GroupConfig, GroupManager
+from pykbroker.coordinator.group.assignors import range_assign, uniform_assign
+from pykbroker.coordinator.group.consumer import ConsumerGroups
+from pykbroker.coordinator.group.consumer_group import ConsumerMember
+from pykbroker.coordinator.group.coordinator_state import GroupConfig
+from pykbroker.coordinator.group.manager import CommitEntry, GroupManager
 
 TID = uuid.UUID(int=7)
 G = "cg"

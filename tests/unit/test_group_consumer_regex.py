@@ -16,12 +16,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from pykbroker.coordinator.group.consumer import (
-    REGEX_BATCH_REFRESH_MIN_INTERVAL_MS,
-    ConsumerGroup,
-    ConsumerGroups,
-)
-from pykbroker.coordinator.group.manager import GroupConfig, GroupManager
+from pykbroker.coordinator.group.consumer import REGEX_BATCH_REFRESH_MIN_INTERVAL_MS, ConsumerGroups
+from pykbroker.coordinator.group.consumer_group import ConsumerGroup
+from pykbroker.coordinator.group.coordinator_state import GroupConfig
+from pykbroker.coordinator.group.manager import GroupManager
 
 G = "rg"
 INITIAL = {"lit": 2, "lit2": 3, "ra-1": 3, "ra-2": 1, "rb-1": 2}

@@ -8,14 +8,9 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from pykbroker.coordinator.group.classic import GroupState
-from pykbroker.coordinator.group.manager import (
-    CommitEntry,
-    GroupConfig,
-    GroupManager,
-    JoinRequest,
-    java_string_hash,
-    partition_for,
-)
+from pykbroker.coordinator.group.classic_protocol import JoinRequest
+from pykbroker.coordinator.group.coordinator_state import GroupConfig
+from pykbroker.coordinator.group.manager import CommitEntry, GroupManager
 from pykbroker.coordinator.group.serde import (
     GroupValue,
     MemberRecord,
@@ -30,6 +25,7 @@ from pykbroker.coordinator.group.serde import (
     encode_offset_value,
     subscribed_topics,
 )
+from pykbroker.coordinator.internal_topic import java_string_hash, partition_for
 
 G = "group-a"
 

@@ -9,8 +9,9 @@ from kio.schema.errors import ErrorCode
 
 from pykbroker.coordinator.group import consumer_records as cr
 from pykbroker.coordinator.group.classic import ClassicGroup, GroupState
-from pykbroker.coordinator.group.consumer import ConsumerGroup
-from pykbroker.coordinator.group.manager import CommitEntry, JoinRequest
+from pykbroker.coordinator.group.classic_protocol import JoinRequest
+from pykbroker.coordinator.group.consumer_group import ConsumerGroup
+from pykbroker.coordinator.group.manager import CommitEntry
 from pykbroker.coordinator.group.serde import (
     GROUP_METADATA_KEY_TYPE,
     decode_consumer_assignment,

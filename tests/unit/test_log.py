@@ -20,9 +20,10 @@ from pykbroker.protocol.records import (
     iter_batches,
     validate_for_append,
 )
-from pykbroker.storage.log import SNAPSHOTS_TO_KEEP, AppendResult, Log, LogStartOffsetIncrementReason, OffsetOutOfRange
+from pykbroker.storage.log import AppendResult, Log, LogStartOffsetIncrementReason, OffsetOutOfRange
 from pykbroker.storage.log_config import LogConfig
 from pykbroker.storage.log_manager import LogManager
+from pykbroker.storage.producer_snapshots import SNAPSHOTS_TO_KEEP
 from pykbroker.storage.producer_state import ProducerStateError, end_txn_marker_record
 
 T0 = 1_700_000_000_000

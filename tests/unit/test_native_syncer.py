@@ -17,8 +17,9 @@ import pytest
 
 from pykbroker.protocol.records import build_batch, validate_for_append
 from pykbroker.replica import group_commit
-from pykbroker.storage.log import DataFlush, KafkaStorageError, Log
+from pykbroker.storage.log import KafkaStorageError, Log
 from pykbroker.storage.log_config import LogConfig
+from pykbroker.storage.log_flush import DataFlush
 
 # The install step (pip install -e ., setup.py) builds it; the Python flusher threads are only a fallback.
 syncer_mod = importlib.import_module("pykbroker._native.syncer")

@@ -1,6 +1,6 @@
 """Per-record validation of produced batches (Kafka's LogValidator), sans I/O.
 
-Each poison batch from issue 10 is built byte by byte with a correct CRC, so only the
+Each poison batch is built byte by byte with a correct CRC, so only the
 record-level checks can refuse it.  The C walk and the pure-Python walk must agree exactly,
 on good batches and on hypothesis-mutated ones.
 """
@@ -158,7 +158,7 @@ def test_compressed_good_batch_is_kept_as_sent(codec: int) -> None:
     assert bytes(buf) == before
 
 
-# --- poison batches from issue 10 ----------------------------------------------------------------
+# --- poison batches ------------------------------------------------------------------------------
 
 
 def test_record_length_that_lies_with_recomputed_crc() -> None:

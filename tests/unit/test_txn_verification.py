@@ -1,4 +1,4 @@
-"""KIP-890 and the last versions of issue 12, through the dispatcher of an in-process broker.
+"""KIP-890 and the newest transaction and ListOffsets versions, through the dispatcher of an in-process broker.
 
 AddPartitionsToTxn v4-5 (batched, ``verify_only``), InitProducerId v5, AddOffsetsToTxn v4, the
 partition leader's transaction verification on Produce, ListOffsets v9-10 and ApiVersions v4.

@@ -23,7 +23,8 @@ consumer-group records (:mod:`.consumer_records`) before the heartbeat is answer
 records are replayed when the partition is loaded, so members keep their epochs and
 assignments across a coordinator restart.  Writes are computed as a diff between the group's
 state and what was last persisted (one batch per change); a member's removal or the group's
-deletion writes tombstones.
+deletion writes tombstones.  The group, its members and their records are
+:mod:`.consumer_group`; the assignors are :mod:`.assignors`.
 """
 
 from __future__ import annotations
@@ -33,13 +34,30 @@ import logging
 import re
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
 from pykbroker.coordinator.group import consumer_records as cr
+from pykbroker.coordinator.group.assignors import ASSIGNORS, Topics, uniform_assign
 from pykbroker.coordinator.group.classic import ClassicGroup, GroupState
+from pykbroker.coordinator.group.classic_protocol import ClassicGroupCoordinator
+from pykbroker.coordinator.group.consumer_group import (
+    LEAVE_EPOCH,
+    STABLE,
+    STATIC_LEAVE_EPOCH,
+    UNRELEASED,
+    UNREVOKED,
+    Assignment,
+    ConsumerGroup,
+    ConsumerMember,
+    ResolvedRegex,
+    assignment_and,
+    assignment_copy,
+    assignment_minus,
+    diff_records,
+    group_records,
+)
 from pykbroker.coordinator.group.consumer_records import ClassicMetadata
 from pykbroker.coordinator.group.serde import (
     decode_consumer_assignment,
@@ -49,25 +67,16 @@ from pykbroker.coordinator.group.serde import (
 )
 
 if TYPE_CHECKING:
-    from pykbroker.coordinator.group.manager import GroupManager
     from pykbroker.metadata.store import TopicRecord
 
 log = logging.getLogger("pykbroker.groups")
 
-Assignment = dict[uuid.UUID, set[int]]
 R = TypeVar("R")
-LEAVE_EPOCH = -1
-STATIC_LEAVE_EPOCH = -2
 
 # Kafka's REGEX_BATCH_REFRESH_MIN_INTERVAL_MS: a group's regexes are not resolved again sooner.
 REGEX_BATCH_REFRESH_MIN_INTERVAL_MS = 10_000
 # Kafka's group.consumer.regex.refresh.interval.ms default: resolutions older than this are redone.
 REGEX_REFRESH_INTERVAL_MS = 600_000
-
-STABLE = "stable"
-UNREVOKED = "unrevoked_partitions"
-UNRELEASED = "unreleased_partitions"
-
 
 class HeartbeatError(Exception):
     def __init__(self, code: ErrorCode, message: str | None = None) -> None:
@@ -76,284 +85,10 @@ class HeartbeatError(Exception):
         self.message = message
 
 
-@dataclass(frozen=True, slots=True)
-class ResolvedRegex:
-    """Kafka's ResolvedRegularExpression: the topics a regex matched, as of which metadata and when."""
-
-    topics: frozenset[str]
-    version: int
-    timestamp: int
-
-
-@dataclass(eq=False)
-class ConsumerMember:
-    member_id: str
-    instance_id: str | None = None
-    rack_id: str | None = None
-    client_id: str = ""
-    client_host: str = ""
-    rebalance_timeout_ms: int = 300_000
-    subscribed_names: list[str] = field(default_factory=list)
-    subscribed_regex: str | None = None
-    server_assignor: str | None = None
-    member_epoch: int = 0
-    previous_epoch: int = -1
-    state: str = STABLE
-    assigned: Assignment = field(default_factory=dict)
-    pending_revocation: Assignment = field(default_factory=dict)
-    last_sent: Assignment | None = None
-    # Set for a member that uses the classic protocol (JoinGroup/SyncGroup) inside this group.
-    classic: ClassicMetadata | None = None
-
-
-def _copy(a: Assignment) -> Assignment:
-    return {t: set(p) for t, p in a.items() if p}
-
-
-def _minus(a: Assignment, b: Assignment) -> Assignment:
-    return {t: ps - b.get(t, set()) for t, ps in a.items() if ps - b.get(t, set())}
-
-
-def _and(a: Assignment, b: Assignment) -> Assignment:
-    return {t: ps & b.get(t, set()) for t, ps in a.items() if ps & b.get(t, set())}
-
-
-def _count(a: Assignment) -> int:
-    return sum(len(p) for p in a.values())
-
-
-@dataclass(eq=False)
-class ConsumerGroup:
-    group_id: str
-    partition: int
-    group_epoch: int = 0
-    assignment_epoch: int = 0
-    members: dict[str, ConsumerMember] = field(default_factory=dict)
-    static_members: dict[str, str] = field(default_factory=dict)
-    target: dict[str, Assignment] = field(default_factory=dict)
-    # Partition counts of subscribed topics when the target was computed.
-    topic_snapshot: dict[str, int] = field(default_factory=dict)
-    state_timestamp: int = 0
-    assignor: str = "uniform"
-    resolve: Callable[[str], bool] = field(default=lambda _t: False)
-    # Regex -> its last resolution; only regexes some member subscribes to (Kafka's resolvedRegularExpressions).
-    resolved: dict[str, ResolvedRegex] = field(default_factory=dict)
-    # The records last written for this group (key -> value), to write only what changed.
-    persisted: dict[bytes, bytes] = field(default_factory=dict)
-
-    kind = "consumer"
-
-    def is_empty(self) -> bool:
-        return not self.members
-
-    def state_name(self) -> str:
-        if not self.members:
-            return "Empty"
-        if self.group_epoch > self.assignment_epoch:
-            return "Assigning"
-        if any(m.member_epoch != self.assignment_epoch or m.state != STABLE for m in self.members.values()):
-            return "Reconciling"
-        return "Stable"
-
-    def member_topics(self, m: ConsumerMember) -> set[str]:
-        """What ``m`` subscribes to: its literal names plus what its regex resolved to (nothing until then)."""
-        out = set(m.subscribed_names)
-        if m.subscribed_regex:
-            r = self.resolved.get(m.subscribed_regex)
-            if r is not None:
-                out |= r.topics
-        return out
-
-    def subscribed_topics(self, all_topics: list[str]) -> set[str]:
-        """Topics the group subscribes to, among ``all_topics``."""
-        out: set[str] = set()
-        for m in self.members.values():
-            out |= self.member_topics(m)
-        return out & set(all_topics)
-
-    def is_subscribed_to(self, topic: str) -> bool:
-        return any(topic in m.subscribed_names for m in self.members.values()) or any(
-            topic in self.resolved[rx].topics for rx in self.subscribed_regexes() if rx in self.resolved)
-
-    def subscribed_regexes(self) -> dict[str, int]:
-        """Regex -> how many members subscribe to it."""
-        out: dict[str, int] = {}
-        for m in self.members.values():
-            if m.subscribed_regex:
-                out[m.subscribed_regex] = out.get(m.subscribed_regex, 0) + 1
-        return out
-
-    def last_regex_refresh_ms(self) -> int | None:
-        """When the regexes were last resolved (they are resolved together), None if none is."""
-        return max((r.timestamp for r in self.resolved.values()), default=None)
-
-    def regex_version(self) -> int:
-        """The topic-metadata version of the last resolution (0 if none)."""
-        return min((r.version for r in self.resolved.values()), default=0)
-
-    def prune_resolved(self) -> None:
-        """Forget resolutions of regexes no member subscribes to any more (Kafka tombstones them)."""
-        subscribed = self.subscribed_regexes()
-        for rx in [rx for rx in self.resolved if rx not in subscribed]:
-            del self.resolved[rx]
-
-    def owner_map(self, exclude: str) -> dict[tuple[uuid.UUID, int], str]:
-        out: dict[tuple[uuid.UUID, int], str] = {}
-        for mid, m in self.members.items():
-            if mid == exclude:
-                continue
-            for src in (m.assigned, m.pending_revocation):
-                for t, ps in src.items():
-                    for p in ps:
-                        out[(t, p)] = mid
-        return out
-
-    def tombstones(self) -> list[tuple[bytes, bytes | None]]:
-        """Tombstones for every record of this group, in Kafka's deletion order."""
-        return [(k, None) for k in sorted(self.persisted, key=_delete_order)]
-
-    def describe_as_classic(self) -> dict[str, Any]:
-        return {"group_state": self.state_name(), "protocol_type": "consumer", "protocol_data": "",
-                "members": [{"member_id": m.member_id, "group_instance_id": m.instance_id,
-                             "client_id": m.client_id, "client_host": m.client_host,
-                             "member_metadata": b"", "member_assignment": b""} for m in self.members.values()]}
-
-
-_DELETE_ORDER = {cr.CURRENT_ASSIGNMENT: 0, cr.TARGET_MEMBER: 1, cr.TARGET_METADATA: 2, cr.MEMBER_METADATA: 3,
-                 cr.PARTITION_METADATA: 4, cr.GROUP_METADATA: 5}
-_UPSERT_ORDER = {cr.MEMBER_METADATA: 0, cr.GROUP_METADATA: 1, cr.PARTITION_METADATA: 2, cr.TARGET_MEMBER: 3,
-                 cr.TARGET_METADATA: 4, cr.CURRENT_ASSIGNMENT: 5}
-
-
-def _delete_order(key: bytes) -> int:
-    return _DELETE_ORDER.get(int.from_bytes(key[:2], "big", signed=True), 9)
-
-
-def group_records(g: ConsumerGroup, topic_id: Callable[[str], uuid.UUID | None]) -> dict[bytes, bytes]:
-    """The full set of Kafka records describing ``g`` (key -> value)."""
-    gid = g.group_id
-    out: dict[bytes, bytes] = {}
-    for mid, m in g.members.items():
-        out[cr.encode_key(cr.MEMBER_METADATA, gid, mid)] = cr.encode_member_metadata(cr.MemberMetadata(
-            m.instance_id, m.rack_id, m.client_id, m.client_host, list(m.subscribed_names), m.subscribed_regex,
-            m.rebalance_timeout_ms, m.server_assignor, m.classic))
-    out[cr.encode_key(cr.GROUP_METADATA, gid)] = cr.encode_group_metadata(g.group_epoch)
-    topics = []
-    for name, n in sorted(g.topic_snapshot.items()):
-        tid = topic_id(name)
-        if tid is not None:
-            topics.append((tid, name, n))
-    out[cr.encode_key(cr.PARTITION_METADATA, gid)] = cr.encode_partition_metadata(g.group_epoch, topics)
-    for mid in g.members:
-        out[cr.encode_key(cr.TARGET_MEMBER, gid, mid)] = cr.encode_target_member(g.target.get(mid, {}))
-    out[cr.encode_key(cr.TARGET_METADATA, gid)] = cr.encode_target_metadata(g.assignment_epoch)
-    for mid, m in g.members.items():
-        out[cr.encode_key(cr.CURRENT_ASSIGNMENT, gid, mid)] = cr.encode_current_assignment(cr.CurrentAssignment(
-            m.member_epoch, m.previous_epoch, m.state, m.assigned, m.pending_revocation))
-    return out
-
-
-def diff_records(old: dict[bytes, bytes], new: dict[bytes, bytes]) -> list[tuple[bytes, bytes | None]]:
-    """Tombstones for what went away (deletion order), then what changed (Kafka's write order)."""
-    gone = sorted((k for k in old if k not in new), key=_delete_order)
-    changed = [k for k, v in new.items() if old.get(k) != v]
-    changed.sort(key=lambda k: _UPSERT_ORDER.get(int.from_bytes(k[:2], "big", signed=True), 9))
-    out: list[tuple[bytes, bytes | None]] = [(k, None) for k in gone]
-    out += [(k, new[k]) for k in changed]
-    return out
-
-
-# --- assignors --------------------------------------------------------------------------------
-
-Topics = dict[str, tuple[uuid.UUID, int]]  # name -> (id, partition count)
-
-
-Subscriptions = dict[str, set[str]]  # member id -> subscribed topic names (regexes already resolved)
-
-
-def _member_topics(m: ConsumerMember, topics: Topics, subscriptions: Subscriptions | None) -> list[str]:
-    names = subscriptions.get(m.member_id, set()) if subscriptions is not None else set(m.subscribed_names)
-    return sorted(set(names) & set(topics))
-
-
-def range_assign(members: dict[str, ConsumerMember], topics: Topics, current: dict[str, Assignment],
-                 subscriptions: Subscriptions | None = None) -> dict[str, Assignment]:
-    out: dict[str, Assignment] = {mid: {} for mid in members}
-    by_topic: dict[str, list[str]] = {}
-    for mid, m in members.items():
-        for t in _member_topics(m, topics, subscriptions):
-            by_topic.setdefault(t, []).append(mid)
-    for t, mids in by_topic.items():
-        tid, n = topics[t]
-        mids = sorted(mids)
-        per, extra = divmod(n, len(mids))
-        start = 0
-        for i, mid in enumerate(mids):
-            k = per + (1 if i < extra else 0)
-            if k:
-                out[mid][tid] = set(range(start, start + k))
-            start += k
-    return out
-
-
-def uniform_assign(members: dict[str, ConsumerMember], topics: Topics, current: dict[str, Assignment],
-                   subscriptions: Subscriptions | None = None) -> dict[str, Assignment]:
-    """Balanced and sticky: members keep what they had, up to their share; the rest goes to the least loaded."""
-    out: dict[str, Assignment] = {mid: {} for mid in members}
-    subs = {mid: set(_member_topics(m, topics, subscriptions)) for mid, m in members.items()}
-    ids = {topics[t][0]: t for t in topics}
-    all_parts: list[tuple[str, uuid.UUID, int]] = []
-    for t in sorted({t for s in subs.values() for t in s}):
-        tid, n = topics[t]
-        all_parts.extend((t, tid, p) for p in range(n))
-    eligible = sorted(mid for mid in members if subs[mid])
-    if not eligible:
-        return out
-    base, extra = divmod(len(all_parts), len(eligible))
-    counts = dict.fromkeys(members, 0)
-    taken: set[tuple[uuid.UUID, int]] = set()
-    keepable: dict[str, list[tuple[uuid.UUID, int]]] = {}
-    for mid in eligible:
-        keepable[mid] = sorted(
-            ((tid, p) for tid, ps in current.get(mid, {}).items() for p in ps
-             if tid in ids and ids[tid] in subs[mid] and p < topics[ids[tid]][1]),
-            key=lambda x: (str(x[0]), x[1]))
-
-    def take(mid: str, tid: uuid.UUID, p: int) -> None:
-        out[mid].setdefault(tid, set()).add(p)
-        taken.add((tid, p))
-        counts[mid] += 1
-
-    for mid in eligible:
-        for tid, p in keepable[mid]:
-            if counts[mid] >= base:
-                break
-            if (tid, p) not in taken:
-                take(mid, tid, p)
-    for mid in eligible:
-        if extra <= 0:
-            break
-        for tid, p in keepable[mid]:
-            if (tid, p) not in taken:
-                take(mid, tid, p)
-                extra -= 1
-                break
-    for t, tid, p in all_parts:
-        if (tid, p) in taken:
-            continue
-        cands = [mid for mid in eligible if t in subs[mid]]
-        if cands:
-            take(min(cands, key=lambda x: (counts[x], x)), tid, p)
-    return out
-
-
-ASSIGNORS = {"uniform": uniform_assign, "range": range_assign}
-
-
 # --- the coordinator side ----------------------------------------------------------------------
 
 class ConsumerGroups:
-    def __init__(self, manager: GroupManager) -> None:
+    def __init__(self, manager: ClassicGroupCoordinator) -> None:
         self.m = manager
         self._loading: dict[int, dict[tuple[int, str, str | None], bytes | None]] = {}
         self.topic_ids: Callable[[str], Any] = lambda _t: None
@@ -665,7 +400,7 @@ class ConsumerGroups:
                                      f"The consumer group member has a greater member epoch ({epoch}) than the "
                                      f"one known by the group coordinator ({m.member_epoch}).")
             if epoch < m.member_epoch and (epoch != m.previous_epoch or (
-                    owned is not None and _minus(owned, m.assigned))):
+                    owned is not None and assignment_minus(owned, m.assigned))):
                 raise HeartbeatError(ErrorCode.fenced_member_epoch,
                                      f"The consumer group member has a smaller member epoch ({epoch}) than the "
                                      f"one known by the group coordinator ({m.member_epoch}).")
@@ -725,7 +460,7 @@ class ConsumerGroups:
                                 "assignment": None}
         if m.last_sent is None or m.last_sent != m.assigned or epoch == 0 or (owned is not None and owned != \
                 m.assigned):
-            m.last_sent = _copy(m.assigned)
+            m.last_sent = assignment_copy(m.assigned)
             resp["assignment"] = {"topic_partitions": [
                 {"topic_id": t, "partitions": sorted(ps)} for t, ps in sorted(m.assigned.items(),
                                                                               key=lambda x: str(x[0]))]}
@@ -899,27 +634,27 @@ class ConsumerGroups:
         target = {t: ps for t, ps in g.target.get(m.member_id, {}).items() if t in subscribed}
         if m.state == UNREVOKED:
             # Still waiting for the member to give up partitions?
-            if owned is not None and not _and(owned, m.pending_revocation):
+            if owned is not None and not assignment_and(owned, m.pending_revocation):
                 m.pending_revocation = {}
                 self.m.timers.cancel(("crev", g.group_id, m.member_id))
                 m.state = STABLE
             else:
                 return
-        if m.member_epoch == g.assignment_epoch and m.state == STABLE and m.assigned == _copy(target):
+        if m.member_epoch == g.assignment_epoch and m.state == STABLE and m.assigned == assignment_copy(target):
             return
-        revoke = _minus(m.assigned, target)
-        if revoke and owned is not None and not _and(owned, revoke):
+        revoke = assignment_minus(m.assigned, target)
+        if revoke and owned is not None and not assignment_and(owned, revoke):
             # The member already gave them up (an eager classic member rejoining): move on at once.
-            m.assigned = _and(m.assigned, target)
+            m.assigned = assignment_and(m.assigned, target)
             revoke = {}
         if revoke:
-            m.assigned = _and(m.assigned, target)
+            m.assigned = assignment_and(m.assigned, target)
             m.pending_revocation = revoke
             m.state = UNREVOKED
             self._schedule_revocation(g, m)
             return
         owners = g.owner_map(m.member_id)
-        new = _copy(m.assigned)
+        new = assignment_copy(m.assigned)
         unreleased = False
         for t, ps in target.items():
             for p in ps:
@@ -981,7 +716,7 @@ class ConsumerGroups:
             g.members[m.member_id] = m
             if m.instance_id is not None:
                 g.static_members[m.instance_id] = m.member_id
-            g.target[m.member_id] = _copy(assigned)
+            g.target[m.member_id] = assignment_copy(assigned)
         topics = self._topics()
         g.topic_snapshot = {t: topics[t][1] for t in g.subscribed_topics(list(topics)) if t in topics}
         # Pending JoinGroup/SyncGroup calls learn that another rebalance is under way.
@@ -1135,14 +870,14 @@ class ConsumerGroups:
             return {"error_code": e.code, "protocol_type": None, "protocol_name": None, "assignment": b""}
         self.m.timers.cancel(("csync", g.group_id, member_id))
         self._schedule_session(g, m)
-        m.last_sent = _copy(m.assigned)
+        m.last_sent = assignment_copy(m.assigned)
         return {"error_code": ErrorCode.none, "protocol_type": "consumer",
                 "protocol_name": protocol_name or (names[0] if names else None),
                 "assignment": encode_consumer_assignment(self._ids_to_names(m.assigned))}
 
     def _waiting_on_unreleased(self, g: ConsumerGroup, m: ConsumerMember) -> bool:
         owners = g.owner_map(m.member_id)
-        missing = _minus(g.target.get(m.member_id, {}), m.assigned)
+        missing = assignment_minus(g.target.get(m.member_id, {}), m.assigned)
         return any((t, p) in owners for t, ps in missing.items() for p in ps)
 
     def classic_heartbeat(self, g: ConsumerGroup, generation: int, member_id: str, instance: str | None

@@ -11,10 +11,12 @@ import anyio
 from kio.schema.errors import ErrorCode
 
 from pykbroker.coordinator.group.classic import Callback, ClassicGroup, Response
-from pykbroker.coordinator.group.manager import CommitEntry, GroupManager, JoinRequest
+from pykbroker.coordinator.group.classic_protocol import JoinRequest
+from pykbroker.coordinator.group.manager import CommitEntry, GroupManager
 from pykbroker.coordinator.services import CoordinatorServices
 from pykbroker.coordinator.share.state_store import STATE_TOPIC
 from pykbroker.metadata.store import StoreUnavailable
+from pykbroker.protocol.responses.group import OffsetCommitResponsePartition, OffsetCommitResponseTopic
 from pykbroker.security.authorizer import AclOperation, ResourceType
 from pykbroker.security.authz import allowed, authorized_operations, cluster_allowed, denied_names
 from pykbroker.security.request import RequestContext
@@ -274,12 +276,13 @@ def commit_entries(svc: CoordinatorServices, topics: Any, denied: frozenset[str]
 def partition_errors(topics: Any, unknown: set[tuple[str, int]],
                      results: dict[tuple[str, int], ErrorCode],
                      denied: frozenset[str] = frozenset(),
-                     denied_code: ErrorCode = ErrorCode.topic_authorization_failed) -> list[dict[str, Any]]:
+                     denied_code: ErrorCode = ErrorCode.topic_authorization_failed
+                     ) -> list[OffsetCommitResponseTopic]:
     """Per-partition error codes for the request's topics (``unknown`` ones: UNKNOWN_TOPIC_OR_PARTITION,
     ``denied`` ones: TOPIC_AUTHORIZATION_FAILED)."""
-    out = []
+    out: list[OffsetCommitResponseTopic] = []
     for t in topics:
-        parts = []
+        parts: list[OffsetCommitResponsePartition] = []
         refused = bool(denied) and t.name in denied
         for p in t.partitions:
             tp = (t.name, int(p.partition_index))

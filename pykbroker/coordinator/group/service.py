@@ -20,7 +20,8 @@ from kio.schema.errors import ErrorCode
 from pykbroker.config import BrokerConfig
 from pykbroker.coordinator import internal_topic
 from pykbroker.coordinator.group.consumer import ConsumerGroups
-from pykbroker.coordinator.group.manager import GroupConfig, GroupManager
+from pykbroker.coordinator.group.coordinator_state import GroupConfig
+from pykbroker.coordinator.group.manager import GroupManager
 from pykbroker.coordinator.internal_topic import PartitionLoader, now_ms
 from pykbroker.coordinator.transaction.load_filter import TxnLoadFilter
 from pykbroker.metadata.store import GROUP_RESOURCE, MetadataStore, TopicRecord

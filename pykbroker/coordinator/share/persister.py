@@ -20,6 +20,7 @@ from pykbroker.coordinator.inter_broker import InterBrokerClients
 from pykbroker.coordinator.share import serde
 from pykbroker.coordinator.share.partition import RecordState, StateBatch
 from pykbroker.coordinator.share.state_store import ShareStateStore
+from pykbroker.protocol.responses.share import StateBatch as StateBatchBody
 
 READ_SHARE_GROUP_STATE = 84
 WRITE_SHARE_GROUP_STATE = 85
@@ -28,7 +29,7 @@ DELETE_SHARE_GROUP_STATE = 86
 Items = Sequence[tuple[serde.StateKey, serde.Snapshot | None]]
 
 
-def batches_body(batches: Sequence[StateBatch]) -> list[dict[str, Any]]:
+def batches_body(batches: Sequence[StateBatch]) -> list[StateBatchBody]:
     return [{"first_offset": b.first_offset, "last_offset": b.last_offset, "delivery_state": int(b.state),
              "delivery_count": b.delivery_count} for b in batches]
 

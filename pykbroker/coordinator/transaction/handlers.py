@@ -13,6 +13,25 @@ from pykbroker.coordinator.internal_topic import min_insync_replicas, wait_repli
 from pykbroker.coordinator.services import CoordinatorServices
 from pykbroker.coordinator.transaction.state import STATE_BY_NAME, TxnState
 from pykbroker.metadata.store import StoreUnavailable
+from pykbroker.protocol.responses.transaction import (
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnResponse,
+    AddPartitionsToTxnResult,
+    AddPartitionsToTxnTopicResult,
+    DescribeProducersResponse,
+    DescribeTransactionsResponse,
+    DescribeTransactionsTransactionState,
+    EndTxnResponse,
+    InitProducerIdResponse,
+    ListTransactionsResponse,
+    PartitionResponse,
+    TopicResponse,
+    TxnOffsetCommitResponse,
+    WritableTxnMarkerPartitionResult,
+    WritableTxnMarkerResult,
+    WritableTxnMarkerTopicResult,
+    WriteTxnMarkersResponse,
+)
 from pykbroker.security.authorizer import AclOperation, ResourceType
 from pykbroker.security.authz import allowed, cluster_allowed, denied_names
 from pykbroker.security.request import RequestContext
@@ -78,7 +97,7 @@ def _init_producer_id_refusal(ctx: RequestContext, txn_id: str | None) -> ErrorC
     return ErrorCode.cluster_authorization_failed
 
 
-async def handle_init_producer_id(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_init_producer_id(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> InitProducerIdResponse:
     txn_id = req.transactional_id
     refusal = _init_producer_id_refusal(ctx, txn_id)
     if refusal is not None:
@@ -130,7 +149,7 @@ def _txn_partitions(svc: CoordinatorServices, topics: list[tuple[str, list[int]]
 
 
 def _topic_results(topics: list[tuple[str, list[int]]], codes: dict[tuple[str, int], ErrorCode]
-                   ) -> list[dict[str, Any]]:
+                   ) -> list[AddPartitionsToTxnTopicResult]:
     return [{"name": name, "results_by_partition": [
         {"partition_index": p, "partition_error_code": codes[(name, p)]} for p in ps]} for name, ps in topics]
 
@@ -167,7 +186,8 @@ async def _add_or_verify(tc: TransactionCoordinator, svc: CoordinatorServices, v
     return {tp: abortable_compat(_compat(c, version, 2), version, 5) for tp, c in codes.items()}
 
 
-async def handle_add_partitions_to_txn(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_add_partitions_to_txn(svc: CoordinatorServices, ctx: RequestContext, req: Any
+                                      ) -> AddPartitionsToTxnResponse:
     """Versions 0-3: one producer adding partitions.  Versions 4+ (KIP-890): a batch of transactions, as
     partition leaders send it, each adding partitions or, with ``verify_only``, checking that they were
     added.  Kafka requires CLUSTER_ACTION for 4+; with no authorizer every principal has it."""
@@ -181,7 +201,7 @@ async def handle_add_partitions_to_txn(svc: CoordinatorServices, ctx: RequestCon
     if not cluster_allowed(ctx, AclOperation.CLUSTER_ACTION):  # v4+ come from partition leaders only
         return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
                 "results_by_transaction": []}
-    results = []
+    results: list[AddPartitionsToTxnResult] = []
     for t in req.transactions:
         topics = [(x.name, [int(p) for p in x.partitions]) for x in t.topics]
         codes = await _add_or_verify(tc, svc, ctx.version, t.transactional_id, int(t.producer_id),
@@ -190,7 +210,7 @@ async def handle_add_partitions_to_txn(svc: CoordinatorServices, ctx: RequestCon
     return {"throttle_time": 0, "error_code": ErrorCode.none, "results_by_transaction": results}
 
 
-async def handle_add_offsets_to_txn(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_add_offsets_to_txn(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> AddOffsetsToTxnResponse:
     if not _txn_write_allowed(ctx, req.transactional_id):
         return {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed}
     if not allowed(ctx, AclOperation.READ, ResourceType.GROUP, req.group_id):
@@ -210,7 +230,7 @@ async def handle_add_offsets_to_txn(svc: CoordinatorServices, ctx: RequestContex
 
 # --- EndTxn / WriteTxnMarkers -------------------------------------------------------------------------
 
-async def handle_end_txn(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_end_txn(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> EndTxnResponse:
     if not _txn_write_allowed(ctx, req.transactional_id):
         return {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed}
     tc = _tc(svc)
@@ -228,7 +248,7 @@ async def handle_end_txn(svc: CoordinatorServices, ctx: RequestContext, req: Any
     return {"throttle_time": 0, "error_code": _compat(code, ctx.version, 2)}
 
 
-async def handle_write_txn_markers(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_write_txn_markers(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> WriteTxnMarkersResponse:
     if not cluster_allowed(ctx, AclOperation.CLUSTER_ACTION):  # only coordinators write markers
         return {"markers": [{"producer_id": int(m.producer_id), "topics": [
             {"name": t.name, "partitions": [{"partition_index": int(p),
@@ -236,11 +256,11 @@ async def handle_write_txn_markers(svc: CoordinatorServices, ctx: RequestContext
                                             for p in t.partition_indexes]} for t in m.topics]}
             for m in req.markers]}
     tc = _tc(svc)
-    markers = []
+    markers: list[WritableTxnMarkerResult] = []
     for m in req.markers:
-        topics = []
+        topics: list[WritableTxnMarkerTopicResult] = []
         for t in m.topics:
-            parts = []
+            parts: list[WritableTxnMarkerPartitionResult] = []
             for p in t.partition_indexes:
                 code = tc.write_one_marker(t.name, int(p), int(m.producer_id), int(m.producer_epoch),
                                            bool(m.transaction_result), int(m.coordinator_epoch))
@@ -256,7 +276,7 @@ async def handle_write_txn_markers(svc: CoordinatorServices, ctx: RequestContext
 
 # --- TxnOffsetCommit ------------------------------------------------------------------------------------
 
-async def handle_txn_offset_commit(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_txn_offset_commit(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> TxnOffsetCommitResponse:
     v = ctx.version
     if ctx.authorizer is not None:
         every = frozenset(t.name for t in req.topics)
@@ -292,13 +312,15 @@ async def handle_txn_offset_commit(svc: CoordinatorServices, ctx: RequestContext
 
 # --- operator APIs --------------------------------------------------------------------------------------
 
-async def handle_describe_transactions(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_describe_transactions(svc: CoordinatorServices, ctx: RequestContext, req: Any
+                                      ) -> DescribeTransactionsResponse:
     tc = _tc(svc)
-    out = []
+    out: list[DescribeTransactionsTransactionState] = []
     for txn_id in req.transactional_ids:
-        entry: dict[str, Any] = {"error_code": ErrorCode.none, "transactional_id": txn_id, "transaction_state": "",
-                                 "transaction_timeout": 0, "transaction_start_time": 0, "producer_id": -1,
-                                 "producer_epoch": -1, "topics": []}
+        entry: DescribeTransactionsTransactionState = {
+            "error_code": ErrorCode.none, "transactional_id": txn_id, "transaction_state": "",
+            "transaction_timeout": 0, "transaction_start_time": 0, "producer_id": -1, "producer_epoch": -1,
+            "topics": []}
         if not allowed(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id):
             entry["error_code"] = ErrorCode.transactional_id_authorization_failed
             out.append(entry)
@@ -311,15 +333,15 @@ async def handle_describe_transactions(svc: CoordinatorServices, ctx: RequestCon
                 by_topic.setdefault(t, []).append(p)
             # Only the partitions of topics the principal may DESCRIBE.
             hidden = denied_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, by_topic)
-            entry.update(transaction_state=md.state.display, transaction_timeout=md.timeout_ms,
-                         transaction_start_time=md.start_ms, producer_id=md.producer_id,
-                         producer_epoch=md.producer_epoch,
-                         topics=[{"topic": t, "partitions": ps} for t, ps in by_topic.items() if t not in hidden])
+            entry.update({"transaction_state": md.state.display, "transaction_timeout": md.timeout_ms,
+                          "transaction_start_time": md.start_ms, "producer_id": md.producer_id,
+                          "producer_epoch": md.producer_epoch,
+                          "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items() if t not in hidden]})
         out.append(entry)
     return {"throttle_time": 0, "transaction_states": out}
 
 
-async def handle_list_transactions(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_list_transactions(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> ListTransactionsResponse:
     tc = _tc(svc)
     states: set[TxnState] = set()
     unknown: list[str] = []
@@ -343,15 +365,16 @@ async def handle_list_transactions(svc: CoordinatorServices, ctx: RequestContext
                                     "transaction_state": md.state.display} for md in listed]}
 
 
-async def handle_describe_producers(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
-    topics = []
+async def handle_describe_producers(svc: CoordinatorServices, ctx: RequestContext, req: Any
+                                   ) -> DescribeProducersResponse:
+    topics: list[TopicResponse] = []
     denied = denied_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in req.topics))
     for t in req.topics:
         rec = svc.store.topic(t.name)
-        parts = []
+        parts: list[PartitionResponse] = []
         for idx in t.partition_indexes:
-            entry: dict[str, Any] = {"partition_index": int(idx), "error_code": ErrorCode.none,
-                                     "error_message": None, "active_producers": []}
+            entry: PartitionResponse = {"partition_index": int(idx), "error_code": ErrorCode.none,
+                                        "error_message": None, "active_producers": []}
             p = svc.replicas.partition(t.name, int(idx))
             if denied and t.name in denied:
                 entry["error_code"] = ErrorCode.topic_authorization_failed

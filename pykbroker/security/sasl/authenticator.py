@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from kio.schema.errors import ErrorCode
 
 from pykbroker.logsetup import fields
+from pykbroker.protocol.responses.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 from pykbroker.security.principal import KafkaPrincipal
 from pykbroker.security.sasl.errors import SaslFailure
 from pykbroker.security.sasl.oauthbearer import OAuthBearerServer
@@ -126,7 +127,7 @@ class SaslAuthenticator:
 
     # --- SaslHandshake ------------------------------------------------------------------------
 
-    def handshake(self, version: int, mechanism: str) -> dict[str, Any]:
+    def handshake(self, version: int, mechanism: str) -> SaslHandshakeResponse:
         enabled = list(self.settings.mechanisms)
         if self.state is State.COMPLETE:
             if version < 1 or self._authenticate_version < 1:
@@ -158,24 +159,24 @@ class SaslAuthenticator:
 
     # --- SaslAuthenticate and raw tokens ------------------------------------------------------
 
-    def authenticate(self, version: int, token: bytes) -> dict[str, Any]:
-        body: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None, "auth_bytes": b"",
-                                "session_lifetime": 0}
+    def authenticate(self, version: int, token: bytes) -> SaslAuthenticateResponse:
+        body: SaslAuthenticateResponse = {"error_code": ErrorCode.none, "error_message": None, "auth_bytes": b"",
+                                          "session_lifetime": 0}
         if self.state is State.COMPLETE:  # as Kafka's KafkaApis: an error, the session goes on
-            body.update(error_code=ErrorCode.illegal_sasl_state,
-                        error_message="SaslAuthenticate request received after successful authentication")
+            body.update({"error_code": ErrorCode.illegal_sasl_state,
+                         "error_message": "SaslAuthenticate request received after successful authentication"})
             return body
         if self.state is not State.AUTHENTICATE:
             self.state = State.FAILED
             log.warning("SaslAuthenticate out of order",
                         extra=fields(peer=self.session.peer, listener=self.settings.listener))
-            body.update(error_code=ErrorCode.illegal_sasl_state,
-                        error_message="Unexpected SaslAuthenticate request: no SASL handshake in progress")
+            body.update({"error_code": ErrorCode.illegal_sasl_state,
+                         "error_message": "Unexpected SaslAuthenticate request: no SASL handshake in progress"})
             return body
         try:
             body["auth_bytes"] = self._evaluate(token)
         except SaslFailure as e:
-            body.update(error_code=ErrorCode.sasl_authentication_failed, error_message=e.message)
+            body.update({"error_code": ErrorCode.sasl_authentication_failed, "error_message": e.message})
             return body
         if self.state is State.COMPLETE:
             self._authenticate_version = version

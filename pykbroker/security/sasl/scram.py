@@ -162,8 +162,9 @@ class ScramServer:
         m = _CLIENT_FINAL.match(text)
         if m is None:
             raise self._fail("invalid SCRAM client-final message")
-        # Kafka's ScramSaslServer checks that the nonce ends with the server-first one (librdkafka before
-        # 2.1 repeats the client nonce in front); the proof covers the nonce as sent either way.
+        # Kafka 3.x's ScramSaslServer checks that the nonce ends with the server-first one (librdkafka before
+        # 2.6.1 repeats the client nonce in front; Kafka 4 wants an exact match and refuses those clients);
+        # the proof covers the nonce as sent either way.
         if not m["nonce"].endswith(self._nonce):
             raise self._fail("SCRAM nonce mismatch")
         try:

@@ -11,6 +11,15 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from pykbroker.metadata.store import run_store
+from pykbroker.protocol.responses.acls import (
+    AclCreationResult,
+    CreateAclsResponse,
+    DeleteAclsFilterResult,
+    DeleteAclsMatchingAcl,
+    DeleteAclsResponse,
+    DescribeAclsResource,
+    DescribeAclsResponse,
+)
 from pykbroker.security.acl import (
     AclBinding,
     AclBindingFilter,
@@ -36,8 +45,8 @@ def _filter(f: Any) -> AclBindingFilter:
                             f.principal_filter, f.host_filter, int(f.operation), int(f.permission_type))
 
 
-async def handle_describe_acls(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
-    def fail(code: int, message: str | None) -> dict[str, Any]:
+async def handle_describe_acls(svc: Services, ctx: RequestContext, req: Any) -> DescribeAclsResponse:
+    def fail(code: int, message: str | None) -> DescribeAclsResponse:
         return {"throttle_time": 0, "error_code": code, "error_message": message, "resources": []}
 
     if svc.authorizer is None:
@@ -52,15 +61,16 @@ async def handle_describe_acls(svc: Services, ctx: RequestContext, req: Any) -> 
     for b in svc.store.acls():
         if flt.matches(b):
             grouped.setdefault(b.pattern, []).append(b)
-    resources = [{"resource_type": p.resource_type, "resource_name": p.name, "pattern_type": int(p.pattern_type),
-                  "acls": [{"principal": b.entry.principal, "host": b.entry.host,
-                            "operation": int(b.entry.operation), "permission_type": int(b.entry.permission)}
-                           for b in bs]}
-                 for p, bs in grouped.items()]
+    resources: list[DescribeAclsResource] = [
+        {"resource_type": p.resource_type, "resource_name": p.name, "pattern_type": int(p.pattern_type),
+         "acls": [{"principal": b.entry.principal, "host": b.entry.host,
+                   "operation": int(b.entry.operation), "permission_type": int(b.entry.permission)}
+                  for b in bs]}
+        for p, bs in grouped.items()]
     return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "resources": resources}
 
 
-async def handle_create_acls(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_create_acls(svc: Services, ctx: RequestContext, req: Any) -> CreateAclsResponse:
     creations = list(req.creations)
     if svc.authorizer is None:
         return {"throttle_time": 0, "results": [
@@ -68,7 +78,7 @@ async def handle_create_acls(svc: Services, ctx: RequestContext, req: Any) -> di
     if not authorize(ctx, AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER):
         return {"throttle_time": 0, "results": [
             {"error_code": ErrorCode.cluster_authorization_failed, "error_message": None} for _ in creations]}
-    results: list[dict[str, Any]] = []
+    results: list[AclCreationResult] = []
     valid: list[AclBinding] = []
     for c in creations:
         try:
@@ -87,17 +97,17 @@ async def handle_create_acls(svc: Services, ctx: RequestContext, req: Any) -> di
     return {"throttle_time": 0, "results": results}
 
 
-def _matching(b: AclBinding) -> dict[str, Any]:
+def _matching(b: AclBinding) -> DeleteAclsMatchingAcl:
     return {"error_code": ErrorCode.none, "error_message": None, "resource_type": b.pattern.resource_type,
             "resource_name": b.pattern.name, "pattern_type": int(b.pattern.pattern_type),
             "principal": b.entry.principal, "host": b.entry.host, "operation": int(b.entry.operation),
             "permission_type": int(b.entry.permission)}
 
 
-async def handle_delete_acls(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_delete_acls(svc: Services, ctx: RequestContext, req: Any) -> DeleteAclsResponse:
     filters = list(req.filters)
 
-    def all_fail(code: int, message: str | None) -> dict[str, Any]:
+    def all_fail(code: int, message: str | None) -> DeleteAclsResponse:
         return {"throttle_time": 0, "filter_results": [
             {"error_code": code, "error_message": message, "matching_acls": []} for _ in filters]}
 
@@ -111,7 +121,7 @@ async def handle_delete_acls(svc: Services, ctx: RequestContext, req: Any) -> di
         matched = iter(await run_store(svc.store, svc.store.delete_acls, usable) if usable else [])
     except Exception as e:  # the store is down
         return all_fail(ErrorCode.unknown_server_error, f"cannot delete ACLs: {e}")
-    out = []
+    out: list[DeleteAclsFilterResult] = []
     for f in parsed:
         reason = filter_unknown_reason(f)
         if reason is not None:

@@ -6,13 +6,21 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
 from kio.schema.errors import ErrorCode
 
 from pykbroker.metadata.store import TopicRecord
+from pykbroker.protocol.responses.admin import (
+    CreatableTopicResult,
+    CreatePartitionsResponse,
+    CreatePartitionsTopicResult,
+    CreateTopicsResponse,
+    DeletableTopicResult,
+    DeleteTopicsResponse,
+)
 from pykbroker.quotas import STRICT_SINCE, MutationQuota, ThrottlingQuotaExceeded
 from pykbroker.replica.topics import TopicError, TopicSpec, timeout_ms_of, timeout_s
 from pykbroker.security.authorizer import AclOperation, ResourceType
@@ -60,11 +68,11 @@ def _mutation_throttle(ctx: RequestContext, quota: MutationQuota | None) -> int:
     return ms
 
 
-async def handle_create_topics(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_create_topics(svc: Services, ctx: RequestContext, req: Any) -> CreateTopicsResponse:
     v = ctx.version
     dupes = _duplicates([t.name for t in req.topics])
-    results = []
-    created: list[tuple[dict[str, Any], TopicRecord]] = []
+    results: list[CreatableTopicResult] = []
+    created: list[tuple[CreatableTopicResult, TopicRecord]] = []
     # CREATE on the cluster, else on each topic; DESCRIBE_CONFIGS to be shown the new topic's configs.
     no_create: frozenset[str] = frozenset()
     no_configs: frozenset[str] = frozenset()
@@ -75,9 +83,9 @@ async def handle_create_topics(svc: Services, ctx: RequestContext, req: Any) -> 
         no_configs = denied_names(ctx, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, names, log_denial=False)
     mutations = _mutation_quota(svc, ctx)
     for t in req.topics:
-        result: dict[str, Any] = {"name": t.name, "topic_id": ZERO_UUID, "error_code": ErrorCode.none,
-                                  "error_message": None, "num_partitions": -1, "replication_factor": -1,
-                                  "configs": None, "topic_config_error_code": ErrorCode.none}
+        result: CreatableTopicResult = {"name": t.name, "topic_id": ZERO_UUID, "error_code": ErrorCode.none,
+                                        "error_message": None, "num_partitions": -1, "replication_factor": -1,
+                                        "configs": None, "topic_config_error_code": ErrorCode.none}
         results.append(result)
         if t.name in dupes:
             result["error_code"] = ErrorCode.invalid_request
@@ -114,7 +122,8 @@ async def handle_create_topics(svc: Services, ctx: RequestContext, req: Any) -> 
     return {"throttle_time": _mutation_throttle(ctx, mutations), "topics": results}
 
 
-async def _wait_all(svc: Services, timeout_ms: int, pending: list[tuple[dict[str, Any], TopicRecord]],
+async def _wait_all(svc: Services, timeout_ms: int,
+                    pending: Sequence[tuple[CreatableTopicResult | DeletableTopicResult, TopicRecord]],
                     wait: Callable[[TopicRecord, float], Awaitable[bool]]) -> None:
     """Cluster mode: wait, within the request's timeout, until this broker's metadata shows each change.
 
@@ -130,7 +139,7 @@ async def _wait_all(svc: Services, timeout_ms: int, pending: list[tuple[dict[str
             result["error_message"] = None
 
 
-def _fill_created(svc: Services, result: dict[str, Any], rec: TopicRecord) -> None:
+def _fill_created(svc: Services, result: CreatableTopicResult, rec: TopicRecord) -> None:
     result["topic_id"] = rec.topic_id
     result["num_partitions"] = len(rec.partitions)
     result["replication_factor"] = len(next(iter(rec.partitions.values())).replicas)
@@ -141,18 +150,18 @@ def _fill_created(svc: Services, result: dict[str, Any], rec: TopicRecord) -> No
     ]
 
 
-async def handle_delete_topics(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
-    responses = []
+async def handle_delete_topics(svc: Services, ctx: RequestContext, req: Any) -> DeleteTopicsResponse:
+    responses: list[DeletableTopicResult] = []
     if ctx.version >= 6:
         targets = [(t.name, t.topic_id) for t in req.topics]
     else:
         targets = [(n, ZERO_UUID) for n in req.topic_names]
-    pending: list[tuple[dict[str, Any], TopicRecord]] = []
+    pending: list[tuple[DeletableTopicResult, TopicRecord]] = []
     enforced = ctx.authorizer is not None
     mutations = _mutation_quota(svc, ctx)
     for name, topic_id in targets:
-        result: dict[str, Any] = {"name": name, "topic_id": topic_id, "error_code": ErrorCode.none,
-                                  "error_message": None}
+        result: DeletableTopicResult = {"name": name, "topic_id": topic_id, "error_code": ErrorCode.none,
+                                        "error_message": None}
         responses.append(result)
         if name is None:
             rec = svc.store.topic_by_id(topic_id) if topic_id != ZERO_UUID else None
@@ -186,15 +195,15 @@ async def handle_delete_topics(svc: Services, ctx: RequestContext, req: Any) -> 
     return {"throttle_time": _mutation_throttle(ctx, mutations), "responses": responses}
 
 
-async def handle_create_partitions(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_create_partitions(svc: Services, ctx: RequestContext, req: Any) -> CreatePartitionsResponse:
     dupes = _duplicates([t.name for t in req.topics])
     denied = denied_names(ctx, AclOperation.ALTER, ResourceType.TOPIC,
                           (t.name for t in req.topics if t.name not in dupes))
-    results = []
-    grown: list[tuple[dict[str, Any], TopicRecord, range]] = []
+    results: list[CreatePartitionsTopicResult] = []
+    grown: list[tuple[CreatePartitionsTopicResult, TopicRecord, range]] = []
     mutations = _mutation_quota(svc, ctx)
     for t in req.topics:
-        result: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.none, "error_message": None}
+        result: CreatePartitionsTopicResult = {"name": t.name, "error_code": ErrorCode.none, "error_message": None}
         results.append(result)
         if t.name in dupes:
             result["error_code"] = ErrorCode.invalid_request

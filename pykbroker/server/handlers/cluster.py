@@ -21,6 +21,31 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from pykbroker.metadata.store import StoreUnavailable, TopicRecord, UnknownTopic, run_store, topic_name_problem
+from pykbroker.protocol.responses.cluster import (
+    AlterPartitionReassignmentsResponse,
+    AlterReplicaLogDirPartitionResult,
+    AlterReplicaLogDirsResponse,
+    Cursor,
+    DescribeClusterBroker,
+    DescribeClusterResponse,
+    DescribeLogDirsPartition,
+    DescribeLogDirsResponse,
+    DescribeLogDirsResult,
+    DescribeLogDirsTopic,
+    DescribeTopicPartitionsResponse,
+    DescribeTopicPartitionsResponsePartition,
+    DescribeTopicPartitionsResponseTopic,
+    ElectLeadersResponse,
+    EpochEndOffset,
+    ListPartitionReassignmentsResponse,
+    OffsetForLeaderEpochResponse,
+    OffsetForLeaderTopicResult,
+    OngoingPartitionReassignment,
+    OngoingTopicReassignment,
+    PartitionResult,
+    ReassignablePartitionResponse,
+    ReassignableTopicResponse,
+)
 from pykbroker.replica.topics import timeout_ms_of, timeout_s
 from pykbroker.security.authorizer import AUTHORIZED_OPERATIONS_OMITTED, AclOperation, ResourceType
 from pykbroker.security.authz import (
@@ -33,7 +58,7 @@ from pykbroker.security.authz import (
 )
 from pykbroker.security.request import RequestContext
 from pykbroker.server.context import Services
-from pykbroker.server.handlers.metadata import ZERO_UUID, broker_entries, topic_metadata
+from pykbroker.server.handlers.metadata import ZERO_UUID, live_endpoints, topic_metadata
 from pykbroker.storage.leader_epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 
 # DescribeCluster's EndpointType: a broker answers only for brokers.
@@ -51,27 +76,28 @@ _NO_REASSIGNMENT_MESSAGE = "No partition reassignment is in progress."
 # --- DescribeCluster (60) ---------------------------------------------------------------------
 
 
-async def handle_describe_cluster(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_describe_cluster(svc: Services, ctx: RequestContext, req: Any) -> DescribeClusterResponse:
     endpoint_type = int(getattr(req, "endpoint_type", ENDPOINT_TYPE_BROKER))
-    base: dict[str, Any] = {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
-                            "endpoint_type": endpoint_type, "cluster_id": svc.store.cluster_id or "",
-                            "controller_id": -1, "brokers": [],
-                            "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
+    base: DescribeClusterResponse = {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
+                                     "endpoint_type": endpoint_type, "cluster_id": svc.store.cluster_id or "",
+                                     "controller_id": -1, "brokers": [],
+                                     "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
     if endpoint_type not in _ENDPOINT_TYPE_NAMES:
-        base.update(error_code=ErrorCode.unsupported_endpoint_type,
-                    error_message=f"Unsupported endpoint type {endpoint_type}")
+        base.update({"error_code": ErrorCode.unsupported_endpoint_type,
+                     "error_message": f"Unsupported endpoint type {endpoint_type}"})
         return base
     if endpoint_type != ENDPOINT_TYPE_BROKER:
-        base.update(error_code=ErrorCode.mismatched_endpoint_type,
-                    error_message="The request was sent to an endpoint of type BROKER, but we wanted an endpoint "
-                                  f"of type {_ENDPOINT_TYPE_NAMES[endpoint_type]}")
+        base.update({"error_code": ErrorCode.mismatched_endpoint_type,
+                     "error_message": "The request was sent to an endpoint of type BROKER, but we wanted an endpoint "
+                                      f"of type {_ENDPOINT_TYPE_NAMES[endpoint_type]}"})
         return base
-    brokers = broker_entries(svc, ctx.listener, "broker_id")
-    base.update(
-        brokers=brokers,
-        controller_id=svc.store.controller_id(),
-        cluster_authorized_operations=_cluster_operations(ctx, bool(req.include_cluster_authorized_operations)),
-    )
+    brokers: list[DescribeClusterBroker] = [{"broker_id": broker_id, "host": host, "port": port, "rack": rack}
+                                            for broker_id, host, port, rack in live_endpoints(svc, ctx.listener)]
+    base.update({
+        "brokers": brokers,
+        "controller_id": svc.store.controller_id(),
+        "cluster_authorized_operations": _cluster_operations(ctx, bool(req.include_cluster_authorized_operations)),
+    })
     return base
 
 
@@ -85,29 +111,29 @@ def _cluster_operations(ctx: RequestContext, requested: bool) -> int:
 # --- DescribeTopicPartitions (75) -------------------------------------------------------------
 
 
-def _describe_topic_error(name: str, code: ErrorCode) -> dict[str, Any]:
+def _describe_topic_error(name: str, code: ErrorCode) -> DescribeTopicPartitionsResponseTopic:
     return {"error_code": code, "name": name, "topic_id": ZERO_UUID, "is_internal": False, "partitions": [],
             "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
 
 
 def _describe_topic(svc: Services, rec: TopicRecord, start: int, limit: int,
-                    ctx: RequestContext | None = None) -> tuple[dict[str, Any], int]:
+                    ctx: RequestContext | None = None) -> tuple[DescribeTopicPartitionsResponseTopic, int]:
     """One topic's partitions from ``start``, at most ``limit``; returns it and the next index or -1."""
     md = topic_metadata(svc, rec)
     count = len(md["partitions"])
     upper = min(count, start + limit)
-    parts = []
-    for p in md["partitions"][start:upper] if start < count else []:
-        p = dict(p)
-        p["eligible_leader_replicas"] = ()
-        p["last_known_elr"] = ()
-        parts.append(p)
-    md["partitions"] = parts
-    md["topic_authorized_operations"] = authorized_operations(ResourceType.TOPIC, rec.name, ctx=ctx)
-    return md, (upper if upper < count else -1)
+    parts: list[DescribeTopicPartitionsResponsePartition] = [
+        {**p, "eligible_leader_replicas": (), "last_known_elr": ()}
+        for p in (md["partitions"][start:upper] if start < count else [])]
+    topic: DescribeTopicPartitionsResponseTopic = {
+        "error_code": md["error_code"], "name": md["name"], "topic_id": md["topic_id"],
+        "is_internal": md["is_internal"], "partitions": parts,
+        "topic_authorized_operations": authorized_operations(ResourceType.TOPIC, rec.name, ctx=ctx)}
+    return topic, (upper if upper < count else -1)
 
 
-async def handle_describe_topic_partitions(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_describe_topic_partitions(svc: Services, ctx: RequestContext, req: Any
+                                           ) -> DescribeTopicPartitionsResponse:
     cursor = req.cursor
     requested = [t.name for t in req.topics]
     fetch_all = not requested
@@ -119,9 +145,9 @@ async def handle_describe_topic_partitions(svc: Services, ctx: RequestContext, r
     if cursor is not None:
         names = [n for n in names if n >= cursor.topic_name]
     remaining = min(int(req.response_partition_limit), MAX_REQUEST_PARTITION_SIZE_LIMIT)
-    topics: list[dict[str, Any]] = []
-    refused: list[dict[str, Any]] = []  # Kafka lists them after the described topics
-    next_cursor: dict[str, Any] | None = None
+    topics: list[DescribeTopicPartitionsResponseTopic] = []
+    refused: list[DescribeTopicPartitionsResponseTopic] = []  # Kafka lists them after the described topics
+    next_cursor: Cursor | None = None
     enforced = ctx.authorizer is not None
     for name in names:
         if remaining <= 0:
@@ -163,7 +189,7 @@ def _cluster_refused_message(ctx: RequestContext) -> str:
     return f"Request {ctx.api_name} is not authorized."
 
 
-async def handle_describe_log_dirs(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_describe_log_dirs(svc: Services, ctx: RequestContext, req: Any) -> DescribeLogDirsResponse:
     if not cluster_allowed(ctx, AclOperation.DESCRIBE):  # v3+ carry the code; before, an empty answer
         return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed, "results": []}
     lm = svc.replicas.log_manager
@@ -172,7 +198,7 @@ async def handle_describe_log_dirs(svc: Services, ctx: RequestContext, req: Any)
         wanted = {(t.topic, p) for t in req.topics for p in t.partitions}
     offline = lm.failure_channel.offline_dirs()
     by_dir = lm.replicas_by_dir()
-    results: list[dict[str, Any]] = []
+    results: list[DescribeLogDirsResult] = []
     for d in lm.log_dirs:
         path = str(d.absolute())
         if d in offline:
@@ -185,7 +211,7 @@ async def handle_describe_log_dirs(svc: Services, ctx: RequestContext, req: Any)
             results.append({"error_code": ErrorCode.kafka_storage_error, "log_dir": path, "topics": [],
                             "total_bytes": -1, "usable_bytes": -1})
             continue
-        by_topic: dict[str, list[dict[str, Any]]] = {}
+        by_topic: dict[str, list[DescribeLogDirsPartition]] = {}
         for r in by_dir.get(d, []):
             topic, index = r.tp
             # As Kafka: a topic with a log here is listed even when none of its partitions was asked for.
@@ -195,14 +221,14 @@ async def handle_describe_log_dirs(svc: Services, ctx: RequestContext, req: Any)
             parts.append({"partition_index": index, "partition_size": r.size,
                           "offset_lag": _offset_lag(svc, topic, index, r.log_end_offset, r.is_future),
                           "is_future_key": r.is_future})
-        topics: list[dict[str, Any]] = [{"name": t, "partitions": sorted(by_topic[t], key=_by_partition_index)}
-                                        for t in sorted(by_topic)]
+        topics: list[DescribeLogDirsTopic] = [{"name": t, "partitions": sorted(by_topic[t], key=_by_partition_index)}
+                                              for t in sorted(by_topic)]
         results.append({"error_code": ErrorCode.none, "log_dir": path, "topics": topics,
                         "total_bytes": total, "usable_bytes": usable})
     return {"throttle_time": 0, "error_code": ErrorCode.none, "results": results}
 
 
-def _by_partition_index(entry: dict[str, Any]) -> int:
+def _by_partition_index(entry: DescribeLogDirsPartition) -> int:
     return int(entry["partition_index"])
 
 
@@ -218,7 +244,8 @@ def _offset_lag(svc: Services, topic: str, index: int, log_end_offset: int, is_f
 # --- AlterReplicaLogDirs (34) -----------------------------------------------------------------
 
 
-async def handle_alter_replica_log_dirs(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_alter_replica_log_dirs(svc: Services, ctx: RequestContext, req: Any
+                                        ) -> AlterReplicaLogDirsResponse:
     if not cluster_allowed(ctx, AclOperation.ALTER):  # every partition of the request refused, as sent
         return {"throttle_time": 0, "results": [
             {"topic_name": t.name, "partitions": [{"partition_index": int(i),
@@ -233,7 +260,7 @@ async def handle_alter_replica_log_dirs(svc: Services, ctx: RequestContext, req:
             for index in t.partitions:
                 targets.pop((t.name, index), None)
                 targets[(t.name, index)] = d.path
-    results: dict[str, list[dict[str, Any]]] = {}
+    results: dict[str, list[AlterReplicaLogDirPartitionResult]] = {}
     for (topic, index), path in targets.items():
         target = lm.find_log_dir(path)
         code = ErrorCode.log_dir_not_found if target is None else svc.replicas.alter_log_dir(topic, index, target)
@@ -302,18 +329,18 @@ def _elected(svc: Services, topic: str, index: int, election_type: int) -> bool:
     return a.leader in live
 
 
-async def _elect_leaders_in_cluster(svc: Services, req: Any, election_type: int) -> dict[str, Any]:
+async def _elect_leaders_in_cluster(svc: Services, req: Any, election_type: int) -> ElectLeadersResponse:
     """Precompute the answers Kafka gives without an election, ask the controller for the rest
     (``/pykbroker/elections``) and wait, within the request's timeout, until this broker sees them."""
-    results: dict[str, list[dict[str, Any]]] = {}
-    todo: list[tuple[str, int, dict[str, Any]]] = []
+    results: dict[str, list[PartitionResult]] = {}
+    todo: list[tuple[str, int, PartitionResult]] = []
     if req.topic_partitions is None:
         wanted = [(name, index) for name, rec in sorted(svc.store.topics().items()) for index in sorted(rec.partitions)]
     else:
         wanted = [(t.topic, int(index)) for t in req.topic_partitions for index in t.partitions]
     for topic, index in wanted:
         answer = _elect_in_cluster(svc, topic, index, election_type)
-        entry: dict[str, Any] = {"partition_id": index, "error_code": ErrorCode.none, "error_message": None}
+        entry: PartitionResult = {"partition_id": index, "error_code": ErrorCode.none, "error_message": None}
         if answer is not None:
             if req.topic_partitions is None and answer[0] == ErrorCode.election_not_needed:
                 continue  # as Kafka: "all partitions" lists only those it tried
@@ -338,7 +365,7 @@ async def _elect_leaders_in_cluster(svc: Services, req: Any, election_type: int)
             "replica_election_results": [{"topic": t, "partition_result": r} for t, r in results.items()]}
 
 
-async def handle_elect_leaders(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_elect_leaders(svc: Services, ctx: RequestContext, req: Any) -> ElectLeadersResponse:
     if not cluster_allowed(ctx, AclOperation.ALTER):
         return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
                 "replica_election_results": [
@@ -351,7 +378,7 @@ async def handle_elect_leaders(svc: Services, ctx: RequestContext, req: Any) -> 
         return {"throttle_time": 0, "error_code": ErrorCode.invalid_request, "replica_election_results": []}
     if svc.store.is_cluster():
         return await _elect_leaders_in_cluster(svc, req, election_type)
-    results: dict[str, list[dict[str, Any]]] = {}
+    results: dict[str, list[PartitionResult]] = {}
     if req.topic_partitions is None:
         # Every partition; those that already have the desired leader are left out, as in Kafka.
         for name, rec in sorted(svc.store.topics().items()):
@@ -403,7 +430,8 @@ def _reassign(svc: Services, topic: str, index: int, replicas: tuple[int, ...] |
     return ErrorCode.none, None
 
 
-async def handle_alter_partition_reassignments(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_alter_partition_reassignments(svc: Services, ctx: RequestContext, req: Any
+                                               ) -> AlterPartitionReassignmentsResponse:
     if not cluster_allowed(ctx, AclOperation.ALTER):
         refused = _cluster_refused_message(ctx)
         return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed, "error_message": refused,
@@ -411,16 +439,17 @@ async def handle_alter_partition_reassignments(svc: Services, ctx: RequestContex
                     {"partition_index": int(p.partition_index), "error_code": ErrorCode.cluster_authorization_failed,
                      "error_message": refused} for p in t.partitions]} for t in req.topics]}
     cluster = svc.store.is_cluster()
-    responses = []
+    responses: list[ReassignableTopicResponse] = []
     moves: dict[tuple[str, int], list[int] | None] = {}
-    accepted: list[dict[str, Any]] = []
+    accepted: list[ReassignablePartitionResponse] = []
     for t in req.topics:
-        parts = []
+        parts: list[ReassignablePartitionResponse] = []
         for p in t.partitions:
             index = int(p.partition_index)
             target = None if p.replicas is None else tuple(int(b) for b in p.replicas)
             code, message = _reassign(svc, t.name, index, target, cluster=cluster)
-            entry = {"partition_index": index, "error_code": code, "error_message": message}
+            entry: ReassignablePartitionResponse = {"partition_index": index, "error_code": code,
+                                                    "error_message": message}
             parts.append(entry)
             if cluster and code == ErrorCode.none:
                 moves[(t.name, index)] = None if target is None else list(target)
@@ -439,7 +468,8 @@ async def handle_alter_partition_reassignments(svc: Services, ctx: RequestContex
     return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "responses": responses}
 
 
-async def handle_list_partition_reassignments(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_list_partition_reassignments(svc: Services, ctx: RequestContext, req: Any
+                                              ) -> ListPartitionReassignmentsResponse:
     if not cluster_allowed(ctx, AclOperation.DESCRIBE):
         return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
                 "error_message": _cluster_refused_message(ctx),
@@ -447,7 +477,7 @@ async def handle_list_partition_reassignments(svc: Services, ctx: RequestContext
                     {"partition_index": int(i), "replicas": [], "adding_replicas": [], "removing_replicas": []}
                     for i in t.partition_indexes]} for t in req.topics or ()]}
     """Reassignments in progress (adding or removing replicas in the assignment); none on one broker."""
-    topics: list[dict[str, Any]] = []
+    topics: list[OngoingTopicReassignment] = []
     wanted: dict[str, set[int] | None]
     if req.topics is None:
         wanted = dict.fromkeys(sorted(svc.store.topics()))
@@ -457,10 +487,11 @@ async def handle_list_partition_reassignments(svc: Services, ctx: RequestContext
         rec = svc.store.topic(name)
         if rec is None:
             continue
-        parts = [{"partition_index": i, "replicas": tuple(a.replicas), "adding_replicas": tuple(a.adding_replicas),
-                  "removing_replicas": tuple(a.removing_replicas)}
-                 for i, a in sorted(rec.partitions.items())
-                 if (a.adding_replicas or a.removing_replicas) and (indexes is None or i in indexes)]
+        parts: list[OngoingPartitionReassignment] = [
+            {"partition_index": i, "replicas": tuple(a.replicas), "adding_replicas": tuple(a.adding_replicas),
+             "removing_replicas": tuple(a.removing_replicas)}
+            for i, a in sorted(rec.partitions.items())
+            if (a.adding_replicas or a.removing_replicas) and (indexes is None or i in indexes)]
         if parts:
             topics.append({"name": name, "partitions": parts})
     return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "topics": topics}
@@ -470,8 +501,8 @@ async def handle_list_partition_reassignments(svc: Services, ctx: RequestContext
 
 
 def _epoch_end_offset(svc: Services, topic: str, index: int, current_leader_epoch: int,
-                      leader_epoch: int) -> dict[str, Any]:
-    out: dict[str, Any] = {"partition": index, "error_code": ErrorCode.none,
+                      leader_epoch: int) -> EpochEndOffset:
+    out: EpochEndOffset = {"partition": index, "error_code": ErrorCode.none,
                            "leader_epoch": UNDEFINED_EPOCH, "end_offset": UNDEFINED_EPOCH_OFFSET}
     p = svc.replicas.partition(topic, index)
     if p is None:
@@ -502,8 +533,9 @@ def _epoch_end_offset(svc: Services, topic: str, index: int, current_leader_epoc
     return out
 
 
-async def handle_offset_for_leader_epoch(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
-    topics = []
+async def handle_offset_for_leader_epoch(svc: Services, ctx: RequestContext, req: Any
+                                        ) -> OffsetForLeaderEpochResponse:
+    topics: list[OffsetForLeaderTopicResult] = []
     denied: frozenset[str] = frozenset()
     # Followers have CLUSTER_ACTION; consumers (KIP-320) need DESCRIBE on each topic.
     if ctx.authorizer is not None and not cluster_allowed(ctx, AclOperation.CLUSTER_ACTION, log_denial=False):

@@ -41,6 +41,15 @@ from pykbroker.config import (
     validate_topic_configs,
 )
 from pykbroker.metadata.store import StoreUnavailable, UnknownTopic, run_store, topic_name_problem
+from pykbroker.protocol.responses.configs import (
+    AlterConfigsResourceResponse,
+    AlterConfigsResponse,
+    DescribeConfigsResourceResult,
+    DescribeConfigsResponse,
+    DescribeConfigsResult,
+    DescribeConfigsSynonym,
+    IncrementalAlterConfigsResponse,
+)
 from pykbroker.security.authorizer import AclOperation, ResourceType
 from pykbroker.security.authz import CLUSTER_NAME, allowed
 from pykbroker.security.request import RequestContext
@@ -77,7 +86,7 @@ class ResourceError(Exception):
 
 # --- describe: sources and synonyms, as Kafka's ConfigHelper computes them ---------------------------
 
-def config_synonyms(cfg: BrokerConfig, name: str, names: list[str]) -> list[dict[str, Any]]:
+def config_synonyms(cfg: BrokerConfig, name: str, names: list[str]) -> list[DescribeConfigsSynonym]:
     """The broker-level synonyms of ``name``: every one of ``names`` set dynamically for this broker,
     as the dynamic cluster default, statically, or with a non-null default, in that order, starting
     from the first entry for ``name`` itself (nothing when ``name`` is set nowhere)."""
@@ -87,7 +96,7 @@ def config_synonyms(cfg: BrokerConfig, name: str, names: list[str]) -> list[dict
         (cfg.static_configs, SOURCE_STATIC_BROKER),
         ({n: BrokerConfig.default_string(n) for n in names if n in BROKER_CONFIG_DEFS}, SOURCE_DEFAULT),
     ]
-    out: list[dict[str, Any]] = []
+    out: list[DescribeConfigsSynonym] = []
     for layer, source in layers:
         for n in names:
             value = layer.get(n)
@@ -99,7 +108,7 @@ def config_synonyms(cfg: BrokerConfig, name: str, names: list[str]) -> list[dict
 
 
 def _entry(name: str, value: str | None, d: ConfigDef | None, source: int, *, read_only: bool,
-           synonyms: list[dict[str, Any]], documentation: bool) -> dict[str, Any]:
+           synonyms: list[DescribeConfigsSynonym], documentation: bool) -> DescribeConfigsResourceResult:
     sensitive = d is not None and d.type == "password"
     return {
         "name": name,
@@ -122,11 +131,11 @@ def _wanted(keys: list[str] | None) -> Callable[[str], bool]:
 
 
 def describe_topic_configs(cfg: BrokerConfig, overrides: Mapping[str, str], keys: list[str] | None = None,
-                           synonyms: bool = False, documentation: bool = False) -> list[dict[str, Any]]:
+                           synonyms: bool = False, documentation: bool = False) -> list[DescribeConfigsResourceResult]:
     """A topic's configs: the override (DYNAMIC_TOPIC_CONFIG), else the broker synonyms' source."""
     effective = effective_topic_config(cfg, overrides)
     wanted = _wanted(keys)
-    out = []
+    out: list[DescribeConfigsResourceResult] = []
     for key, d in sorted(TOPIC_CONFIG_DEFS.items()):
         if not wanted(key):
             continue
@@ -142,10 +151,10 @@ def describe_topic_configs(cfg: BrokerConfig, overrides: Mapping[str, str], keys
 
 
 def describe_broker_configs(cfg: BrokerConfig, per_broker: bool, keys: list[str] | None = None,
-                            synonyms: bool = False, documentation: bool = False) -> list[dict[str, Any]]:
+                            synonyms: bool = False, documentation: bool = False) -> list[DescribeConfigsResourceResult]:
     """Every broker config for ``"<id>"``; for the cluster default ``""`` only those set there."""
     wanted = _wanted(keys)
-    out = []
+    out: list[DescribeConfigsResourceResult] = []
     names = sorted(BROKER_CONFIG_DEFS) if per_broker else sorted(cfg.dynamic_default_configs)
     for key in names:
         if not wanted(key):
@@ -162,23 +171,24 @@ def describe_broker_configs(cfg: BrokerConfig, per_broker: bool, keys: list[str]
 
 
 def describe_group_configs(cfg: BrokerConfig, overrides: Mapping[str, str], keys: list[str] | None = None,
-                           synonyms: bool = False, documentation: bool = False) -> list[dict[str, Any]]:
+                           synonyms: bool = False, documentation: bool = False) -> list[DescribeConfigsResourceResult]:
     """A group's configs (Kafka 4): the group's own value (GROUP_CONFIG) or the broker's default."""
     effective = effective_group_config(cfg, overrides)
     wanted = _wanted(keys)
-    out = []
+    out: list[DescribeConfigsResourceResult] = []
     for key, d in sorted(GROUP_CONFIG_DEFS.items()):
         if not wanted(key):
             continue
         value = str(effective[key])
         source = SOURCE_GROUP if key in overrides else SOURCE_DEFAULT
-        syn = [{"name": key, "value": value, "source": source}]
+        syn: list[DescribeConfigsSynonym] = [{"name": key, "value": value, "source": source}]
         out.append(_entry(key, value, d, source, read_only=False, synonyms=syn if synonyms else [],
                           documentation=documentation))
     return out
 
 
-def describe_client_metrics(configs: Mapping[str, str], keys: list[str] | None = None) -> list[dict[str, Any]]:
+def describe_client_metrics(configs: Mapping[str, str], keys: list[str] | None = None
+                           ) -> list[DescribeConfigsResourceResult]:
     """A subscription's configs: only those set, CLIENT_METRICS_CONFIG, no type (as Kafka)."""
     wanted = _wanted(keys)
     return [_entry(k, v, None, SOURCE_CLIENT_METRICS, read_only=False, synonyms=[], documentation=False)
@@ -198,7 +208,7 @@ def _broker_name(svc: Services, name: str, *, describe: bool) -> None:
 
 
 def _describe_one(svc: Services, rtype: int, name: str, keys: list[str] | None, synonyms: bool,
-                  documentation: bool) -> list[dict[str, Any]]:
+                  documentation: bool) -> list[DescribeConfigsResourceResult]:
     cfg = svc.config
     if rtype == RESOURCE_TOPIC:
         problem = topic_name_problem(name)
@@ -230,7 +240,7 @@ def _describe_one(svc: Services, rtype: int, name: str, keys: list[str] | None, 
 
 
 async def _describe_uncached_topic(svc: Services, name: str, keys: list[str] | None, synonyms: bool,
-                                   documentation: bool) -> list[dict[str, Any]]:
+                                   documentation: bool) -> list[DescribeConfigsResourceResult]:
     """A topic this broker's metadata cache has not seen yet: ask the store itself before answering
     UNKNOWN_TOPIC_OR_PARTITION (another broker may have just created it)."""
     overrides = await _read_uncached_topic(svc, name, None)
@@ -275,14 +285,14 @@ def config_refusal(ctx: RequestContext, op: AclOperation, rtype: int, name: str,
     return ResourceError(code, message if with_message else None)
 
 
-async def handle_describe_configs(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_describe_configs(svc: Services, ctx: RequestContext, req: Any) -> DescribeConfigsResponse:
     synonyms = bool(getattr(req, "include_synonyms", False))
     documentation = bool(getattr(req, "include_documentation", False))
-    results = []
+    results: list[DescribeConfigsResult] = []
     for r in req.resources:
         rtype = int(r.resource_type)
-        result: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None, "resource_type": rtype,
-                                  "resource_name": r.resource_name, "configs": []}
+        result: DescribeConfigsResult = {"error_code": ErrorCode.none, "error_message": None, "resource_type": rtype,
+                                         "resource_name": r.resource_name, "configs": []}
         results.append(result)
         keys = None if r.configuration_keys is None else list(r.configuration_keys)
         refusal = config_refusal(ctx, AclOperation.DESCRIBE_CONFIGS, rtype, r.resource_name, with_message=True) \
@@ -417,14 +427,14 @@ def _preflight(resources: list[Any], incremental: bool) -> dict[int, ResourceErr
     return errors
 
 
-async def _alter(svc: Services, ctx: RequestContext, req: Any, incremental: bool) -> dict[str, Any]:
+async def _alter(svc: Services, ctx: RequestContext, req: Any, incremental: bool) -> AlterConfigsResponse:
     resources = list(req.resources)
     errors = _preflight(resources, incremental)
-    responses = []
+    responses: list[AlterConfigsResourceResponse] = []
     for i, r in enumerate(resources):
         rtype, name = int(r.resource_type), r.resource_name
-        response: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None,
-                                    "resource_type": rtype, "resource_name": name}
+        response: AlterConfigsResourceResponse = {"error_code": ErrorCode.none, "error_message": None,
+                                                  "resource_type": rtype, "resource_name": name}
         responses.append(response)
         try:
             if i in errors:
@@ -469,11 +479,12 @@ async def _alter(svc: Services, ctx: RequestContext, req: Any, incremental: bool
     return {"throttle_time": 0, "responses": responses}
 
 
-async def handle_alter_configs(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_alter_configs(svc: Services, ctx: RequestContext, req: Any) -> AlterConfigsResponse:
     """Legacy AlterConfigs: each resource's configs are replaced by exactly those given."""
     return await _alter(svc, ctx, req, incremental=False)
 
 
-async def handle_incremental_alter_configs(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_incremental_alter_configs(svc: Services, ctx: RequestContext, req: Any
+                                           ) -> IncrementalAlterConfigsResponse:
     """IncrementalAlterConfigs: SET, DELETE, APPEND and SUBTRACT on the stored configs."""
     return await _alter(svc, ctx, req, incremental=True)

@@ -25,6 +25,7 @@ from kio.schema.errors import ErrorCode
 from pykbroker.protocol.file_range import FileRange
 from pykbroker.protocol.message_format import down_convert, first_message_size
 from pykbroker.protocol.records import InvalidRecords
+from pykbroker.protocol.responses.fetch import FetchableTopicResponse, FetchResponse, PartitionData
 from pykbroker.replica.replica_manager import ArmedWait, FetchWaiters, Partition
 from pykbroker.replication.rules import diverging_epoch
 from pykbroker.security.authorizer import AclOperation, ResourceType
@@ -54,7 +55,7 @@ class _Plan:
     __slots__ = ("bytes", "errors", "topics")
 
     def __init__(self) -> None:
-        self.topics: list[dict[str, Any]] = []
+        self.topics: list[FetchableTopicResponse] = []
         self.bytes = 0
         self.errors = False
 
@@ -89,7 +90,7 @@ def _read_all(svc: Services, ctx: RequestContext, req: Any, by_id: bool, replica
             name = t.topic
             rec = svc.store.topic(name)
             unknown = ErrorCode.unknown_topic_or_partition
-        parts: list[dict[str, Any]] = []
+        parts: list[PartitionData] = []
         for fp in t.partitions:
             idx = int(fp.partition)
             p = hosted((name, idx)) if name is not None else None
@@ -114,7 +115,7 @@ def _read_all(svc: Services, ctx: RequestContext, req: Any, by_id: bool, replica
                 elif p.leader_id != broker_id:
                     error = ErrorCode.not_leader_or_follower
             if error is not no_error or p is None or replica_id >= 0:
-                entry: dict[str, Any] = {
+                entry: PartitionData = {
                     "partition_index": idx,
                     "error_code": error,
                     "high_watermark": -1,
@@ -195,7 +196,7 @@ def _read_all(svc: Services, ctx: RequestContext, req: Any, by_id: bool, replica
     return plan
 
 
-def _read_for_follower(svc: Services, p: Partition, fp: Any, entry: dict[str, Any], plan: _Plan, replica_id: int,
+def _read_for_follower(svc: Services, p: Partition, fp: Any, entry: PartitionData, plan: _Plan, replica_id: int,
                        first_pass: bool, remaining: int, first_with_data: bool) -> None:
     """A follower's fetch: up to the LEO (not the HW), with the diverging-epoch check (KIP-320).
 
@@ -227,13 +228,13 @@ def _read_for_follower(svc: Services, p: Partition, fp: Any, entry: dict[str, An
         result = lg.read_slice(fetch_offset, max(min(int(fp.partition_max_bytes), remaining), 0),
                                min_one_message=first_with_data)
     except OffsetOutOfRange:
-        entry.update(error_code=ErrorCode.offset_out_of_range, high_watermark=-1, last_stable_offset=-1,
-                     log_start_offset=-1)
+        entry.update({"error_code": ErrorCode.offset_out_of_range, "high_watermark": -1, "last_stable_offset": -1,
+                      "log_start_offset": -1})
         plan.errors = True
         return
     except KafkaStorageError:
-        entry.update(error_code=ErrorCode.kafka_storage_error, high_watermark=-1, last_stable_offset=-1,
-                     log_start_offset=-1)
+        entry.update({"error_code": ErrorCode.kafka_storage_error, "high_watermark": -1, "last_stable_offset": -1,
+                      "log_start_offset": -1})
         plan.errors = True
         return
     if result.records:
@@ -282,7 +283,7 @@ def _keep_changed(source: _SessionRequest, plan: _Plan, session: FetchSession) -
     returned: list[PartitionKey] = []
     kept_topics = []
     for st, topic in zip(source.topics, plan.topics, strict=True):
-        kept = []
+        kept: list[PartitionData] = []
         for cp, entry in zip(st.partitions, topic["partitions"], strict=True):
             if cp.must_respond(entry):
                 kept.append(entry)
@@ -316,7 +317,7 @@ def _topic_name(svc: Services, topic_id: uuid.UUID) -> str | None:
     return rec.name if rec is not None else None
 
 
-async def handle_fetch(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any] | Parked[dict[str, Any] | None]:
+async def handle_fetch(svc: Services, ctx: RequestContext, req: Any) -> FetchResponse | Parked[FetchResponse | None]:
     v = ctx.version
     by_id = v >= 13
     session_epoch = int(getattr(req, "session_epoch", FINAL_EPOCH))
@@ -355,7 +356,7 @@ async def handle_fetch(svc: Services, ctx: RequestContext, req: Any) -> dict[str
         waiters = svc.replicas.replica_fetch_waiters if replica_id >= 0 else svc.replicas.fetch_waiters
         armed = waiters.arm(tps)  # now, right after the read: an append before the wait starts still wakes it
 
-        async def wait_then_answer() -> dict[str, Any]:
+        async def wait_then_answer() -> FetchResponse:
             waited = await _long_poll(svc, ctx, source, by_id, replica_id, denied, plan, min_bytes, deadline,
                                       waiters, tps, armed)
             return _answer(svc, req, v, session, session_epoch, by_id, source, replica_id, waited)
@@ -364,7 +365,7 @@ async def handle_fetch(svc: Services, ctx: RequestContext, req: Any) -> dict[str
             # Sessionless: wait with the connection's next requests processed meanwhile (a fetch answers
             # with what exists when it answers).  A fetch session's state (its epoch, the partitions it
             # remembers) changes with each answer, so those fetches still wait in place.
-            parked: Parked[dict[str, Any] | None] = Parked(wait_then_answer, long_poll=True)
+            parked: Parked[FetchResponse | None] = Parked(wait_then_answer, long_poll=True)
             return parked
         return await wait_then_answer()
     return _answer(svc, req, v, session, session_epoch, by_id, source, replica_id, plan)
@@ -393,7 +394,7 @@ async def _long_poll(svc: Services, ctx: RequestContext, source: Any, by_id: boo
 
 
 def _answer(svc: Services, req: Any, v: int, session: FetchSession | None, session_epoch: int, by_id: bool,
-            source: Any, replica_id: int, plan: _Plan) -> dict[str, Any]:
+            source: Any, replica_id: int, plan: _Plan) -> FetchResponse:
     """The response from the last read pass; a session remembers what it answered."""
     if v <= 3:  # clients from before Kafka 0.11 read message format v0/v1; never on the modern path
         _down_convert(svc, req, plan.topics, 0 if v <= 1 else 1)
@@ -415,8 +416,8 @@ def _count_bytes_out(svc: Services, plan: _Plan, replication: bool) -> None:
     stats = svc.stats
     for t in plan.topics:
         n = sum(len(e["records"]) for e in t["partitions"] if e["records"])
-        if n:
-            c = stats.topic(t["topic"])
+        if n and (name := t["topic"]) is not None:  # records come only from a topic hosted here, so named
+            c = stats.topic(name)
             if replication:
                 c.replication_bytes_out += n
             else:
@@ -424,7 +425,7 @@ def _count_bytes_out(svc: Services, plan: _Plan, replication: bool) -> None:
                 c.fetch_requests += 1
 
 
-def _down_convert(svc: Services, req: Any, topics: list[dict[str, Any]], magic: int) -> None:
+def _down_convert(svc: Services, req: Any, topics: list[FetchableTopicResponse], magic: int) -> None:
     """Rewrite each partition's batches as ``magic`` messages, as Kafka does for Fetch v0-3.
 
     With ``message.downconversion.enable`` false (topic, else the broker's
@@ -463,5 +464,5 @@ def _down_convert(svc: Services, req: Any, topics: list[dict[str, Any]], magic: 
                     limit = max(int(fp.partition_max_bytes), first_message_size(converted))
                     entry["records"] = converted[:limit]
             if error is not None:
-                entry.update(error_code=error, high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
-                             records=b"")
+                entry.update({"error_code": error, "high_watermark": -1, "last_stable_offset": -1,
+                              "log_start_offset": -1, "records": b""})

@@ -13,6 +13,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from pykbroker.protocol.responses.offsets import (
+    ListOffsetsPartitionResponse,
+    ListOffsetsResponse,
+    ListOffsetsTopicResponse,
+)
 from pykbroker.replica.replica_manager import Partition
 from pykbroker.security.authorizer import AclOperation, ResourceType
 from pykbroker.security.authz import denied_names
@@ -51,15 +56,16 @@ def _offsets_before(p: Partition, timestamp: int, max_num_offsets: int, now: int
     return sorted((pairs[index - j][0] for j in range(count)), reverse=True)
 
 
-async def handle_list_offsets_v0(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_list_offsets_v0(svc: Services, ctx: RequestContext, req: Any) -> ListOffsetsResponse:
     from_consumer = int(req.replica_id) == CONSUMER_REPLICA_ID
     denied = denied_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in req.topics or ()))
-    topics = []
+    topics: list[ListOffsetsTopicResponse] = []
     for t in req.topics or ():
-        parts = []
+        parts: list[ListOffsetsPartitionResponse] = []
         for rp in t.partitions or ():
             idx = int(rp.partition_index)
-            entry: dict[str, Any] = {"partition_index": idx, "error_code": ErrorCode.none, "old_style_offsets": []}
+            entry: ListOffsetsPartitionResponse = {"partition_index": idx, "error_code": ErrorCode.none,
+                                                   "old_style_offsets": []}
             parts.append(entry)
             if denied and t.name in denied:
                 entry["error_code"] = ErrorCode.topic_authorization_failed

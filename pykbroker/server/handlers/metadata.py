@@ -9,6 +9,12 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from pykbroker.metadata.store import INTERNAL_TOPICS, StoreUnavailable, TopicRecord, topic_name_problem
+from pykbroker.protocol.responses.metadata import (
+    MetadataResponse,
+    MetadataResponseBroker,
+    MetadataResponsePartition,
+    MetadataResponseTopic,
+)
 from pykbroker.replica.topics import TopicError
 from pykbroker.security.authorizer import AUTHORIZED_OPERATIONS_OMITTED, AclOperation, ResourceType
 from pykbroker.security.authz import (
@@ -25,7 +31,7 @@ ZERO_UUID = uuid.UUID(int=0)
 
 
 def topic_metadata(svc: Services, rec: TopicRecord, *, include_authorized_operations: bool = False,
-                   live: Container[int] | None = None, ctx: RequestContext | None = None) -> dict[str, Any]:
+                   live: Container[int] | None = None, ctx: RequestContext | None = None) -> MetadataResponseTopic:
     """One topic's Metadata entry; ``live`` (the live broker ids) makes it the cluster view."""
     if live is None and svc.store.is_cluster():
         live = svc.store.live_brokers()
@@ -41,8 +47,8 @@ def topic_metadata(svc: Services, rec: TopicRecord, *, include_authorized_operat
     }
 
 
-def _embedded_partitions(svc: Services, rec: TopicRecord) -> list[dict[str, Any]]:
-    partitions = []
+def _embedded_partitions(svc: Services, rec: TopicRecord) -> list[MetadataResponsePartition]:
+    partitions: list[MetadataResponsePartition] = []
     for index, a in sorted(rec.partitions.items()):
         p = svc.replicas.partition(rec.name, index)
         leader = a.leader
@@ -69,13 +75,13 @@ def _embedded_partitions(svc: Services, rec: TopicRecord) -> list[dict[str, Any]
     return partitions
 
 
-def _cluster_partitions(svc: Services, rec: TopicRecord, live: Container[int]) -> list[dict[str, Any]]:
+def _cluster_partitions(svc: Services, rec: TopicRecord, live: Container[int]) -> list[MetadataResponsePartition]:
     """As ZooKeeper-mode Kafka's metadata cache: a leader that is not live is -1 with LEADER_NOT_AVAILABLE;
     offline replicas are those on dead brokers (and ours when its log dir failed)."""
     me = svc.broker_id
     name = rec.name
     replicas = svc.replicas
-    partitions = []
+    partitions: list[MetadataResponsePartition] = []
     for index, a in sorted(rec.partitions.items()):
         leader = a.leader
         error = ErrorCode.none
@@ -99,13 +105,13 @@ def _cluster_partitions(svc: Services, rec: TopicRecord, live: Container[int]) -
     return partitions
 
 
-def broker_entries(svc: Services, listener: str, id_key: str) -> list[dict[str, Any]]:
-    """The live brokers' endpoints on ``listener`` (with their racks), sorted by id."""
+def live_endpoints(svc: Services, listener: str) -> list[tuple[int, str, int, str | None]]:
+    """The live brokers' endpoints on ``listener``: (broker id, host, port, rack), sorted by id."""
     out = []
     for broker_id, endpoints in sorted(svc.store.live_brokers().items()):
         for name, host, port in endpoints:
             if name == listener:
-                out.append({id_key: broker_id, "host": host, "port": port, "rack": svc.store.broker_rack(broker_id)})
+                out.append((broker_id, host, port, svc.store.broker_rack(broker_id)))
     return out
 
 
@@ -119,17 +125,17 @@ async def _create_internal_topic(svc: Services, name: str) -> ErrorCode:
     return ErrorCode.leader_not_available if created else ErrorCode.coordinator_not_available
 
 
-def _error_topic(name: str | None, code: ErrorCode, topic_id: uuid.UUID = ZERO_UUID) -> dict[str, Any]:
+def _error_topic(name: str | None, code: ErrorCode, topic_id: uuid.UUID = ZERO_UUID) -> MetadataResponseTopic:
     return {"error_code": code, "name": name, "topic_id": topic_id, "is_internal": False, "partitions": []}
 
 
-async def handle_metadata(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_metadata(svc: Services, ctx: RequestContext, req: Any) -> MetadataResponse:
     v = ctx.version
     requested = req.topics
     all_topics = requested is None or (v == 0 and len(requested) == 0)
     # Before v4 clients could not say whether they wanted auto-creation; Kafka then allows it.
     allow_auto = True if v < 4 else bool(req.allow_auto_topic_creation)
-    topics: list[dict[str, Any]] = []
+    topics: list[MetadataResponseTopic] = []
     # v8+ may ask for the operations this principal is allowed (cluster-wide: v8-10 only).
     topic_ops = v >= 8 and bool(req.include_topic_authorized_operations)
     cluster_ops = 8 <= v <= 10 and bool(req.include_cluster_authorized_operations)
@@ -203,7 +209,8 @@ async def handle_metadata(svc: Services, ctx: RequestContext, req: Any) -> dict[
                 topics.append(_error_topic(name, ErrorCode.unknown_topic_or_partition))
                 continue
             topics.append(topic_metadata(svc, rec, include_authorized_operations=topic_ops, live=live, ctx=ctx))
-    brokers = broker_entries(svc, ctx.listener, "node_id")
+    brokers: list[MetadataResponseBroker] = [{"node_id": broker_id, "host": host, "port": port, "rack": rack}
+                                             for broker_id, host, port, rack in live_endpoints(svc, ctx.listener)]
     return {
         "throttle_time": 0,
         "brokers": brokers,

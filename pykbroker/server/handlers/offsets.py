@@ -12,6 +12,14 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from pykbroker.protocol.responses.offsets import (
+    DeleteRecordsPartitionResult,
+    DeleteRecordsResponse,
+    DeleteRecordsTopicResult,
+    ListOffsetsPartitionResponse,
+    ListOffsetsResponse,
+    ListOffsetsTopicResponse,
+)
 from pykbroker.replica.replica_manager import Partition
 from pykbroker.security.authorizer import AclOperation, ResourceType
 from pykbroker.security.authz import denied_names
@@ -61,7 +69,7 @@ def _lookup(p: Partition, timestamp: int, read_committed: bool, replica: bool = 
     return ts, off, p.leader_epoch
 
 
-async def handle_list_offsets(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_list_offsets(svc: Services, ctx: RequestContext, req: Any) -> ListOffsetsResponse:
     if ctx.version == 0:  # segment offsets, not (timestamp, offset): clients from before Kafka 0.10.1
         return await handle_list_offsets_v0(svc, ctx, req)
     read_committed = int(getattr(req, "isolation_level", 0)) == READ_COMMITTED
@@ -72,15 +80,15 @@ async def handle_list_offsets(svc: Services, ctx: RequestContext, req: Any) -> d
     replica = replica_id != CONSUMER_REPLICA_ID
     if replica:
         read_committed = False
-    topics = []
+    topics: list[ListOffsetsTopicResponse] = []
     seen: set[tuple[str, int]] = set()
     denied = denied_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in req.topics or ()))
     for t in req.topics or ():  # null never gets past the bounds pre-pass; be safe anyway
-        parts = []
+        parts: list[ListOffsetsPartitionResponse] = []
         for rp in t.partitions or ():
             idx = int(rp.partition_index)
-            entry: dict[str, Any] = {"partition_index": idx, "error_code": ErrorCode.none, "timestamp": -1,
-                                     "offset": -1, "leader_epoch": -1}
+            entry: ListOffsetsPartitionResponse = {"partition_index": idx, "error_code": ErrorCode.none,
+                                                   "timestamp": -1, "offset": -1, "leader_epoch": -1}
             parts.append(entry)
             if denied and t.name in denied:
                 entry["error_code"] = ErrorCode.topic_authorization_failed
@@ -135,15 +143,16 @@ def _not_hosted(svc: Services, topic: str, index: int) -> ErrorCode:
     return ErrorCode.unknown_topic_or_partition
 
 
-async def handle_delete_records(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
-    topics = []
+async def handle_delete_records(svc: Services, ctx: RequestContext, req: Any) -> DeleteRecordsResponse:
+    topics: list[DeleteRecordsTopicResult] = []
     denied = denied_names(ctx, AclOperation.DELETE, ResourceType.TOPIC, (t.name for t in req.topics))
     for t in req.topics:
-        parts = []
+        parts: list[DeleteRecordsPartitionResult] = []
         rec = svc.store.topic(t.name)
         for dp in t.partitions:
             idx = int(dp.partition_index)
-            entry: dict[str, Any] = {"partition_index": idx, "low_watermark": -1, "error_code": ErrorCode.none}
+            entry: DeleteRecordsPartitionResult = {"partition_index": idx, "low_watermark": -1,
+                                                   "error_code": ErrorCode.none}
             parts.append(entry)
             if denied and t.name in denied:
                 entry["error_code"] = ErrorCode.topic_authorization_failed

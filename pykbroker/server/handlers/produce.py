@@ -11,7 +11,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import anyio
 from kio.schema.errors import ErrorCode
@@ -21,6 +21,7 @@ from pykbroker.protocol.framing import CloseConnection
 from pykbroker.protocol.message_format import is_message_set, up_convert
 from pykbroker.protocol.record_validator import validate_records
 from pykbroker.protocol.records import InvalidRecords, parse_batch_header, validate_for_append
+from pykbroker.protocol.responses.produce import PartitionProduceResponse, ProduceResponse, TopicProduceResponse
 from pykbroker.replica import group_commit
 from pykbroker.replica.append_hooks import ForwardFirst
 from pykbroker.replica.replica_manager import Partition
@@ -34,8 +35,12 @@ from pykbroker.storage.producer_state import ProducerStateError
 
 log = logging.getLogger("pykbroker.produce")
 
+# An acks=all append the HW has not reached yet: (partition, offset to reach, its topic's partition
+# responses, the index of its own, min ISR).
+Awaiting = tuple[Partition, int, list[PartitionProduceResponse], int, int]
 
-def _partition_error(index: int, code: ErrorCode, message: str | None = None) -> dict[str, Any]:
+
+def _partition_error(index: int, code: ErrorCode, message: str | None = None) -> PartitionProduceResponse:
     return {
         "index": index,
         "error_code": code,
@@ -47,7 +52,7 @@ def _partition_error(index: int, code: ErrorCode, message: str | None = None) ->
     }
 
 
-def _invalid_records(index: int, e: InvalidRecords) -> dict[str, Any]:
+def _invalid_records(index: int, e: InvalidRecords) -> PartitionProduceResponse:
     """The partition response for refused records: Kafka's per-record errors, if any (Produce v8+)."""
     out = _partition_error(index, ErrorCode(e.error_code), str(e))
     if e.record_errors:
@@ -56,7 +61,7 @@ def _invalid_records(index: int, e: InvalidRecords) -> dict[str, Any]:
 
 
 def _append(svc: Services, ctx: RequestContext, p: Partition, records: bytes, now: int,
-            transactional_id: str | None) -> dict[str, Any]:
+            transactional_id: str | None) -> PartitionProduceResponse:
     lg = p.log
     cfg = lg.config
     log_append = cfg.log_append_time
@@ -92,7 +97,8 @@ def _append(svc: Services, ctx: RequestContext, p: Partition, records: bytes, no
     return _append_validated(svc, p, buf, batches, now)
 
 
-def _append_validated(svc: Services, p: Partition, buf: bytearray, batches: list[Any], now: int) -> dict[str, Any]:
+def _append_validated(svc: Services, p: Partition, buf: bytearray, batches: list[Any], now: int
+                      ) -> PartitionProduceResponse:
     lg = p.log
     log_append = lg.config.log_append_time
     # A retried idempotent batch (result.duplicate) appends nothing and reports its original offsets.
@@ -111,7 +117,7 @@ def _append_validated(svc: Services, p: Partition, buf: bytearray, batches: list
     }
 
 
-async def _append_after_forward(svc: Services, p: Partition, f: ForwardFirst, now: int) -> dict[str, Any]:
+async def _append_after_forward(svc: Services, p: Partition, f: ForwardFirst, now: int) -> PartitionProduceResponse:
     """A hook sent part of the batch elsewhere first (e.g. delayed records to the broker leading their
     ``__delayed_records`` partition, acks=-1); only then is the rest appended here."""
     code = await f.send()
@@ -124,12 +130,13 @@ async def _append_after_forward(svc: Services, p: Partition, f: ForwardFirst, no
     return _append_validated(svc, p, f.buf, f.batches, now)
 
 
-def _fail_unflushed(responses: list[dict[str, Any]], p: Partition, message: str) -> None:
+def _fail_unflushed(responses: list[TopicProduceResponse], p: Partition, message: str) -> None:
     for r in responses:
         if r["name"] == p.topic:
-            for i, part in enumerate(r["partition_responses"]):
+            parts = cast("list[PartitionProduceResponse]", r["partition_responses"])  # handle_produce's list
+            for i, part in enumerate(parts):
                 if part["index"] == p.index and part["error_code"] == ErrorCode.none:
-                    r["partition_responses"][i] = _partition_error(p.index, ErrorCode.kafka_storage_error, message)
+                    parts[i] = _partition_error(p.index, ErrorCode.kafka_storage_error, message)
 
 
 def _replication_outcome(svc: Services, p: Partition, required: int, min_isr: int) -> ErrorCode | None:
@@ -143,8 +150,7 @@ def _replication_outcome(svc: Services, p: Partition, required: int, min_isr: in
     return None
 
 
-async def _await_replication(svc: Services, awaiting: list[tuple[Partition, int, list[dict[str, Any]], int, int]],
-                             timeout_ms: int) -> None:
+async def _await_replication(svc: Services, awaiting: list[Awaiting], timeout_ms: int) -> None:
     """Delayed produce: wait (up to the request's timeout) until the HW covers each append."""
     deadline = anyio.current_time() + max(timeout_ms, 0) / 1000
     # Appends whose answer is already an error (fsync failed) wait for nothing.
@@ -178,7 +184,7 @@ def _has_transactional_batch(req: Any) -> bool:
     return False
 
 
-def _whole_request_error(req: Any, code: ErrorCode) -> dict[str, Any]:
+def _whole_request_error(req: Any, code: ErrorCode) -> ProduceResponse:
     """Kafka's ProduceRequest.getErrorResponse: the one error on every partition."""
     return {"responses": [{"name": t.name, "partition_responses": [_partition_error(int(pd.index), code)
                                                                      for pd in t.partition_data]}
@@ -187,7 +193,7 @@ def _whole_request_error(req: Any, code: ErrorCode) -> dict[str, Any]:
 
 
 async def handle_produce(svc: Services, ctx: RequestContext, req: Any
-                         ) -> dict[str, Any] | Parked[dict[str, Any] | None] | None:
+                         ) -> ProduceResponse | Parked[ProduceResponse | None] | None:
     """Check and append every partition in request order; a ``Parked`` answer when it must then wait for
     an fsync (log.flush.on.ack) or for the ISR (acks=all)."""
     acks = int(req.acks)
@@ -201,14 +207,13 @@ async def handle_produce(svc: Services, ctx: RequestContext, req: Any
                     raise CloseConnection("acks=0 produce failed authorization; closing the connection as Kafka does")
                 return _whole_request_error(req, ErrorCode.transactional_id_authorization_failed)
         denied = denied_names(ctx, AclOperation.WRITE, ResourceType.TOPIC, (t.name for t in req.topic_data or ()))
-    responses: list[dict[str, Any]] = []
+    responses: list[TopicProduceResponse] = []
     appended: list[Partition] = []
-    # acks=all appends the HW has not reached yet: (partition, offset to reach, response list, index, min ISR).
-    awaiting: list[tuple[Partition, int, list[dict[str, Any]], int, int]] = []
+    awaiting: list[Awaiting] = []
     for topic in req.topic_data or ():  # null is refused by the bounds pre-pass; never iterate None
         name = topic.name
         rec = svc.store.topic(name)
-        parts = []
+        parts: list[PartitionProduceResponse] = []
         for pd in topic.partition_data:
             idx = int(pd.index)
             if denied and name in denied:  # before existence: no leak of which topics exist
@@ -222,8 +227,8 @@ async def handle_produce(svc: Services, ctx: RequestContext, req: Any
                 continue
             # An internal topic takes appends only through a hook that owns them (e.g. delayed records
             # forwarded by another broker).
-            internal_owner = svc.append_hooks.internal_owner(ctx, name) if rec.internal else None
-            if rec.internal and internal_owner is None:
+            internal_appender = svc.append_hooks.internal_appender(ctx, name) if rec.internal else None
+            if rec.internal and internal_appender is None:
                 parts.append(_partition_error(idx, ErrorCode.invalid_topic_exception,
                                               f"Cannot append to internal topic {name}"))
                 continue
@@ -257,9 +262,9 @@ async def handle_produce(svc: Services, ctx: RequestContext, req: Any
                     records = up_convert(records, topic_partition=f"{name}-{idx}",
                                          compression_type=p.log.config.compression_type,
                                          max_message_bytes=p.log.config.max_message_bytes)
-                if internal_owner is not None:
+                if internal_appender is not None:
                     parts.append({**_partition_error(idx, ErrorCode.none), "log_start_offset": p.log.log_start_offset,
-                                  "base_offset": internal_owner.append_internal(p, records, now)})
+                                  "base_offset": internal_appender(p, records, now)})
                 else:
                     try:
                         parts.append(_append(svc, ctx, p, records, now, txn_id))
@@ -301,16 +306,16 @@ async def handle_produce(svc: Services, ctx: RequestContext, req: Any
         to_flush = [(p, p.log.log_end_offset) for p in appended] if flush else []
         settle = None
         if not awaiting:  # only fsyncs to wait for: the answer can go out from their callback
-            def settle(done: Settled[dict[str, Any] | None]) -> None:
+            def settle(done: Settled[ProduceResponse | None]) -> None:
                 _acknowledge_when_flushed(responses, to_flush, drop, acks, done)
         return Parked(lambda: _acknowledge(svc, responses, to_flush, awaiting, timeout_ms, drop, acks),
                       replicated=bool(awaiting), settle=settle)
     return _answer(responses, drop, acks)
 
 
-async def _acknowledge(svc: Services, responses: list[dict[str, Any]], to_flush: list[tuple[Partition, int]],
-                       awaiting: list[tuple[Partition, int, list[dict[str, Any]], int, int]], timeout_ms: int,
-                       drop: bool, acks: int) -> dict[str, Any] | None:
+async def _acknowledge(svc: Services, responses: list[TopicProduceResponse], to_flush: list[tuple[Partition, int]],
+                       awaiting: list[Awaiting], timeout_ms: int,
+                       drop: bool, acks: int) -> ProduceResponse | None:
     """The parked part of a produce: the fsync (log.flush.on.ack), then the acks=all wait for the ISR."""
     if to_flush:
         flushed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -321,8 +326,8 @@ async def _acknowledge(svc: Services, responses: list[dict[str, Any]], to_flush:
     return _answer(responses, drop, acks)
 
 
-def _acknowledge_when_flushed(responses: list[dict[str, Any]], to_flush: list[tuple[Partition, int]], drop: bool,
-                              acks: int, done: Settled[dict[str, Any] | None]) -> None:
+def _acknowledge_when_flushed(responses: list[TopicProduceResponse], to_flush: list[tuple[Partition, int]], drop: bool,
+                              acks: int, done: Settled[ProduceResponse | None]) -> None:
     """``_acknowledge`` as a callback, for a produce that waits for fsyncs only: the answer goes to ``done``."""
     def then(failure: BaseException | None) -> None:
         if failure is not None:
@@ -338,7 +343,7 @@ def _acknowledge_when_flushed(responses: list[dict[str, Any]], to_flush: list[tu
     _flush_all(responses, to_flush, then)
 
 
-def _flush_all(responses: list[dict[str, Any]], to_flush: list[tuple[Partition, int]],
+def _flush_all(responses: list[TopicProduceResponse], to_flush: list[tuple[Partition, int]],
                then: Callable[[BaseException | None], None]) -> None:
     """Ask group commit for every partition's fsync at once (one fsync in flight per log, shared by every
     request whose appends it covers); a partition whose log dir failed gets KAFKA_STORAGE_ERROR (not durable,
@@ -360,7 +365,7 @@ def _flush_all(responses: list[dict[str, Any]], to_flush: list[tuple[Partition, 
         group_commit.flush_then(p.log, end, functools.partial(flushed, p))
 
 
-def _answer(responses: list[dict[str, Any]], drop: bool, acks: int) -> dict[str, Any] | None:
+def _answer(responses: list[TopicProduceResponse], drop: bool, acks: int) -> ProduceResponse | None:
     if drop:
         raise CloseConnection("fault injection: dropping the connection after the append")
     if acks == 0:

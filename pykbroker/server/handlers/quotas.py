@@ -15,6 +15,12 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from pykbroker.metadata.store import QuotaEntity, StoreUnavailable, run_store
+from pykbroker.protocol.responses.quotas import (
+    AlterClientQuotasResponse,
+    DescribeClientQuotasEntryData,
+    DescribeClientQuotasResponse,
+    EntityData,
+)
 from pykbroker.security.authorizer import AclOperation
 from pykbroker.security.authz import cluster_allowed
 from pykbroker.security.request import RequestContext
@@ -111,11 +117,11 @@ def _key(entity: dict[str, str | None]) -> QuotaEntity:
     return tuple(sorted(entity.items()))
 
 
-def _entity_data(entity: QuotaEntity) -> list[dict[str, Any]]:
+def _entity_data(entity: QuotaEntity) -> list[EntityData]:
     return [{"entity_type": t, "entity_name": n} for t, n in _in_java_order(entity)]
 
 
-async def handle_alter_client_quotas(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_alter_client_quotas(svc: Services, ctx: RequestContext, req: Any) -> AlterClientQuotasResponse:
     if not cluster_allowed(ctx, AclOperation.ALTER_CONFIGS):  # every entry refused, entities as sent
         return {"throttle_time": 0, "entries": [
             {"error_code": ErrorCode.cluster_authorization_failed, "error_message": "Cluster authorization failed.",
@@ -184,7 +190,8 @@ async def handle_alter_client_quotas(svc: Services, ctx: RequestContext, req: An
     }
 
 
-def _describe(stored: dict[QuotaEntity, dict[str, float]], components: Any, strict: bool) -> list[dict[str, Any]]:
+def _describe(stored: dict[QuotaEntity, dict[str, float]], components: Any, strict: bool
+              ) -> list[DescribeClientQuotasEntryData]:
     exact: dict[str, str | None] = {}
     typed: set[str] = set()
     for c in components:
@@ -216,7 +223,7 @@ def _describe(stored: dict[QuotaEntity, dict[str, float]], components: Any, stri
     if (IP in exact or IP in typed) and ({USER, CLIENT_ID} & (set(exact) | typed)):
         raise _Invalid(ErrorCode.invalid_request, "Invalid entity filter component combination. IP filter "
                        "component should not be used with user or clientId filter component.")
-    out = []
+    out: list[DescribeClientQuotasEntryData] = []
     for entity, values in stored.items():
         parts = dict(entity)
         if strict and len(parts) != len(exact) + len(typed):
@@ -232,7 +239,8 @@ def _describe(stored: dict[QuotaEntity, dict[str, float]], components: Any, stri
     return out
 
 
-async def handle_describe_client_quotas(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_describe_client_quotas(svc: Services, ctx: RequestContext, req: Any
+                                        ) -> DescribeClientQuotasResponse:
     if not cluster_allowed(ctx, AclOperation.DESCRIBE_CONFIGS):
         return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
                 "error_message": "Cluster authorization failed.", "entries": None}

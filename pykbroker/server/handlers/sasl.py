@@ -14,6 +14,15 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from pykbroker.metadata.store import StoreUnavailable, run_store
+from pykbroker.protocol.responses.sasl import (
+    AlterUserScramCredentialsResponse,
+    AlterUserScramCredentialsResult,
+    CredentialInfo,
+    DescribeUserScramCredentialsResponse,
+    DescribeUserScramCredentialsResult,
+    SaslAuthenticateResponse,
+    SaslHandshakeResponse,
+)
 from pykbroker.security.authorizer import AclOperation
 from pykbroker.security.authz import cluster_allowed
 from pykbroker.security.request import RequestContext
@@ -29,34 +38,35 @@ from pykbroker.server.context import Services
 log = logging.getLogger("pykbroker.security.sasl")
 
 
-async def handle_sasl_handshake(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_sasl_handshake(svc: Services, ctx: RequestContext, req: Any) -> SaslHandshakeResponse:
     auth = ctx.session.authenticator
     if auth is None:
         return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": ()}
-    return dict(auth.handshake(ctx.version, req.mechanism))
+    return auth.handshake(ctx.version, req.mechanism).copy()
 
 
-async def handle_sasl_authenticate(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_sasl_authenticate(svc: Services, ctx: RequestContext, req: Any) -> SaslAuthenticateResponse:
     auth = ctx.session.authenticator
     if auth is None:
         return {"error_code": ErrorCode.illegal_sasl_state,
                 "error_message": "SaslAuthenticate request received on a listener without SASL",
                 "auth_bytes": b"", "session_lifetime": 0}
-    return dict(auth.authenticate(ctx.version, bytes(req.auth_bytes)))
+    return auth.authenticate(ctx.version, bytes(req.auth_bytes)).copy()
 
 
 # --- SCRAM credential admin ---------------------------------------------------------------------
 
-async def handle_describe_user_scram_credentials(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
-                            "results": []}
+async def handle_describe_user_scram_credentials(svc: Services, ctx: RequestContext, req: Any
+                                                 ) -> DescribeUserScramCredentialsResponse:
+    body: DescribeUserScramCredentialsResponse = {"throttle_time": 0, "error_code": ErrorCode.none,
+                                                  "error_message": None, "results": []}
     if not cluster_allowed(ctx, AclOperation.DESCRIBE):
-        body.update(error_code=ErrorCode.cluster_authorization_failed,
-                    error_message="Cluster authorization failed.")
+        body.update({"error_code": ErrorCode.cluster_authorization_failed,
+                     "error_message": "Cluster authorization failed."})
         return body
     stored = svc.store.scram_users()
 
-    def infos(user: str) -> list[dict[str, Any]]:
+    def infos(user: str) -> list[CredentialInfo]:
         creds = svc.store.scram_credentials(user)
         return [{"mechanism": MECHANISM_CODES[m], "iterations": c.iterations}
                 for m, c in sorted(creds.items()) if m in MECHANISM_CODES]
@@ -67,7 +77,7 @@ async def handle_describe_user_scram_credentials(svc: Services, ctx: RequestCont
         return body
     names = [u.name for u in req.users]
     duplicates = {n for n in names if names.count(n) > 1}
-    results = []
+    results: list[DescribeUserScramCredentialsResult] = []
     for name in dict.fromkeys(names):
         if name in duplicates:
             results.append({"user": name, "error_code": ErrorCode.duplicate_resource,
@@ -84,7 +94,8 @@ async def handle_describe_user_scram_credentials(svc: Services, ctx: RequestCont
     return body
 
 
-async def handle_alter_user_scram_credentials(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_alter_user_scram_credentials(svc: Services, ctx: RequestContext, req: Any
+                                              ) -> AlterUserScramCredentialsResponse:
     users = list(dict.fromkeys([d.name for d in req.deletions] + [u.name for u in req.upsertions]))
     if not cluster_allowed(ctx, AclOperation.ALTER):
         return {"throttle_time": 0, "results": [
@@ -146,7 +157,7 @@ async def handle_alter_user_scram_credentials(svc: Services, ctx: RequestContext
             log.info("SCRAM credentials altered by %(principal)s: upserted %(upserted)s, deleted %(deleted)s",
                      {"principal": ctx.session.principal, "upserted": sorted((f'{u}/{m}' for u, m in upserts)),
                       "deleted": sorted((f'{u}/{m}' for u, m in deletions))})
-    results = []
+    results: list[AlterUserScramCredentialsResult] = []
     for user in users:
         code, message = errors.get(user, (ErrorCode.none, None))
         results.append({"user": user, "error_code": code, "error_message": message})

@@ -9,7 +9,7 @@ the broker's :class:`ShareCoordinator` and its answers into Kafka's responses.  
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 from kio.schema.errors import ErrorCode
@@ -19,6 +19,32 @@ from pykbroker.coordinator.share import serde
 from pykbroker.coordinator.share.persister import batches_body, batches_from
 from pykbroker.coordinator.share.service import ShareCoordinator, SpKey
 from pykbroker.coordinator.share.session import FINAL_EPOCH, INITIAL_EPOCH, TopicIdPartition
+from pykbroker.protocol.responses.share import (
+    AlterShareGroupOffsetsResponse,
+    AlterShareGroupOffsetsResponsePartition,
+    AlterShareGroupOffsetsResponseTopic,
+    DeleteShareGroupOffsetsResponse,
+    DeleteShareGroupOffsetsResponseTopic,
+    DeleteShareGroupStateResponse,
+    DescribedGroup,
+    DescribeShareGroupOffsetsResponse,
+    DescribeShareGroupOffsetsResponseGroup,
+    DescribeShareGroupOffsetsResponsePartition,
+    DescribeShareGroupOffsetsResponseTopic,
+    LeaderIdAndEpoch,
+    ReadShareGroupStatePartitionResult,
+    ReadShareGroupStateResponse,
+    ReadStateResult,
+    ShareAcknowledgePartitionData,
+    ShareAcknowledgeResponse,
+    ShareFetchPartitionData,
+    ShareFetchResponse,
+    ShareGroupDescribeResponse,
+    ShareGroupHeartbeatAssignment,
+    ShareGroupHeartbeatResponse,
+    WriteShareGroupStateResponse,
+    WriteStateResult,
+)
 from pykbroker.security.authorizer import AclOperation, ResourceType
 from pykbroker.security.authz import allowed, cluster_allowed, denied_names
 from pykbroker.security.request import RequestContext
@@ -69,12 +95,13 @@ async def _write_group_records(svc: Services, shares: ShareCoordinator) -> None:
 
 # --- ShareGroupHeartbeat / ShareGroupDescribe ----------------------------------------------------------
 
-def _hb_error(code: ErrorCode, message: str | None = None) -> dict[str, Any]:
+def _hb_error(code: ErrorCode, message: str | None = None) -> ShareGroupHeartbeatResponse:
     return {"throttle_time": 0, "error_code": code, "error_message": message, "member_id": None,
             "member_epoch": -1, "heartbeat_interval": 0, "assignment": None}
 
 
-async def handle_share_group_heartbeat(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_share_group_heartbeat(svc: Services, ctx: RequestContext, req: Any
+                                       ) -> ShareGroupHeartbeatResponse:
     shares = _shares(svc)
     if shares is None:
         return _hb_error(ErrorCode.unsupported_version)
@@ -97,7 +124,7 @@ async def handle_share_group_heartbeat(svc: Services, ctx: RequestContext, req: 
         return _hb_error(res.error, res.message)
     await _write_group_records(svc, shares)
     await shares.flush()  # a leaving member's released records were persisted
-    assignment = None
+    assignment: ShareGroupHeartbeatAssignment | None = None
     if res.assignment is not None:
         assignment = {"topic_partitions": [{"topic_id": tid, "partitions": sorted(parts)}
                                            for tid, parts in sorted(res.assignment.items(), key=lambda x: str(x[0]))]}
@@ -106,11 +133,11 @@ async def handle_share_group_heartbeat(svc: Services, ctx: RequestContext, req: 
             "assignment": assignment}
 
 
-async def handle_share_group_describe(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_share_group_describe(svc: Services, ctx: RequestContext, req: Any) -> ShareGroupDescribeResponse:
     shares = _shares(svc)
-    out = []
+    out: list[DescribedGroup] = []
     for gid in req.group_ids:
-        entry: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None, "group_id": gid,
+        entry: DescribedGroup = {"error_code": ErrorCode.none, "error_message": None, "group_id": gid,
                                  "group_state": "Dead", "group_epoch": -1, "assignment_epoch": -1,
                                  "assignor_name": "simple", "members": [], "authorized_operations": -2147483648}
         out.append(entry)
@@ -130,7 +157,7 @@ async def handle_share_group_describe(svc: Services, ctx: RequestContext, req: A
             entry["error_message"] = f"Group {gid} not found."
             continue
         names = {rec.topic_id: name for name, rec in svc.store.topics().items()}
-        entry.update(group_state=g.state, group_epoch=g.group_epoch, assignment_epoch=g.assignment_epoch)
+        entry.update({"group_state": g.state, "group_epoch": g.group_epoch, "assignment_epoch": g.assignment_epoch})
         entry["members"] = [
             {"member_id": m.member_id, "rack_id": m.rack_id, "member_epoch": m.member_epoch,
              "client_id": m.client_id, "client_host": m.client_host, "subscribed_topic_names": list(m.subscribed),
@@ -143,7 +170,7 @@ async def handle_share_group_describe(svc: Services, ctx: RequestContext, req: A
 
 # --- ShareFetch / ShareAcknowledge ---------------------------------------------------------------------
 
-def _leader(svc: Services, name: str | None, idx: int) -> dict[str, int]:
+def _leader(svc: Services, name: str | None, idx: int) -> LeaderIdAndEpoch:
     p = svc.replicas.partition(name, idx) if name is not None else None
     if p is None:
         return {"leader_id": -1, "leader_epoch": -1}
@@ -207,34 +234,44 @@ def _release_session(shares: ShareCoordinator, group_id: str, member_id: str) ->
     shares.release_member(group_id, member_id)
 
 
-def _top(code: ErrorCode, message: str | None = None, lock_ms: int = 0) -> dict[str, Any]:
-    """A ShareFetch / ShareAcknowledge answer without partitions (the two responses share these fields)."""
+def _top(code: ErrorCode, message: str | None = None, lock_ms: int = 0) -> ShareFetchResponse:
+    """A ShareFetch answer without partitions."""
     return {"throttle_time": 0, "error_code": code, "error_message": message,
             "acquisition_lock_timeout": lock_ms, "responses": [], "node_endpoints": []}
 
 
-def _admit(svc: Services, ctx: RequestContext, req: Any
-           ) -> tuple[ShareCoordinator, str, str, int] | dict[str, Any]:
+def _ack_top(code: ErrorCode, message: str | None = None, lock_ms: int = 0) -> ShareAcknowledgeResponse:
+    """A ShareAcknowledge answer without partitions (the fields of ``_top``'s)."""
+    return {"throttle_time": 0, "error_code": code, "error_message": message,
+            "acquisition_lock_timeout": lock_ms, "responses": [], "node_endpoints": []}
+
+
+class _Refused(NamedTuple):
+    code: ErrorCode
+    message: str | None = None
+
+
+def _admit(svc: Services, ctx: RequestContext, req: Any) -> tuple[ShareCoordinator, str, str, int] | _Refused:
     """The checks ShareFetch and ShareAcknowledge begin with: share groups served, group and member ids
-    given, READ on the group. (coordinator, group id, member id, lock duration), or the error answer."""
+    given, READ on the group. (coordinator, group id, member id, lock duration), or the refusal."""
     shares = _shares(svc)
     if shares is None:
-        return _top(ErrorCode.unsupported_version)
+        return _Refused(ErrorCode.unsupported_version)
     group_id, member_id = req.group_id or "", req.member_id or ""
     if not group_id or not member_id:
-        return _top(ErrorCode.invalid_request, "GroupId and MemberId must be set.")
+        return _Refused(ErrorCode.invalid_request, "GroupId and MemberId must be set.")
     if not allowed(ctx, AclOperation.READ, ResourceType.GROUP, group_id):
-        return _top(ErrorCode.group_authorization_failed)
+        return _Refused(ErrorCode.group_authorization_failed)
     return shares, group_id, member_id, shares.limits(group_id).lock_duration_ms
 
 
-async def handle_share_fetch(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_share_fetch(svc: Services, ctx: RequestContext, req: Any) -> ShareFetchResponse:
     admitted = _admit(svc, ctx, req)
-    if isinstance(admitted, dict):
-        return admitted
+    if isinstance(admitted, _Refused):
+        return _top(admitted.code, admitted.message)
     shares, group_id, member_id, lock_ms = admitted
 
-    def top(code: ErrorCode, message: str | None = None) -> dict[str, Any]:
+    def top(code: ErrorCode, message: str | None = None) -> ShareFetchResponse:
         return _top(code, message, lock_ms)
 
     epoch = int(req.share_session_epoch)
@@ -265,7 +302,7 @@ async def handle_share_fetch(svc: Services, ctx: RequestContext, req: Any) -> di
         shares.sessions.advance(session)
     if ack_results:  # durable before the long poll, not after it
         _unwritten(svc, group_id, ack_results, await shares.flush())
-    results: dict[TopicIdPartition, dict[str, Any]] = {}
+    results: dict[TopicIdPartition, ShareFetchPartitionData] = {}
     max_records = int(req.max_records) if epoch != FINAL_EPOCH else 0
     if max_records > 0:
         await _fetch(svc, ctx, shares, req, group_id, member_id, session.partitions, max_records, results)
@@ -275,7 +312,7 @@ async def handle_share_fetch(svc: Services, ctx: RequestContext, req: Any) -> di
     for tp, c in ack_results.items():
         entry = results.setdefault(tp, _entry(svc, tp, ErrorCode.none))
         entry["acknowledge_error_code"] = c
-    by_topic: dict[uuid.UUID, list[dict[str, Any]]] = {}
+    by_topic: dict[uuid.UUID, list[ShareFetchPartitionData]] = {}
     for (tid, _), entry in results.items():
         by_topic.setdefault(tid, []).append(entry)
     return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
@@ -284,7 +321,7 @@ async def handle_share_fetch(svc: Services, ctx: RequestContext, req: Any) -> di
             "node_endpoints": []}
 
 
-def _entry(svc: Services, tp: TopicIdPartition, code: ErrorCode) -> dict[str, Any]:
+def _entry(svc: Services, tp: TopicIdPartition, code: ErrorCode) -> ShareFetchPartitionData:
     rec = svc.store.topic_by_id(tp[0])
     return {"partition_index": tp[1], "error_code": code, "error_message": None, "acknowledge_error_code": 0,
             "acknowledge_error_message": None, "current_leader": _leader(svc, rec.name if rec else None, tp[1]),
@@ -293,7 +330,7 @@ def _entry(svc: Services, tp: TopicIdPartition, code: ErrorCode) -> dict[str, An
 
 async def _fetch(svc: Services, ctx: RequestContext, shares: ShareCoordinator, req: Any, group_id: str,
                  member_id: str, partitions: list[TopicIdPartition], max_records: int,
-                 results: dict[TopicIdPartition, dict[str, Any]]) -> None:
+                 results: dict[TopicIdPartition, ShareFetchPartitionData]) -> None:
     """Acquire records from the session's partitions, long-polling up to max_wait for some to arrive."""
     wait = req.max_wait
     wait_s = wait.total_seconds() if hasattr(wait, "total_seconds") else int(wait) / 1000
@@ -345,14 +382,14 @@ async def _fetch(svc: Services, ctx: RequestContext, shares: ShareCoordinator, r
             shares.waiters.unregister(tps, event)
 
 
-async def handle_share_acknowledge(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_share_acknowledge(svc: Services, ctx: RequestContext, req: Any) -> ShareAcknowledgeResponse:
     admitted = _admit(svc, ctx, req)
-    if isinstance(admitted, dict):
-        return admitted
+    if isinstance(admitted, _Refused):
+        return _ack_top(admitted.code, admitted.message)
     shares, group_id, member_id, lock_ms = admitted
 
-    def top(code: ErrorCode, message: str | None = None) -> dict[str, Any]:
-        return _top(code, message, lock_ms)
+    def top(code: ErrorCode, message: str | None = None) -> ShareAcknowledgeResponse:
+        return _ack_top(code, message, lock_ms)
 
     epoch = int(req.share_session_epoch)
     if epoch == INITIAL_EPOCH:
@@ -372,7 +409,7 @@ async def handle_share_acknowledge(svc: Services, ctx: RequestContext, req: Any)
     _unwritten(svc, group_id, results, await shares.flush())
     if epoch == FINAL_EPOCH:
         shares.evict_if_idle(group_id)
-    by_topic: dict[uuid.UUID, list[dict[str, Any]]] = {}
+    by_topic: dict[uuid.UUID, list[ShareAcknowledgePartitionData]] = {}
     for (tid, idx), c in results.items():
         rec = svc.store.topic_by_id(tid)
         by_topic.setdefault(tid, []).append({"partition_index": idx, "error_code": c, "error_message": None,
@@ -386,12 +423,15 @@ async def handle_share_acknowledge(svc: Services, ctx: RequestContext, req: Any)
 
 # --- DescribeShareGroupOffsets / AlterShareGroupOffsets / DeleteShareGroupOffsets ----------------------
 
-async def handle_describe_share_group_offsets(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_describe_share_group_offsets(svc: Services, ctx: RequestContext, req: Any
+                                              ) -> DescribeShareGroupOffsetsResponse:
     shares = _shares(svc)
-    out = []
+    out: list[DescribeShareGroupOffsetsResponseGroup] = []
     for g in req.groups:
         gid = g.group_id
-        entry: dict[str, Any] = {"group_id": gid, "topics": [], "error_code": ErrorCode.none, "error_message": None}
+        topics: list[DescribeShareGroupOffsetsResponseTopic] = []
+        entry: DescribeShareGroupOffsetsResponseGroup = {"group_id": gid, "topics": topics,
+                                                         "error_code": ErrorCode.none, "error_message": None}
         out.append(entry)
         if shares is None:
             entry["error_code"] = ErrorCode.unsupported_version
@@ -410,14 +450,15 @@ async def handle_describe_share_group_offsets(svc: Services, ctx: RequestContext
             wanted = [(t.topic_name, [int(p) for p in t.partitions]) for t in g.topics]
         for name, parts in sorted(wanted):
             rec = svc.store.topic(name)
-            topic: dict[str, Any] = {"topic_name": name, "topic_id": rec.topic_id if rec else uuid.UUID(int=0),
-                                     "partitions": []}
-            entry["topics"].append(topic)
+            partitions: list[DescribeShareGroupOffsetsResponsePartition] = []
+            topics.append({"topic_name": name, "topic_id": rec.topic_id if rec else uuid.UUID(int=0),
+                           "partitions": partitions})
             denied = not allowed(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name)
             for idx in sorted(parts):
-                part: dict[str, Any] = {"partition_index": idx, "start_offset": -1, "leader_epoch": -1, "lag": -1,
-                                        "error_code": ErrorCode.none, "error_message": None}
-                topic["partitions"].append(part)
+                part: DescribeShareGroupOffsetsResponsePartition = {
+                    "partition_index": idx, "start_offset": -1, "leader_epoch": -1, "lag": -1,
+                    "error_code": ErrorCode.none, "error_message": None}
+                partitions.append(part)
                 if denied:
                     part["error_code"] = ErrorCode.topic_authorization_failed
                 elif rec is None or idx not in rec.partitions:
@@ -447,16 +488,17 @@ def _admin_refusal(svc: Services, ctx: RequestContext, shares: ShareCoordinator 
     return ErrorCode.none
 
 
-async def handle_alter_share_group_offsets(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_alter_share_group_offsets(svc: Services, ctx: RequestContext, req: Any
+                                           ) -> AlterShareGroupOffsetsResponse:
     shares = _shares(svc)
     code = _admin_refusal(svc, ctx, shares, req.group_id, AclOperation.READ)
     if code != ErrorCode.none or shares is None:
         return {"throttle_time": 0, "error_code": code, "error_message": None, "responses": []}
-    responses = []
+    responses: list[AlterShareGroupOffsetsResponseTopic] = []
     for t in req.topics:
         rec = svc.store.topic(t.topic_name)
         denied = not allowed(ctx, AclOperation.READ, ResourceType.TOPIC, t.topic_name)
-        parts = []
+        parts: list[AlterShareGroupOffsetsResponsePartition] = []
         for pa in t.partitions:
             idx, offset = int(pa.partition_index), int(pa.start_offset)
             c = ErrorCode.none
@@ -476,12 +518,13 @@ async def handle_alter_share_group_offsets(svc: Services, ctx: RequestContext, r
     return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "responses": responses}
 
 
-async def handle_delete_share_group_offsets(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_delete_share_group_offsets(svc: Services, ctx: RequestContext, req: Any
+                                            ) -> DeleteShareGroupOffsetsResponse:
     shares = _shares(svc)
     code = _admin_refusal(svc, ctx, shares, req.group_id, AclOperation.DELETE)
     if code != ErrorCode.none or shares is None:
         return {"throttle_time": 0, "error_code": code, "error_message": None, "responses": []}
-    responses = []
+    responses: list[DeleteShareGroupOffsetsResponseTopic] = []
     for t in req.topics:
         rec = svc.store.topic(t.topic_name)
         c = ErrorCode.none
@@ -508,20 +551,22 @@ def _state_refusal(svc: Services, ctx: RequestContext) -> ErrorCode:
     return ErrorCode.none
 
 
-def _state_results(req: Any, codes: dict[tuple[uuid.UUID, int], ErrorCode]) -> list[dict[str, Any]]:
+def _state_results(req: Any, codes: dict[tuple[uuid.UUID, int], ErrorCode]) -> list[WriteStateResult]:
     return [{"topic_id": t.topic_id, "partitions": [
         {"partition": int(p.partition), "error_code": codes[(t.topic_id, int(p.partition))], "error_message": None}
         for p in t.partitions]} for t in req.topics]
 
 
-async def handle_read_share_group_state(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_read_share_group_state(svc: Services, ctx: RequestContext, req: Any
+                                        ) -> ReadShareGroupStateResponse:
     refused = _state_refusal(svc, ctx)
-    results = []
+    results: list[ReadStateResult] = []
     for t in req.topics:
-        parts = []
+        parts: list[ReadShareGroupStatePartitionResult] = []
         for p in t.partitions:
-            entry: dict[str, Any] = {"partition": int(p.partition), "error_code": refused, "error_message": None,
-                                     "state_epoch": 0, "start_offset": -1, "state_batches": []}
+            entry: ReadShareGroupStatePartitionResult = {
+                "partition": int(p.partition), "error_code": refused, "error_message": None, "state_epoch": 0,
+                "start_offset": -1, "state_batches": []}
             parts.append(entry)
             if refused != ErrorCode.none or svc.shares is None:
                 continue
@@ -529,13 +574,14 @@ async def handle_read_share_group_state(svc: Services, ctx: RequestContext, req:
             code, snap = await svc.shares.state.read(key, int(p.leader_epoch))
             entry["error_code"] = code
             if snap is not None and code == ErrorCode.none:
-                entry.update(state_epoch=snap.state_epoch, start_offset=snap.start_offset,
-                             state_batches=batches_body(snap.batches))
+                entry.update({"state_epoch": snap.state_epoch, "start_offset": snap.start_offset,
+                              "state_batches": batches_body(snap.batches)})
         results.append({"topic_id": t.topic_id, "partitions": parts})
     return {"results": results}
 
 
-async def handle_write_share_group_state(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_write_share_group_state(svc: Services, ctx: RequestContext, req: Any
+                                         ) -> WriteShareGroupStateResponse:
     refused = _state_refusal(svc, ctx)
     codes: dict[tuple[uuid.UUID, int], ErrorCode] = {}
     items: list[tuple[serde.StateKey, serde.Snapshot | None]] = []
@@ -557,7 +603,8 @@ async def handle_write_share_group_state(svc: Services, ctx: RequestContext, req
     return {"results": _state_results(req, codes)}
 
 
-async def handle_delete_share_group_state(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_delete_share_group_state(svc: Services, ctx: RequestContext, req: Any
+                                          ) -> DeleteShareGroupStateResponse:
     refused = _state_refusal(svc, ctx)
     codes = {(t.topic_id, int(p.partition)): refused for t in req.topics for p in t.partitions}
     if refused == ErrorCode.none and svc.shares is not None and codes:

@@ -10,6 +10,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from pykbroker.protocol.responses.telemetry import (
+    GetTelemetrySubscriptionsResponse,
+    ListConfigResourcesResponse,
+    PushTelemetryResponse,
+)
 from pykbroker.security.authorizer import AclOperation
 from pykbroker.security.authz import cluster_allowed
 from pykbroker.security.request import RequestContext
@@ -23,12 +28,13 @@ def _telemetry(svc: Services) -> ClientTelemetry:
     return tel
 
 
-async def handle_get_telemetry_subscriptions(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_get_telemetry_subscriptions(svc: Services, ctx: RequestContext, req: Any
+                                            ) -> GetTelemetrySubscriptionsResponse:
     tel = _telemetry(svc)
     return tel.get_subscriptions(req.client_instance_id, tel.selector(ctx.header.client_id, ctx.peer), now_ms())
 
 
-async def handle_push_telemetry(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_push_telemetry(svc: Services, ctx: RequestContext, req: Any) -> PushTelemetryResponse:
     tel = _telemetry(svc)
     error = tel.push(req.client_instance_id, int(req.subscription_id), bool(req.terminating),
                      int(req.compression_type), bytes(req.metrics or b""),
@@ -36,7 +42,8 @@ async def handle_push_telemetry(svc: Services, ctx: RequestContext, req: Any) ->
     return {"throttle_time": 0, "error_code": error}
 
 
-async def handle_list_client_metrics_resources(svc: Services, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_list_client_metrics_resources(svc: Services, ctx: RequestContext, req: Any
+                                               ) -> ListConfigResourcesResponse:
     # Telemetry push/subscriptions need no ACL (as Kafka); listing the resources needs DESCRIBE_CONFIGS.
     if not cluster_allowed(ctx, AclOperation.DESCRIBE_CONFIGS):
         return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed, "config_resources": []}

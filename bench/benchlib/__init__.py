@@ -1,0 +1,1 @@
+"""What bench.py shares with the other scripts of bench/: brokers, /proc readings, phases, the report."""
