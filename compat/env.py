@@ -161,7 +161,7 @@ def go_driver(client: str) -> Path:
     digest = h.hexdigest()[:16]
     top = CACHE / "go" / GO_DRIVERS[client]
     out = top / digest / "driver"
-    with _lock(f"go-{GO_DRIVERS[client]}"):
+    with dir_lock(top, "build"):
         if not out.exists():
             tmp = top / f"{digest}.tmp"
             shutil.rmtree(tmp, ignore_errors=True)
