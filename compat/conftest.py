@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from compat import env, wire
+from compat import tools as compat_tools
 from compat.clients import CLIENT_NAMES, client_versions, make_client
 from compat.clients.base import CAP_TEXT, Client, ClientError, NotSupportedByClient, Sasl
 from compat.cluster import ClusterInfo, ManagedPykbroker, ManagedPykbrokerCluster, external, recorded_requests
@@ -85,10 +86,11 @@ def _selected_clients(config: pytest.Config) -> list[str]:
     if not opt:
         return list(CLIENT_NAMES)
     names = [c.strip() for c in opt.split(",") if c.strip()]
-    bad = [n for n in names if n not in CLIENT_NAMES]
+    bad = [n for n in names if n not in CLIENT_NAMES and not n.startswith(compat_tools.PREFIX)]
     if bad:
-        raise pytest.UsageError(f"unknown clients {bad}; choose from {CLIENT_NAMES}")
-    return names
+        raise pytest.UsageError(f"unknown clients {bad}; choose from {CLIENT_NAMES} and "
+                                f"{compat_tools.PREFIX}<line> (Kafka's command-line tools)")
+    return [n for n in names if n in CLIENT_NAMES]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -172,9 +174,29 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     names = _selected_clients(metafunc.config)
     if "client" in metafunc.fixturenames:
         metafunc.parametrize("client", names, indirect=True)
+    if "tools" in metafunc.fixturenames:
+        lines = _selected_tool_lines(metafunc.config)
+        metafunc.parametrize("tools", [compat_tools.PREFIX + ln for ln in lines], indirect=True)
     if "pair" in metafunc.fixturenames:
         pairs = [(p, c) for p in CROSS_CLIENTS for c in CROSS_CLIENTS if p in names and c in names]
         metafunc.parametrize("pair", pairs, ids=[f"{p}->{c}" for p, c in pairs], indirect=True)
+
+
+def _selected_tool_lines(config: pytest.Config) -> list[str]:
+    """The release lines whose tools run: every line against pykbroker, the broker's own line against Apache
+    Kafka (the comparison is per line); ``--clients`` without ``kafka-tools-<line>`` leaves a line out."""
+    try:
+        lines = list(releases())
+    except (OSError, KafkaSetupError):
+        return []
+    kafka = config.getoption("--kafka")
+    if kafka:
+        lines = [ln for ln in lines if ln == kafka]
+    opt = config.getoption("--clients")
+    if opt:
+        wanted = {c.strip() for c in opt.split(",")}
+        lines = [ln for ln in lines if compat_tools.PREFIX + ln in wanted]
+    return lines
 
 
 # --- fixtures ---------------------------------------------------------------------------------
@@ -252,6 +274,19 @@ def pair(request: pytest.FixtureRequest, cluster: ClusterInfo) -> tuple[Client, 
     clients = [get_client(p, cluster), get_client(c, cluster)]
     _check_supported(request, cluster, clients, consumers=clients[1:])
     return clients[0], clients[1]
+
+
+_tools: dict[str, compat_tools.KafkaTools] = {}
+
+
+@pytest.fixture
+def tools(request: pytest.FixtureRequest, cluster: ClusterInfo) -> compat_tools.KafkaTools:
+    """Kafka's command-line tools of one release line (``kafka-tools-<line>``), pointed at the cluster."""
+    name: str = request.param
+    if name not in _tools:
+        _tools[name] = compat_tools.KafkaTools.for_line(name.removeprefix(compat_tools.PREFIX), cluster.bootstrap)
+    _check_supported(request, cluster, [])
+    return _tools[name]
 
 
 @pytest.fixture
@@ -370,13 +405,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if "pair" in p:
             prod, cons = p["pair"]
             info = {"client": f"{prod}->{cons}", "producer": prod, "consumer": cons}
+        elif "tools" in p:
+            info = {"client": p["tools"]}
         elif "client" in p:
             info = {"client": p["client"]}
         else:
             info = {"client": "mixed"}
         name = mark.kwargs["name"]
         for k, v in p.items():
-            if k not in ("client", "pair"):
+            if k not in ("client", "pair", "tools"):
                 name += f"[{v}]"
         info.update({"scenario": name, "family": mark.kwargs["family"]})
         item.user_properties.append(("compat", info))

@@ -38,6 +38,15 @@ CLIENT_IDS = [("compat-confluent", "confluent-kafka"), ("compat-kcat", "kcat"), 
               ("compat-aiokafka", "aiokafka"), ("compat-kafkajs", "kafkajs"), ("compat-java", "java")]
 HARNESS_IDS = ("compat-probe",)
 
+TOOLS_PREFIX = "kafka-tools-"  # compat.tools.PREFIX: the tools family's clients, one per Kafka release line
+
+
+def client_names(results: list[dict[str, Any]]) -> list[str]:
+    """The client libraries, then Kafka's command-line tools of each release line that ran."""
+    tools = sorted({r["client"] for r in results if r["client"].startswith(TOOLS_PREFIX)})
+    return [*CLIENT_NAMES, *tools]
+
+
 CELL = {"pass": "✅", "fail": "❌", "skipped": "skip"}
 
 
@@ -101,7 +110,7 @@ def render(doc: dict[str, Any], source: str, compared_with: list[str] | None = N
     single = [r for r in results if "producer" not in r and r["client"] != "mixed"]
     cross = [r for r in results if "producer" in r]
     mixed = [r for r in results if r["client"] == "mixed"]
-    clients = [c for c in CLIENT_NAMES if any(r["client"] == c for r in single)]
+    clients = [c for c in client_names(single) if any(r["client"] == c for r in single)]
     grid: dict[tuple[str, str], dict[str, Any]] = {(r["scenario"], r["client"]): r for r in single}
     families: dict[str, list[str]] = defaultdict(list)
     for r in single:
@@ -122,8 +131,9 @@ def render(doc: dict[str, Any], source: str, compared_with: list[str] | None = N
         "Generated from the results of a run against a broker whose commit the results do not record.",
         "",
         "The compatibility suite (`compat/`, see [compat/README.md](../compat/README.md)) runs the same scenarios",
-        f"with {_count_word(len(clients))} independent implementations of the Kafka protocol. Scenarios assert "
-        "Kafka's documented",
+        f"with {_count_word(len([c for c in clients if c in CLIENT_NAMES]))} independent implementations of the "
+        "Kafka protocol" + (", and Kafka's own command-line tools" if any(c not in CLIENT_NAMES for c in clients)
+                            else "") + ". Scenarios assert Kafka's documented",
         "behaviour only. This table comes from a real run:",
         "",
         f"- **Broker under test:** {b['label']}" + (" (started by the suite)" if b.get("managed") else ""),
@@ -273,7 +283,7 @@ def render_brokers(docs: list[dict[str, Any]], sources: list[str] | None = None)
                      f"{d['started']} – {d['finished']} | {wall_time(d)} | "
                      + "; ".join(f"{k} {v}" for k, v in d.get("clients", {}).items()) + " |")
     groups: list[tuple[str, Any]] = [(c, lambda r, c=c: r["client"] == c and "producer" not in r)
-                                     for c in CLIENT_NAMES]
+                                     for c in client_names([r for d in docs for r in d["results"]])]
     groups += [("cross-client pairs", lambda r: "producer" in r),
                ("mixed-client group", lambda r: r["client"] == "mixed")]
     lines += ["", "| client | " + " | ".join(labels) + " |", "|---|" + "|".join("---" for _ in labels) + "|"]

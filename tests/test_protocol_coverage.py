@@ -38,6 +38,7 @@ from kio.schema.index import api_key_map
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
+import pykbroker.protocol.codec  # noqa: F401  (registers itself with legacy, as the broker does at start)
 from compat.cluster import SINGLE_NODE_OVERRIDES
 from compat.wire import api_name, api_versions
 from pykbroker.protocol import legacy

