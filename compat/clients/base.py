@@ -130,6 +130,19 @@ EPOCH_VALIDATION = "epoch_validation"  # the consumer validates a position with 
 CLIENT_INSTANCE_ID = "client_instance_id"  # KIP-714: the client asks GetTelemetrySubscriptions for its id
 PUSH_TELEMETRY = "push_telemetry"  # KIP-714: the client pushes its metrics when a subscription matches it
 
+# Every capability above: what a client with the whole of Kafka's Java client API can do (the Java
+# client itself); a driver names what it lacks against this.
+COMPLETE = frozenset({
+    ADMIN, DESCRIBE_CONFIGS, DELETE_RECORDS, ASSIGN, GROUPS, GROUP_PROTOCOL_CONSUMER, COMMIT, TIMESTAMPS,
+    LIST_OFFSETS, DESCRIBE_UNKNOWN, IDEMPOTENCE, TRANSACTIONS, TXN_OFFSETS, RESET_NONE, HEADERS, NULL_VALUES,
+    NULL_HEADER_VALUES, BINARY, EMPTY_BYTES, ACKS0, MAX_MESSAGE_OVERRIDE, DELIVERY_OFFSETS, GROUP_ADMIN,
+    OFFSET_DELETE, TXN_ADMIN, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS, CONFIG_SYNONYMS, BROKER_CONFIGS,
+    BROKER_DEFAULT_CONFIGS, CLIENT_METRICS_CONFIGS, DESCRIBE_CLUSTER, CLUSTER_AUTHORIZED_OPS,
+    DESCRIBE_TOPIC_PARTITIONS, TOPIC_AUTHORIZED_OPS, GROUP_AUTHORIZED_OPS, LOG_DIRS, ALTER_LOG_DIRS,
+    ELECT_LEADERS, REASSIGNMENTS, CLIENT_QUOTAS, MAX_TIMESTAMP, EPOCH_VALIDATION, CLIENT_INSTANCE_ID,
+    PUSH_TELEMETRY,
+})
+
 CAP_TEXT = {
     ADMIN: "an admin API (create/delete/describe topics)", DESCRIBE_CONFIGS: "describing configs",
     DELETE_RECORDS: "deleting records", ASSIGN: "consuming without a group", GROUPS: "consumer groups",

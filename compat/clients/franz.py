@@ -15,20 +15,8 @@ from compat.clients.rpc import RpcClient, RpcProcess
 
 class FranzClient(RpcClient):
     name = "franz-go"
-    caps = frozenset({
-        base.ADMIN, base.DESCRIBE_CONFIGS, base.DELETE_RECORDS, base.ASSIGN, base.GROUPS,
-        base.GROUP_PROTOCOL_CONSUMER, base.COMMIT, base.TIMESTAMPS, base.LIST_OFFSETS, base.DESCRIBE_UNKNOWN,
-        base.IDEMPOTENCE, base.TRANSACTIONS, base.TXN_OFFSETS, base.RESET_NONE, base.HEADERS, base.NULL_VALUES,
-        base.NULL_HEADER_VALUES, base.BINARY,
-        base.EMPTY_BYTES, base.ACKS0, base.MAX_MESSAGE_OVERRIDE, base.DELIVERY_OFFSETS,
-        base.GROUP_ADMIN, base.OFFSET_DELETE, base.TXN_ADMIN,
-        base.ALTER_CONFIGS, base.INCREMENTAL_ALTER_CONFIGS, base.CONFIG_SYNONYMS, base.BROKER_CONFIGS,
-        base.BROKER_DEFAULT_CONFIGS, base.CLIENT_METRICS_CONFIGS,
-        base.DESCRIBE_CLUSTER, base.CLUSTER_AUTHORIZED_OPS, base.DESCRIBE_TOPIC_PARTITIONS,
-        base.TOPIC_AUTHORIZED_OPS, base.GROUP_AUTHORIZED_OPS, base.LOG_DIRS, base.ALTER_LOG_DIRS,
-        base.ELECT_LEADERS, base.REASSIGNMENTS, base.CLIENT_QUOTAS, base.MAX_TIMESTAMP, base.EPOCH_VALIDATION,
-        base.PUSH_TELEMETRY,
-    })
+    # franz-go tells its KIP-714 instance id only in its log (the module docstring).
+    caps = base.COMPLETE - {base.CLIENT_INSTANCE_ID}
     # franz-go's KIP-848 consumer needs ConsumerGroupHeartbeat v1 (it falls back to the classic protocol
     # below that).
     api_versions_needed = {68: 1}
