@@ -60,6 +60,8 @@ class Snapshot:
     active_controller: int = 0
     isr_shrinks: int = 0
     isr_expands: int = 0
+    # (topic, error name, answers): produce refused for a too-small ISR (MinIsrRefusals)
+    min_isr_refusals: list[tuple[str, str, int]] = field(default_factory=list)
     groups: Counter[tuple[str, str]] = field(default_factory=Counter)
     rebalances: dict[str, int] = field(default_factory=dict)
     transactions: Counter[str] = field(default_factory=Counter)
@@ -145,6 +147,13 @@ def families(snap: Snapshot) -> Iterator[Metric]:
                               "(followers dropped for lagging or leaving).", value=snap.isr_shrinks)
     yield CounterMetricFamily("kafka_server_replicamanager_isrexpands", "ISR expansions this broker made as a "
                               "leader (followers caught up).", value=snap.isr_expands)
+    refusals = CounterMetricFamily("pykbroker_produce_min_isr_refusals", "Produce answers refused because the "
+                                   "partition's ISR was smaller than min.insync.replicas, by topic and error "
+                                   "(NOT_ENOUGH_REPLICAS before the append, NOT_ENOUGH_REPLICAS_AFTER_APPEND after).",
+                                   labels=["topic", "error"])
+    for topic, error, n in sorted(snap.min_isr_refusals):
+        refusals.add_metric([topic, error], n)
+    yield refusals
     yield GaugeMetricFamily("kafka_controller_kafkacontroller_activecontrollercount", "1 on the active controller.",
                             value=snap.active_controller)
     if snap.offline_partitions is not None:

@@ -9,6 +9,7 @@ Everything here is touched from the event loop only.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import Counter
 
 # Request latency buckets, seconds (Prometheus conventions; Kafka's TotalTimeMs as a histogram).
 LATENCY_BUCKETS: tuple[float, ...] = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
@@ -58,6 +59,33 @@ class TopicCounters:
         self.fetch_requests = 0
 
 
+class MinIsrRefusals:
+    """Produce answers of NOT_ENOUGH_REPLICAS (the ISR was below min.insync.replicas before the append) and
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND (it shrank below while the append waited for the ISR): counted per topic
+    and error, and remembered per partition and error with the ISR the leader saw, so that each is logged once
+    per partition, cause and ISR rather than once per request of a retrying producer."""
+
+    __slots__ = ("counts", "logged")
+
+    def __init__(self) -> None:
+        self.counts: Counter[tuple[str, str]] = Counter()  # (topic, error name) -> answers
+        self.logged: dict[tuple[str, int, str], tuple[int, ...]] = {}  # (topic, partition, error) -> ISR
+
+    def refused(self, topic: str, partition: int, error: str, isr: tuple[int, ...]) -> bool:
+        """Count one refusal; True when it is news worth a log line (a new cause or another ISR)."""
+        self.counts[(topic, error)] += 1
+        key = (topic, partition, error)
+        if self.logged.get(key) == isr:
+            return False
+        self.logged[key] = isr
+        return True
+
+    def accepted(self, topic: str, partition: int) -> None:
+        """The partition took an acks=all append again: its next refusal is logged anew."""
+        for error in ("NOT_ENOUGH_REPLICAS", "NOT_ENOUGH_REPLICAS_AFTER_APPEND"):
+            self.logged.pop((topic, partition, error), None)
+
+
 class BrokerStats:
     """The broker's counters; one instance per broker (Services.stats)."""
 
@@ -66,6 +94,7 @@ class BrokerStats:
         self.topics: dict[str, TopicCounters] = {}
         self.connections_opened = 0
         self.connections_closed = 0
+        self.min_isr = MinIsrRefusals()
 
     def request(self, api_key: int, version: int, seconds: float) -> None:
         h = self.requests.get((api_key, version))
@@ -88,3 +117,7 @@ class BrokerStats:
     def forget_topic(self, name: str) -> None:
         """A deleted topic's series go away with it (Kafka removes its BrokerTopicMetrics too)."""
         self.topics.pop(name, None)
+        for key in [k for k in self.min_isr.counts if k[0] == name]:
+            del self.min_isr.counts[key]
+        for lkey in [k for k in self.min_isr.logged if k[0] == name]:
+            del self.min_isr.logged[lkey]

@@ -31,6 +31,7 @@ def take_snapshot(svc: Services, server: SocketServer, groups: GroupCoordinator,
     snap.purgatory = {"Produce": replicas.produce_waiters.waiting,
                       "Fetch": replicas.fetch_waiters.waiting + replicas.replica_fetch_waiters.waiting}
     snap.isr_shrinks, snap.isr_expands = replicas.isr_shrinks, replicas.isr_expands
+    snap.min_isr_refusals = [(topic, error, n) for (topic, error), n in stats.min_isr.counts.items()]
     end_offsets: dict[tuple[str, int], int] = {}
     for tp, p in replicas.partitions().items():
         lg = p.log

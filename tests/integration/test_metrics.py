@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.integration.conftest import (
     CLIENT_TIMEOUT,
     BrokerFactory,
+    admin_for,
     create_topic,
     make_consumer,
     make_producer,
@@ -221,3 +222,58 @@ def test_transaction_states(metered: tuple[BrokerProcess, int]) -> None:
     assert value(samples, "kafka_coordinator_transaction_transactions", state="COMPLETE_COMMIT") >= 1
     assert value(samples, "kafka_coordinator_transaction_transactions", state="ONGOING") >= 1
     open_txn.abort_transaction(CLIENT_TIMEOUT)
+
+
+def _set_min_isr(b: BrokerProcess, topic: str, value: str) -> None:
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("min.insync.replicas", value, incremental_operation=AlterConfigOpType.SET)])
+    admin = admin_for(b)  # kept: a destroyed client fails its pending futures
+    admin.incremental_alter_configs([res])[res].result(timeout=CLIENT_TIMEOUT)
+
+
+def _refused_send(b: BrokerProcess, topic: str, retry: bool) -> str:
+    """One acks=all record, not retried (the broker's error) or retried until its delivery timeout."""
+    conf: dict[str, Any] = ({"message.timeout.ms": 2500, "retry.backoff.ms": 50, "retry.backoff.max.ms": 100}
+                            if retry else {"retries": 0})
+    p = make_producer(b, acks="all", **conf)
+    errors: list[Any] = []
+    p.produce(topic, value=b"x", on_delivery=lambda err, _msg: errors.append(err))
+    p.flush(CLIENT_TIMEOUT)
+    assert len(errors) == 1 and errors[0] is not None, errors
+    return str(errors[0].name())
+
+
+def test_not_enough_replicas_is_logged_once_and_counted(broker_factory: BrokerFactory) -> None:
+    """A topic whose min.insync.replicas its ISR cannot meet: a retrying acks=all producer is refused with
+    NOT_ENOUGH_REPLICAS many times; the leader logs it once, with the ISR it saw, and counts every answer.
+    Once an append is accepted again, the next refusal is logged anew."""
+    port = free_port()
+    b = broker_factory({"pykbroker.metrics.listener": f"http://127.0.0.1:{port}", "pykbroker.log.format": "json"})
+    topic = unique_topic("min-isr")
+    create_topic(b, topic, config={"min.insync.replicas": "2"})
+    assert _refused_send(b, topic, retry=False) == "NOT_ENOUGH_REPLICAS"
+    assert _refused_send(b, topic, retry=True) == "_MSG_TIMED_OUT"  # refused on every retry meanwhile
+
+    def lines() -> list[dict[str, Any]]:
+        docs = [json.loads(ln) for ln in b.log().splitlines() if ln.startswith("{")]
+        return [d for d in docs if d.get("logger") == "pykbroker.produce" and d.get("topic") == topic]
+
+    first = wait_until(lambda: lines() or None, timeout=10, what="the NOT_ENOUGH_REPLICAS log line")
+    counted = value(scrape(port), "pykbroker_produce_min_isr_refusals_total", topic=topic,
+                    error="NOT_ENOUGH_REPLICAS")
+    assert counted >= 3, f"the producer retried, each answer is counted: {counted}"
+    assert len(first) == 1, first
+    assert first[0]["level"] == "warning" and first[0]["error"] == "NOT_ENOUGH_REPLICAS"
+    assert first[0]["partition"] == 0 and len(first[0]["isr"]) == 1 and first[0]["isr"] == first[0]["replicas"]
+    assert first[0]["min_isr"] == 2
+    assert "min.insync.replicas=2" in first[0]["msg"]
+
+    _set_min_isr(b, topic, "1")
+    produce_all(make_producer(b, acks="all"), topic, [{"value": b"ok"}])
+    _set_min_isr(b, topic, "2")
+    assert _refused_send(b, topic, retry=False) == "NOT_ENOUGH_REPLICAS"
+    wait_until(lambda: len(lines()) == 2 or None, timeout=10, what="a second line after the partition recovered")
+    assert value(scrape(port), "pykbroker_produce_min_isr_refusals_total", topic=topic,
+                 error="NOT_ENOUGH_REPLICAS") > counted

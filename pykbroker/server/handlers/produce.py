@@ -146,8 +146,27 @@ def _replication_outcome(svc: Services, p: Partition, required: int, min_isr: in
     if p.log.offline:
         return ErrorCode.kafka_storage_error
     if p.high_watermark >= required:
-        return ErrorCode.not_enough_replicas_after_append if len(p.isr) < min_isr else ErrorCode.none
+        if len(p.isr) < min_isr:
+            _min_isr_refused(svc, p, ErrorCode.not_enough_replicas_after_append, min_isr)
+            return ErrorCode.not_enough_replicas_after_append
+        if svc.stats.min_isr.logged:
+            svc.stats.min_isr.accepted(p.topic, p.index)
+        return ErrorCode.none
     return None
+
+
+def _min_isr_refused(svc: Services, p: Partition, code: ErrorCode, min_isr: int) -> None:
+    """Count a NOT_ENOUGH_REPLICAS(_AFTER_APPEND) answer; log it once per partition, cause and ISR, with the
+    ISR this leader saw (a producer retries these many times a second)."""
+    isr = tuple(sorted(p.isr))
+    if svc.stats.min_isr.refused(p.topic, p.index, code.name.upper(), isr):
+        log.warning(
+            "%(error)s for %(topic)s-%(partition)d: the ISR %(isr)s this leader has (leader epoch "
+            "%(leader_epoch)d, replicas %(replicas)s) is smaller than min.insync.replicas=%(min_isr)d%(cause)s",
+            {"error": code.name.upper(), "topic": p.topic, "partition": p.index, "isr": list(isr),
+             "leader_epoch": p.leader_epoch, "replicas": list(p.replicas), "min_isr": min_isr,
+             "cause": "" if code == ErrorCode.not_enough_replicas
+             else " after the append (the ISR shrank while the request waited for it)"})
 
 
 async def _await_replication(svc: Services, awaiting: list[Awaiting], timeout_ms: int) -> None:
@@ -243,11 +262,14 @@ async def handle_produce(svc: Services, ctx: RequestContext, req: Any
             if acks == -1:
                 min_isr = int(rec.configs.get("min.insync.replicas", svc.config["min.insync.replicas"]))
                 if len(p.isr) < min_isr:
+                    _min_isr_refused(svc, p, ErrorCode.not_enough_replicas, min_isr)
                     parts.append(_partition_error(
                         idx, ErrorCode.not_enough_replicas,
                         f"The size of the current ISR {len(p.isr)} is insufficient to satisfy the min.isr "
                         f"requirement of {min_isr} for partition {name}-{idx}"))
                     continue
+                if svc.stats.min_isr.logged:
+                    svc.stats.min_isr.accepted(name, idx)
             records = pd.records
             if records is None or len(records) == 0:
                 parts.append(_partition_error(idx, ErrorCode.invalid_request, "Produce request has no records"))
