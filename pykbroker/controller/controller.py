@@ -330,7 +330,7 @@ class ZkController(PartitionStateMachine):
     # --- loading everything on election -------------------------------------------------------
 
     def _on_elected(self) -> None:
-        for path in (*_CHILD_EVENTS, zl.CONFIG_TOPICS):
+        for path in (*_CHILD_EVENTS, zl.CONFIG_TOPICS, zl.CONFIRMED_BROKERS):
             self._wait(self._zk.ensure_path_async(path))
         self._ctx.live_brokers, self._ctx.broker_czxid = self._read_brokers()
         for topic in self._children(zl.BROKER_TOPICS, watch=self._watch_children):
@@ -351,6 +351,7 @@ class ZkController(PartitionStateMachine):
         self._on_isr_change()
         self._on_election_requests()
         self._on_config_change()
+        self._confirm_brokers(sorted(self._ctx.live_brokers))
         if self._config["auto.leader.rebalance.enable"]:
             self._next_rebalance = time.monotonic() + min(
                 FIRST_REBALANCE_DELAY_S, float(self._config["leader.imbalance.check.interval.seconds"]))
@@ -434,6 +435,22 @@ class ZkController(PartitionStateMachine):
         self._ctx.shutting_down &= set(racks)
         if new or bounced or dead:
             self._reconcile(self._ctx.partitions(), "broker change")
+        self._confirm_brokers(sorted(new + bounced))
+
+    def _confirm_brokers(self, brokers: list[int]) -> None:
+        """Tell each (re)started broker that its registration is taken into account: the leaderships and ISR
+        places of its previous run are already moved (the reconcile above), so it may now take the roles the
+        partition states give it. Until then it takes none (pykbroker.metadata.zookeeper)."""
+        for b in brokers:
+            czxid = self._ctx.broker_czxid.get(b)
+            if czxid is None:
+                continue
+            path = zl.confirmed_broker_path(b)
+            data = zl.encode_confirmation(czxid, self._ctx.epoch)
+            stat = self._exists(path)
+            self._multi([ZkOp("create", path, data)] if stat is None else [ZkOp("set", path, data, -1)])
+            log.info("controller %(broker_id)d: broker %(broker)d confirmed (broker epoch %(broker_epoch)d)",
+                     {"broker_id": self.broker_id, "broker": b, "broker_epoch": czxid})
 
     def _on_topic_change(self) -> None:
         children = set(self._children(zl.BROKER_TOPICS, watch=self._watch_children))

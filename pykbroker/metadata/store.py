@@ -192,6 +192,12 @@ class MetadataStore(ABC):
         a.isr = list(isr)
         return a.zk_version
 
+    def roles_confirmed(self) -> bool:
+        """Whether this broker may take the partition roles (leader, follower, coordinator) the metadata gives
+        it. A ZooKeeper broker waits at start for the controller to confirm its registration; embedded
+        metadata has no one else to wait for."""
+        return True
+
     def add_listener(self, listener: MetadataListener) -> None:
         """Called with (topic name, new record or None when deleted) after every change."""
         self._listeners.append(listener)

@@ -36,6 +36,10 @@ PYKB = "/pykbroker"
 CONTROLLED_SHUTDOWN = "/pykbroker/controlled_shutdown"
 # pykbroker's own: ElectLeaders requests for the controller (sequential election_<seq> znodes).
 ELECTIONS = "/pykbroker/elections"
+# /pykbroker/confirmed_brokers/<id>: the registration (broker epoch: its znode's czxid) the controller has
+# taken into account for the controller epoch it names. A starting broker takes no partition role before it
+# finds its own registration here: the controller first moved what the broker's previous run led.
+CONFIRMED_BROKERS = "/pykbroker/confirmed_brokers"
 ELECTION_PREFIX = "/pykbroker/elections/election_"
 ISR_CHANGE_PREFIX = "/isr_change_notification/isr_change_"
 CONFIG_CHANGE_PREFIX = "/config/changes/config_change_"
@@ -54,6 +58,7 @@ PERSISTENT_PATHS = (
     BROKER_IDS, BROKER_TOPICS, BROKER_SEQID, CONFIG_CHANGES, CONFIG_TOPICS, "/config/brokers",
     "/config/users", "/config/clients", "/config/ips", "/config/client-metrics", "/config/groups",
     DELETE_TOPICS, ISR_CHANGE_NOTIFICATION, LOG_DIR_EVENT_NOTIFICATION, CONTROLLED_SHUTDOWN, ELECTIONS,
+    CONFIRMED_BROKERS,
     ACL_LITERAL, ACL_PREFIXED, ACL_LITERAL_CHANGES, ACL_PREFIXED_CHANGES,
 )
 
@@ -128,6 +133,24 @@ def delete_topic_path(topic: str) -> str:
 
 def controlled_shutdown_path(broker_id: int) -> str:
     return f"{CONTROLLED_SHUTDOWN}/{broker_id}"
+
+
+def confirmed_broker_path(broker_id: int) -> str:
+    return f"{CONFIRMED_BROKERS}/{broker_id}"
+
+
+def encode_confirmation(broker_epoch: int, controller_epoch: int) -> bytes:
+    return json.dumps({"version": 1, "broker_epoch": broker_epoch, "controller_epoch": controller_epoch},
+                      separators=(",", ":")).encode()
+
+
+def decode_confirmation(data: bytes) -> int:
+    """The broker epoch a confirmation names; -1 for an unreadable one."""
+    try:
+        doc = json.loads(data.decode()) if data else {}
+        return int(doc["broker_epoch"]) if isinstance(doc, dict) else -1
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError):
+        return -1
 
 
 def entity_config_path(resource_type: int, name: str) -> str:

@@ -129,6 +129,11 @@ class ZkMetadataStore(MetadataStore):
         self._closed = False
         self._registered = False
         self._shutdown_requested = False
+        # The czxid of our /brokers/ids/<id> (Kafka's broker epoch), once registered; the watcher thread waits
+        # for the controller to confirm it (zl.CONFIRMED_BROKERS) and then posts "confirmed".
+        self._broker_epoch = -1
+        self._confirmed_epoch = -1  # watcher thread
+        self._roles_confirmed = False  # loop thread: until then this broker leads nothing (_partition)
         # watcher thread only: its reads, and the topics it watches with their partitions
         self._reader = ZkMetadataReader(lambda: self.zk, self._watch, self._request_timeout)
         # watcher thread -> loop
@@ -268,6 +273,14 @@ class ZkMetadataStore(MetadataStore):
         with self._unavailable():
             register_broker(self.zk, self._broker_id, data, self._endpoints, self._chroot, self._session_timeout_ms)
             self._registered = True
+            stat = self.zk.exists(zl.broker_path(self._broker_id))
+            self._broker_epoch = int(stat.czxid) if stat is not None else -1
+        log.info("broker %(broker_id)d registered with broker epoch %(broker_epoch)d: taking no partition role "
+                 "until the controller confirms it", {"broker_id": self._broker_id, "broker_epoch": self._broker_epoch})
+        self._events.put(("confirm", ""))
+
+    def roles_confirmed(self) -> bool:
+        return self._roles_confirmed
 
     def begin_controlled_shutdown(self) -> None:
         """Ask the controller to move this broker's leaderships away (ephemeral znode)."""
@@ -322,17 +335,40 @@ class ZkMetadataStore(MetadataStore):
                     break
             if any(kind == "stop" for kind, _ in batch):
                 return
+            confirmation = zl.confirmed_broker_path(self._broker_id)
+            confirm = any(kind == "confirm" or path == confirmation for kind, path in batch)
+            batch = [(kind, path) for kind, path in batch if kind != "confirm" and path != confirmation]
             try:
                 if any(kind == "resync" for kind, _ in batch):
                     self._resync()
-                else:
+                elif batch:
                     self._post_updates(self._reader.process(batch))
+                if confirm:
+                    self._check_confirmation()
             except UNAVAILABLE as e:
                 log.debug("watch processing interrupted by %(error_type)s", {"error_type": type(e).__name__})
                 self._retry_resync()
             except Exception:
                 log.exception("processing ZooKeeper watch events failed; re-reading everything")
                 self._retry_resync()
+
+    def _check_confirmation(self) -> None:
+        """Watcher thread: has the controller confirmed our registration? Then re-read everything (the states
+        the controller wrote before confirming) and post it with the confirmation; else watch for it."""
+        if self._broker_epoch < 0 or self._confirmed_epoch == self._broker_epoch:
+            return
+        path = zl.confirmed_broker_path(self._broker_id)
+        try:
+            data, _stat = self.zk.get(path, watch=self._watch)
+        except NoNodeError:
+            if self.zk.exists(path, watch=self._watch) is not None:
+                self._events.put(("confirm", ""))
+            return
+        if zl.decode_confirmation(data) != self._broker_epoch:
+            return
+        self._confirmed_epoch = self._broker_epoch
+        snap = self._reader.load_all()
+        self._post_updates([("confirmed", None, snap)])
 
     def _retry_resync(self) -> None:
         """Events of a failed batch are lost: re-read everything once connected (about once a second).
@@ -356,6 +392,8 @@ class ZkMetadataStore(MetadataStore):
             create_own_ephemeral(self.zk, zl.controlled_shutdown_path(self._broker_id), b"")
         snap = self._reader.load_all()
         self._post_updates([("reset", None, snap)])
+        if self._confirmed_epoch != self._broker_epoch:
+            self._events.put(("confirm", ""))  # a watch lost with the connection
 
     # --- watcher thread -> loop -------------------------------------------------------------------------
 
@@ -398,6 +436,7 @@ class ZkMetadataStore(MetadataStore):
         config_changes: list[tuple[int, str]] = []
         sessions: list[str] = []
         acls_changed = False
+        forced = False
         data = self._topic_data
         for kind, key, value in updates:
             if kind == "topic":
@@ -442,7 +481,12 @@ class ZkMetadataStore(MetadataStore):
             elif kind == "acls":
                 acls_changed = True
                 self._acls = value
-            elif kind == "reset":
+            elif kind in ("reset", "confirmed"):
+                if kind == "confirmed":
+                    # Every topic is applied anew: roles held back until now are taken.
+                    self._roles_confirmed = forced = True
+                    log.info("broker %(broker_id)d confirmed by the controller: taking its partition roles",
+                             {"broker_id": self._broker_id})
                 snap: MetadataSnapshot = value
                 for name in list(data) + list(snap.topics):
                     changed[name] = None
@@ -463,7 +507,7 @@ class ZkMetadataStore(MetadataStore):
         for name, only in changed.items():
             old = self._topics.get(name)
             new = self._build(name, old, only)
-            if new is old:
+            if new is old and not forced:
                 continue
             if new is None:
                 del self._topics[name]
@@ -512,7 +556,8 @@ class ZkMetadataStore(MetadataStore):
         a = data.assignment
         if (only is not None and old is not None and old.topic_id == a.topic_id
                 and only <= old.partitions.keys() and only <= a.partitions.keys()):
-            replaced = {p: pa for p in only if (pa := self._partition(data, p)) != old.partitions[p]}
+            replaced = {p: pa for p in only if (pa := self._partition(data, p, self._held_back))
+                        != old.partitions[p]}
             if not replaced:
                 return old
             return TopicRecord(name=name, topic_id=a.topic_id, partitions={**old.partitions, **replaced},
@@ -521,7 +566,7 @@ class ZkMetadataStore(MetadataStore):
         parts: dict[int, PartitionAssignment] = {}
         same = len(old_parts) == len(a.partitions)
         for p in sorted(a.partitions):
-            pa = self._partition(data, p)
+            pa = self._partition(data, p, self._held_back)
             prev = old_parts.get(p)
             if prev is not None and prev == pa:
                 parts[p] = prev
@@ -532,13 +577,18 @@ class ZkMetadataStore(MetadataStore):
             return old
         return TopicRecord(name=name, topic_id=a.topic_id, partitions=parts, configs=dict(data.configs))
 
+    @property
+    def _held_back(self) -> int:
+        """The leader id shown as no leader (-1): this broker's own, until the controller confirmed it."""
+        return -2 if self._roles_confirmed else self._broker_id
+
     @staticmethod
-    def _partition(data: TopicData, p: int) -> PartitionAssignment:
+    def _partition(data: TopicData, p: int, held_back: int = -2) -> PartitionAssignment:
         a = data.assignment
         s = data.states.get(p)
         return PartitionAssignment(
             replicas=list(a.partitions[p]),
-            leader=s.leader if s else -1, leader_epoch=s.leader_epoch if s else 0,
+            leader=(-1 if s.leader == held_back else s.leader) if s else -1, leader_epoch=s.leader_epoch if s else 0,
             isr=list(s.isr) if s else [], controller_epoch=s.controller_epoch if s else 0,
             zk_version=s.zk_version if s else -1,
             adding_replicas=list(a.adding_replicas.get(p, ())),

@@ -156,6 +156,8 @@ class TopicManager:
         Cheap for partitions whose leader, epoch, replicas, ISR and state version are what this
         broker already has (a topic change notification carries every partition of the topic).
         """
+        if self.cluster and not self.store.roles_confirmed():
+            return  # a starting broker takes no role before the controller confirmed it (every topic follows)
         log_config = log_config_for(self.config, rec.configs)
         me = self.replicas.broker_id
         for index, a in rec.partitions.items():

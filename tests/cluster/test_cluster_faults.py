@@ -6,6 +6,7 @@ any process; every wait is bounded.
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from pathlib import Path
@@ -135,3 +136,35 @@ def test_cluster_on_a_three_node_ensemble_survives_losing_one(tmp_path: Path) ->
         _round_trip(cluster, _create(cluster), 6)
         md = metadata(cluster.any_bootstrap(), [])
         assert sorted(b.node_id for b in md.brokers) == [1, 2, 3]
+
+
+def test_restarted_broker_takes_no_role_before_the_controller_confirms_it(tmp_path: Path) -> None:
+    """A leader killed with SIGKILL and started again at once (its previous ZooKeeper session still holds its
+    registration): the new run leads nothing, and coordinates nothing, until the controller has moved what
+    the previous run led and confirmed the new registration; then it takes its roles back."""
+    with Cluster(tmp_path, 3) as cluster:
+        topic = _create(cluster)
+        _round_trip(cluster, topic, 6)
+        victim = cluster.wait_leaders(topic, 6)[0]
+        log_before = len(cluster.broker(victim).log())
+        cluster.kill(victim)
+        cluster.broker(victim).start()
+        cluster.wait_registered(list(cluster.brokers), timeout=60)
+
+        def run_log() -> str:
+            return cluster.broker(victim).log()[log_before:]
+
+        wait_for(lambda: "confirmed by the controller" in run_log(), timeout=60,
+                 what="the controller's confirmation of the restarted broker")
+        text = run_log()
+        confirmed_at = text.index("confirmed by the controller")
+        assert text.index("registered with broker epoch") < confirmed_at, text[-4000:]
+        for role in (r"Became leader of", r"Became follower of", r"loaded \d+ __\w+ partition"):
+            found = re.search(role, text)
+            assert found is None or found.start() > confirmed_at, \
+                f"{role!r} before the confirmation:\n{text[:confirmed_at][-4000:]}"
+        assert any(f"broker {victim} confirmed" in cluster.broker(i).log() for i in cluster.brokers)
+        # The partition it led went to another replica first; it is back in every ISR afterwards.
+        wait_for(lambda: all(sorted(isr) == [1, 2, 3] for _, _, isr in cluster.partition_states(topic).values()),
+                 timeout=60, what="the restarted broker back in every ISR")
+        _round_trip(cluster, topic, 6)
