@@ -119,10 +119,27 @@ def test_many_partitions_compare_smoke() -> None:
 def test_bench_kafka_without_a_command_is_reported_not_run() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYKBROKER_")}
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "bench.py"), "--compare", "--brokers", "kafka",
-                           "--sizes", "100", "--acks", "1", "--count-small", "100", "--e2e-seconds", "0",
-                           "--wait-idle", "0"], cwd=REPO, env=env, capture_output=True, text=True, timeout=100)
+                           "--kafka-cmd", "", "--sizes", "100", "--acks", "1", "--count-small", "100",
+                           "--e2e-seconds", "0", "--wait-idle", "0"], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=100)
     assert proc.returncode == 1  # a broker that could not run is a failed phase
     assert "no Apache Kafka to start: pass --kafka-cmd" in proc.stdout
+
+
+def test_bench_default_kafka_is_apache_kafka_from_maven_central() -> None:
+    """Without --kafka-cmd, --brokers kafka starts bench/kafka_node.py: Apache Kafka 4.x in KRaft mode from the
+    jars compat/kafka/pom.xml pins (resolved with Maven here if the compatibility suite has not yet)."""
+    from compat.realkafka import release, resolve
+
+    rel = release("4")
+    resolve(rel)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYKBROKER_")}
+    env["KAFKA_HEAP_OPTS"] = "-Xmx512m -Xms512m"
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "bench.py"), "--compare", "--brokers", "kafka",
+                           "--sizes", "100", "--acks", "all", "--count-small", "2000", "--e2e-seconds", "0",
+                           "--wait-idle", "0"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "| 100B acks=all p=1 | kafka |" in proc.stdout
 
 
 def test_fanout_bench_smoke() -> None:

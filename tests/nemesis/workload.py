@@ -1,0 +1,145 @@
+"""The campaign's load, with real clients (confluent-kafka): an idempotent acks=all producer and a consumer
+group of two members committing what they polled, each recording exactly what it observed."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from tests.nemesis.checker import ASSIGNED, Record
+
+
+class Writer:
+    """Numbered values, one per ``1/rate`` seconds until stopped (bounded by ``max_seconds``)."""
+
+    def __init__(self, bootstrap: str, topic: str, tag: str, *, rate: int = 200, max_seconds: float = 900.0) -> None:
+        self.topic = topic
+        self.tag = tag
+        self.rate = rate
+        self.max_seconds = max_seconds
+        self.acked: dict[bytes, tuple[int, int]] = {}
+        self.acks: list[tuple[float, float]] = []  # (monotonic time of the ack, latency in seconds)
+        self.errors: list[str] = []
+        self.sent = 0
+        self._stop = threading.Event()
+        self._producer = Producer({
+            "bootstrap.servers": bootstrap, "broker.address.family": "v4", "enable.idempotence": True,
+            "acks": "all", "linger.ms": 5, "message.timeout.ms": 180000, "request.timeout.ms": 10000,
+            "retry.backoff.ms": 100, "topic.metadata.refresh.interval.ms": 1000, "client.id": f"nemesis-{tag}",
+        })
+        self._thread = threading.Thread(target=self._run, name="nemesis-writer", daemon=True)
+
+    def _delivered(self, err: KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            self.errors.append(f"{err.name()}: {err.str()}")
+            return
+        self.acked[msg.value()] = (msg.partition(), msg.offset())
+        latency = msg.latency()
+        self.acks.append((time.monotonic(), latency if latency is not None else 0.0))
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + self.max_seconds
+        interval = 1.0 / self.rate
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            value = f"{self.tag}-{self.sent:08d}".encode()
+            try:
+                self._producer.produce(self.topic, value, key=value, on_delivery=self._delivered)
+                self.sent += 1
+            except BufferError:
+                pass
+            self._producer.poll(0)
+            time.sleep(interval)
+
+    def start(self) -> Writer:
+        self._thread.start()
+        return self
+
+    def stop(self, flush_timeout: float = 180.0) -> int:
+        """Stop sending and wait for every delivery report; the count still unreported."""
+        self._stop.set()
+        self._thread.join(30)
+        return int(self._producer.flush(flush_timeout))
+
+
+class Reader:
+    """One member of the group: polls, records every record and rebalance, commits after each poll."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str, name: str, *, max_seconds: float = 900.0) -> None:
+        self.name = name
+        self.topic = topic
+        self.max_seconds = max_seconds
+        self.polls: list[Record | str] = []
+        self.commits: list[tuple[int, int] | str] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._consumer = Consumer({
+            "bootstrap.servers": bootstrap, "broker.address.family": "v4", "group.id": group,
+            "client.id": f"nemesis-{name}", "enable.auto.commit": False, "auto.offset.reset": "earliest",
+            "session.timeout.ms": 10000, "heartbeat.interval.ms": 1000, "topic.metadata.refresh.interval.ms": 1000,
+        })
+        self._thread = threading.Thread(target=self._run, name=f"nemesis-{name}", daemon=True)
+
+    def _assigned(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.polls.append(ASSIGNED)
+        self.commits.append(ASSIGNED)
+
+    def _run(self) -> None:
+        self._consumer.subscribe([self.topic], on_assign=self._assigned, on_revoke=self._assigned)
+        deadline = time.monotonic() + self.max_seconds
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            msgs = self._consumer.consume(500, 0.5)
+            got = False
+            for m in msgs:
+                if m.error() is not None:
+                    if m.error().code() != KafkaError._PARTITION_EOF:
+                        self.errors.append(f"{m.error().name()}: {m.error().str()}")
+                    continue
+                self.polls.append((m.partition(), m.offset(), m.value()))
+                got = True
+            if got:
+                try:
+                    done = self._consumer.commit(asynchronous=False)
+                except KafkaException as e:  # a coordinator moving: the next poll's commit covers it
+                    self.errors.append(f"commit: {e.args[0].name()}")
+                    continue
+                for tp in done or []:
+                    if tp.error is None and tp.offset >= 0:
+                        self.commits.append((tp.partition, tp.offset))
+        self._consumer.close()
+
+    def start(self) -> Reader:
+        self._thread.start()
+        return self
+
+    def consumed(self) -> int:
+        return sum(1 for r in self.polls if not isinstance(r, str))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+
+def read_final(bootstrap: str, topic: str, partitions: int, timeout: float = 120.0) -> list[Record]:
+    """Every record of the topic, from the beginning up to each partition's high watermark (bounded)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "broker.address.family": "v4", "group.id": "nemesis-final",
+                  "enable.auto.commit": False, "enable.partition.eof": True})
+    try:
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(partitions)}
+        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        out: list[Record] = []
+        pos = dict.fromkeys(range(partitions), 0)
+        deadline = time.monotonic() + timeout
+        while any(pos[p] < ends[p] for p in pos) and time.monotonic() < deadline:
+            for m in c.consume(1000, 1.0):
+                if m.error() is not None:
+                    continue
+                out.append((m.partition(), m.offset(), m.value()))
+                pos[m.partition()] = m.offset() + 1
+        missing = {p: (pos[p], ends[p]) for p in pos if pos[p] < ends[p]}
+        assert not missing, f"the final read stopped short of the high watermarks: {missing}"
+        return out
+    finally:
+        c.close()
