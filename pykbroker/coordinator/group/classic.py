@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
 from pykbroker.coordinator.group.serde import subscribed_topics
+from pykbroker.protocol.responses.group import JoinGroupResponse, SyncGroupResponse
 
-Response = dict[str, Any]
-Callback = Callable[[Response], None]
+# How a parked JoinGroup / SyncGroup is answered when its rebalance completes.
+JoinCallback = Callable[[JoinGroupResponse], None]
+SyncCallback = Callable[[SyncGroupResponse], None]
 
 
 class GroupState(StrEnum):
@@ -32,8 +33,8 @@ class ClassicMember:
     protocol_type: str
     protocols: list[tuple[str, bytes]]
     assignment: bytes = b""
-    join_cb: Callback | None = None
-    sync_cb: Callback | None = None
+    join_cb: JoinCallback | None = None
+    sync_cb: SyncCallback | None = None
     is_new: bool = False
 
     def metadata(self, protocol: str | None) -> bytes:

@@ -18,11 +18,11 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from pykbroker.coordinator.group.classic import (
-    Callback,
     ClassicGroup,
     ClassicMember,
     GroupState,
-    Response,
+    JoinCallback,
+    SyncCallback,
 )
 from pykbroker.coordinator.group.coordinator_state import GroupCoordinatorState
 from pykbroker.coordinator.group.serde import (
@@ -31,6 +31,7 @@ from pykbroker.coordinator.group.serde import (
     encode_group_key,
     encode_group_value,
 )
+from pykbroker.protocol.responses.group import JoinGroupResponse, JoinGroupResponseMember, SyncGroupResponse
 
 __all__ = ["NEW_MEMBER_JOIN_TIMEOUT_MS", "ClassicGroupCoordinator", "JoinRequest"]
 
@@ -129,25 +130,25 @@ class ClassicGroupCoordinator(GroupCoordinatorState):
     # --- responses ---------------------------------------------------------------------------
 
     @staticmethod
-    def _respond_join(m: ClassicMember, resp: Response) -> None:
+    def _respond_join(m: ClassicMember, resp: JoinGroupResponse) -> None:
         cb, m.join_cb = m.join_cb, None
         if cb is not None:
             cb(resp)
 
     @staticmethod
-    def _respond_sync(m: ClassicMember, resp: Response) -> None:
+    def _respond_sync(m: ClassicMember, resp: SyncGroupResponse) -> None:
         cb, m.sync_cb = m.sync_cb, None
         if cb is not None:
             cb(resp)
 
     @staticmethod
-    def join_error(code: ErrorCode, member_id: str = "") -> Response:
+    def join_error(code: ErrorCode, member_id: str = "") -> JoinGroupResponse:
         return {"error_code": code, "generation_id": -1, "protocol_type": None, "protocol_name": None,
                 "leader": "", "skip_assignment": False, "member_id": member_id, "members": []}
 
     def _join_response(self, g: ClassicGroup, m: ClassicMember, *, with_members: bool,
-                       skip_assignment: bool = False) -> Response:
-        members = []
+                       skip_assignment: bool = False) -> JoinGroupResponse:
+        members: list[JoinGroupResponseMember] = []
         if with_members:
             members = [{"member_id": x.member_id, "group_instance_id": x.group_instance_id,
                         "metadata": x.metadata(g.protocol_name)} for x in g.members.values()]
@@ -158,7 +159,7 @@ class ClassicGroupCoordinator(GroupCoordinatorState):
 
     # --- JoinGroup ---------------------------------------------------------------------------
 
-    def join_group(self, req: JoinRequest, cb: Callback) -> None:
+    def join_group(self, req: JoinRequest, cb: JoinCallback) -> None:
         err = self.coordinator_error(req.group_id)
         if not req.group_id:
             err = ErrorCode.invalid_group_id
@@ -205,7 +206,7 @@ class ClassicGroupCoordinator(GroupCoordinatorState):
         else:
             self._join_known_member(g, req, cb)
 
-    def _join_new_member(self, g: ClassicGroup, req: JoinRequest, cb: Callback) -> None:
+    def _join_new_member(self, g: ClassicGroup, req: JoinRequest, cb: JoinCallback) -> None:
         existing = g.static_member_id(req.group_instance_id) if req.group_instance_id is not None else None
         if existing is None and len(g.members) + len(g.pending_members) >= self.config.max_size:
             cb(self.join_error(ErrorCode.group_max_size_reached))
@@ -232,7 +233,7 @@ class ClassicGroupCoordinator(GroupCoordinatorState):
         g.pending_members.discard(member_id)
         self._check_join_complete(g)
 
-    def _add_member_and_rebalance(self, g: ClassicGroup, member_id: str, req: JoinRequest, cb: Callback) -> None:
+    def _add_member_and_rebalance(self, g: ClassicGroup, member_id: str, req: JoinRequest, cb: JoinCallback) -> None:
         m = ClassicMember(member_id, req.group_instance_id, req.client_id, req.client_host,
                           req.rebalance_timeout_ms, req.session_timeout_ms, req.protocol_type,
                           list(req.protocols), join_cb=cb, is_new=True)
@@ -247,7 +248,7 @@ class ClassicGroupCoordinator(GroupCoordinatorState):
         self._maybe_prepare_rebalance(g, f"member {member_id} joined")
 
     def _replace_static_member(self, g: ClassicGroup, old_id: str, new_id: str, req: JoinRequest,
-                               cb: Callback) -> None:
+                               cb: JoinCallback) -> None:
         m = g.members[old_id]
         self._respond_join(m, self.join_error(ErrorCode.fenced_instance_id, old_id))
         self._respond_sync(m, {"error_code": ErrorCode.fenced_instance_id, "assignment": b""})
@@ -312,7 +313,7 @@ class ClassicGroupCoordinator(GroupCoordinatorState):
             return ErrorCode.unknown_member_id
         return None
 
-    def _join_known_member(self, g: ClassicGroup, req: JoinRequest, cb: Callback) -> None:
+    def _join_known_member(self, g: ClassicGroup, req: JoinRequest, cb: JoinCallback) -> None:
         if req.member_id in g.pending_members:
             self._add_member_and_rebalance(g, req.member_id, req, cb)
             return
@@ -339,7 +340,7 @@ class ClassicGroupCoordinator(GroupCoordinatorState):
         self._schedule_heartbeat(g, m)
 
     def _update_member_and_rebalance(self, g: ClassicGroup, m: ClassicMember, req: JoinRequest,
-                                     cb: Callback) -> None:
+                                     cb: JoinCallback) -> None:
         m.protocols = list(req.protocols)
         m.rebalance_timeout_ms = req.rebalance_timeout_ms
         m.session_timeout_ms = req.session_timeout_ms
@@ -466,7 +467,7 @@ class ClassicGroupCoordinator(GroupCoordinatorState):
 
     def sync_group(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
                    protocol_type: str | None, protocol_name: str | None, assignments: dict[str, bytes],
-                   cb: Callback) -> None:
+                   cb: SyncCallback) -> None:
         def fail(code: ErrorCode) -> None:
             cb({"error_code": code, "protocol_type": None, "protocol_name": None, "assignment": b""})
 
@@ -527,7 +528,7 @@ class ClassicGroupCoordinator(GroupCoordinatorState):
                 self._schedule_heartbeat(g, x)
 
     @staticmethod
-    def _sync_ok(g: ClassicGroup, assignment: bytes) -> Response:
+    def _sync_ok(g: ClassicGroup, assignment: bytes) -> SyncGroupResponse:
         return {"error_code": ErrorCode.none, "protocol_type": g.protocol_type, "protocol_name": g.protocol_name,
                 "assignment": assignment}
 

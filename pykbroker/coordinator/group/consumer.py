@@ -65,6 +65,13 @@ from pykbroker.coordinator.group.serde import (
     encode_consumer_assignment,
     encode_group_key,
 )
+from pykbroker.protocol.responses.group import (
+    ConsumerGroupDescribeAssignment,
+    ConsumerGroupDescribeDescribedGroup,
+    ConsumerGroupHeartbeatResponse,
+    JoinGroupResponse,
+    SyncGroupResponse,
+)
 
 if TYPE_CHECKING:
     from pykbroker.metadata.store import TopicRecord
@@ -288,12 +295,13 @@ class ConsumerGroups:
             raise HeartbeatError(ErrorCode.coordinator_not_available) from None
         return result
 
-    def heartbeat(self, req: Any, client_id: str, client_host: str) -> dict[str, Any]:
+    def heartbeat(self, req: Any, client_id: str, client_host: str) -> ConsumerGroupHeartbeatResponse:
         try:
             return self._apply(req.group_id, lambda: self._heartbeat(req, client_id, client_host))
         except HeartbeatError as e:
-            return {"error_code": e.code, "error_message": e.message, "member_id": req.member_id or None,
-                    "member_epoch": -1, "heartbeat_interval": 0, "assignment": None}
+            return {"throttle_time": 0, "error_code": e.code, "error_message": e.message,
+                    "member_id": req.member_id or None, "member_epoch": -1, "heartbeat_interval": 0,
+                    "assignment": None}
 
     def _topics(self) -> Topics:
         out: Topics = {}
@@ -304,7 +312,7 @@ class ConsumerGroups:
                 out[name] = (tid, n)
         return out
 
-    def _heartbeat(self, req: Any, client_id: str, client_host: str) -> dict[str, Any]:
+    def _heartbeat(self, req: Any, client_id: str, client_host: str) -> ConsumerGroupHeartbeatResponse:
         gid = req.group_id
         err = self.m.coordinator_error(gid)
         if not gid:
@@ -453,11 +461,12 @@ class ConsumerGroups:
         self._reconcile(g, m, owned)
         self._schedule_session(g, m)
 
-        resp: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None, "member_id": member_id,
-                                "member_epoch": m.member_epoch,
-                                "heartbeat_interval": int(self.group_configs(gid).get(
-                                    "consumer.heartbeat.interval.ms", self.cfg.consumer_heartbeat_interval_ms)),
-                                "assignment": None}
+        resp: ConsumerGroupHeartbeatResponse = {
+            "throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "member_id": member_id,
+            "member_epoch": m.member_epoch,
+            "heartbeat_interval": int(self.group_configs(gid).get(
+                "consumer.heartbeat.interval.ms", self.cfg.consumer_heartbeat_interval_ms)),
+            "assignment": None}
         if m.last_sent is None or m.last_sent != m.assigned or epoch == 0 or (owned is not None and owned != \
                 m.assigned):
             m.last_sent = assignment_copy(m.assigned)
@@ -473,7 +482,8 @@ class ConsumerGroups:
             return None
         return {tp.topic_id: set(tp.partitions) for tp in req.topic_partitions if tp.partitions}
 
-    def _leave(self, g: ConsumerGroup, member_id: str, instance_id: str | None, epoch: int) -> dict[str, Any]:
+    def _leave(self, g: ConsumerGroup, member_id: str, instance_id: str | None, epoch: int
+               ) -> ConsumerGroupHeartbeatResponse:
         if instance_id is not None and not member_id:
             member_id = g.static_members.get(instance_id, "")
         m = g.members.get(member_id)
@@ -486,7 +496,7 @@ class ConsumerGroups:
             self._schedule_session(g, m)
         else:
             self._remove(g, m, "left the group", persist=False)
-        return {"error_code": ErrorCode.none, "error_message": None, "member_id": member_id,
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "member_id": member_id,
                 "member_epoch": epoch, "heartbeat_interval": 0, "assignment": None}
 
     def _remove(self, g: ConsumerGroup, m: ConsumerMember, why: str, persist: bool = True) -> None:
@@ -755,14 +765,14 @@ class ConsumerGroups:
 
     # --- classic members inside a consumer group --------------------------------------------------
 
-    def classic_join(self, g: ConsumerGroup, req: Any, cb: Callable[[dict[str, Any]], None]) -> None:
+    def classic_join(self, g: ConsumerGroup, req: Any, cb: Callable[[JoinGroupResponse], None]) -> None:
         try:
             resp = self._apply(g.group_id, lambda: self._classic_join(req))
         except HeartbeatError as e:
             resp = self.m.join_error(e.code, req.member_id)
         cb(resp)
 
-    def _classic_join(self, req: Any) -> dict[str, Any]:
+    def _classic_join(self, req: Any) -> JoinGroupResponse:
         gid = req.group_id
         g = self.m.groups[gid]
         assert isinstance(g, ConsumerGroup)
@@ -857,7 +867,7 @@ class ConsumerGroups:
         return m
 
     def classic_sync(self, g: ConsumerGroup, generation: int, member_id: str, instance: str | None,
-                     protocol_type: str | None, protocol_name: str | None) -> dict[str, Any]:
+                     protocol_type: str | None, protocol_name: str | None) -> SyncGroupResponse:
         try:
             m = self._classic_member(g, member_id, instance)
             if generation != m.member_epoch:
@@ -923,10 +933,12 @@ class ConsumerGroups:
 
     # --- describe ---------------------------------------------------------------------------------
 
-    def describe(self, gid: str, topic_name: Callable[[uuid.UUID], str | None]) -> dict[str, Any]:
-        out: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None, "group_id": gid,
-                               "group_state": "Dead", "group_epoch": -1, "assignment_epoch": -1,
-                               "assignor_name": "", "members": [], "authorized_operations": -2147483648}
+    def describe(self, gid: str, topic_name: Callable[[uuid.UUID], str | None]
+                 ) -> ConsumerGroupDescribeDescribedGroup:
+        out: ConsumerGroupDescribeDescribedGroup = {
+            "error_code": ErrorCode.none, "error_message": None, "group_id": gid, "group_state": "Dead",
+            "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "", "members": [],
+            "authorized_operations": -2147483648}
         err = self.m.coordinator_error(gid)
         if err is not None:
             out["error_code"] = err
@@ -937,12 +949,12 @@ class ConsumerGroups:
             out["error_message"] = f"Group {gid} not found." if g is None else f"Group {gid} is not a consumer group."
             return out
 
-        def asg(a: Assignment) -> dict[str, Any]:
+        def asg(a: Assignment) -> ConsumerGroupDescribeAssignment:
             return {"topic_partitions": [{"topic_id": t, "topic_name": topic_name(t) or "", "partitions": sorted(p)}
                                          for t, p in a.items()]}
 
-        out.update(group_state=g.state_name(), group_epoch=g.group_epoch, assignment_epoch=g.assignment_epoch,
-                   assignor_name=g.assignor)
+        out.update({"group_state": g.state_name(), "group_epoch": g.group_epoch,
+                    "assignment_epoch": g.assignment_epoch, "assignor_name": g.assignor})
         out["members"] = [{
             "member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.rack_id,
             "member_epoch": m.member_epoch, "client_id": m.client_id, "client_host": m.client_host,

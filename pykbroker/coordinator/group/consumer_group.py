@@ -11,10 +11,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from pykbroker.coordinator.group import consumer_records as cr
 from pykbroker.coordinator.group.consumer_records import ClassicMetadata
+from pykbroker.protocol.responses.group import DescribedGroupMember
 
 __all__ = [
     "LEAVE_EPOCH",
@@ -175,11 +175,11 @@ class ConsumerGroup:
         """Tombstones for every record of this group, in Kafka's deletion order."""
         return [(k, None) for k in sorted(self.persisted, key=_delete_order)]
 
-    def describe_as_classic(self) -> dict[str, Any]:
-        return {"group_state": self.state_name(), "protocol_type": "consumer", "protocol_data": "",
-                "members": [{"member_id": m.member_id, "group_instance_id": m.instance_id,
-                             "client_id": m.client_id, "client_host": m.client_host,
-                             "member_metadata": b"", "member_assignment": b""} for m in self.members.values()]}
+    def describe_as_classic(self) -> tuple[str, list[DescribedGroupMember]]:
+        """The group's state and members as DescribeGroups shows them (its protocol type is "consumer")."""
+        return self.state_name(), [{"member_id": m.member_id, "group_instance_id": m.instance_id,
+                                    "client_id": m.client_id, "client_host": m.client_host,
+                                    "member_metadata": b"", "member_assignment": b""} for m in self.members.values()]
 
 
 _DELETE_ORDER = {cr.CURRENT_ASSIGNMENT: 0, cr.TARGET_MEMBER: 1, cr.TARGET_METADATA: 2, cr.MEMBER_METADATA: 3,

@@ -5,18 +5,41 @@ from __future__ import annotations
 import datetime
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 from kio.schema.errors import ErrorCode
 
-from pykbroker.coordinator.group.classic import Callback, ClassicGroup, Response
+from pykbroker.coordinator.group.classic import ClassicGroup
 from pykbroker.coordinator.group.classic_protocol import JoinRequest
 from pykbroker.coordinator.group.manager import CommitEntry, GroupManager
 from pykbroker.coordinator.services import CoordinatorServices
 from pykbroker.coordinator.share.state_store import STATE_TOPIC
 from pykbroker.metadata.store import StoreUnavailable
-from pykbroker.protocol.responses.group import OffsetCommitResponsePartition, OffsetCommitResponseTopic
+from pykbroker.protocol.responses.group import (
+    ConsumerGroupDescribeDescribedGroup,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatResponse,
+    Coordinator,
+    DeleteGroupsResponse,
+    DescribeGroupsDescribedGroup,
+    DescribeGroupsResponse,
+    FindCoordinatorResponse,
+    HeartbeatResponse,
+    JoinGroupResponse,
+    LeaveGroupResponse,
+    ListGroupsResponse,
+    MemberResponse,
+    OffsetCommitResponse,
+    OffsetCommitResponsePartition,
+    OffsetCommitResponseTopic,
+    OffsetDeleteResponse,
+    OffsetFetchResponse,
+    OffsetFetchResponseGroup,
+    OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopics,
+    SyncGroupResponse,
+)
 from pykbroker.security.authorizer import AclOperation, ResourceType
 from pykbroker.security.authz import allowed, authorized_operations, cluster_allowed, denied_names
 from pykbroker.security.request import RequestContext
@@ -55,11 +78,14 @@ def _client_host(ctx: RequestContext) -> str:
     return "/" + host
 
 
-async def _await_callback(start: Callable[[Callback], None], timeout_s: float, on_timeout: Response) -> Response:
-    box: list[Response] = []
+R = TypeVar("R")
+
+
+async def _await_callback(start: Callable[[Callable[[R], None]], None], timeout_s: float, on_timeout: R) -> R:
+    box: list[R] = []
     done = anyio.Event()
 
-    def cb(resp: Response) -> None:
+    def cb(resp: R) -> None:
         if not box:
             box.append(resp)
             done.set()
@@ -96,8 +122,8 @@ async def _replicated(svc: CoordinatorServices, group_id: str, code: ErrorCode, 
     return await gc.flush(group_id)
 
 
-def _find_one(svc: CoordinatorServices, ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
-    out: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": ErrorCode.none,
+def _find_one(svc: CoordinatorServices, ctx: RequestContext, key: str, key_type: int) -> Coordinator:
+    out: Coordinator = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": ErrorCode.none,
                            "error_message": None}
     if ctx.authorizer is not None and key_type in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
         # Kafka asks first: DESCRIBE on the group, or on the transactional id.
@@ -114,9 +140,9 @@ def _find_one(svc: CoordinatorServices, ctx: RequestContext, key: str, key_type:
     if key_type == KEY_TYPE_TRANSACTION and tc is not None and key:
         gc, key_type = tc, KEY_TYPE_GROUP  # same coordinator_node seam
     if key_type != KEY_TYPE_GROUP or gc is None:
-        out["error_code"] = ErrorCode.coordinator_not_available if key_type == KEY_TYPE_TRANSACTION \
-            else ErrorCode.invalid_request
-        out["error_message"] = out["error_code"].name
+        code = ErrorCode.coordinator_not_available if key_type == KEY_TYPE_TRANSACTION else ErrorCode.invalid_request
+        out["error_code"] = code
+        out["error_message"] = code.name
         return out
     if not key:
         out["error_code"] = ErrorCode.invalid_request
@@ -130,7 +156,7 @@ def _find_one(svc: CoordinatorServices, ctx: RequestContext, key: str, key_type:
         return out
     for name, host, port in endpoints:
         if name == ctx.listener:
-            out.update(node_id=node, host=host, port=port)
+            out.update({"node_id": node, "host": host, "port": port})
             return out
     out["error_code"] = ErrorCode.coordinator_not_available
     return out
@@ -149,12 +175,13 @@ async def _internal_topic_ready(svc: CoordinatorServices, key_type: int) -> bool
         return False
 
 
-def _not_available(key: str) -> dict[str, Any]:
+def _not_available(key: str) -> Coordinator:
     return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": ErrorCode.coordinator_not_available,
             "error_message": "The coordinator is not available."}
 
 
-async def handle_find_coordinator(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_find_coordinator(svc: CoordinatorServices, ctx: RequestContext, req: Any
+                                  ) -> FindCoordinatorResponse:
     key_type = int(getattr(req, "key_type", 0))
     ready = await _internal_topic_ready(svc, key_type)
     if ctx.version >= 4:
@@ -162,13 +189,13 @@ async def handle_find_coordinator(svc: CoordinatorServices, ctx: RequestContext,
                 "coordinators": [_find_one(svc, ctx, k, key_type) if ready or not k else _not_available(k)
                                  for k in req.coordinator_keys]}
     one = _find_one(svc, ctx, req.key, key_type) if ready or not req.key else _not_available(req.key)
-    one.pop("key")
-    return {"throttle_time": 0, **one}
+    return {"throttle_time": 0, "node_id": one["node_id"], "host": one["host"], "port": one["port"],
+            "error_code": one["error_code"], "error_message": one["error_message"]}
 
 
 # --- JoinGroup / SyncGroup / Heartbeat / LeaveGroup -----------------------------------------------
 
-async def handle_join_group(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_join_group(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> JoinGroupResponse:
     v = ctx.version
     if not _group_allowed(ctx, AclOperation.READ, req.group_id):
         return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "generation_id": -1,
@@ -190,7 +217,7 @@ async def handle_join_group(svc: CoordinatorServices, ctx: RequestContext, req: 
     timeout_s = (rebalance + mgr.config.initial_rebalance_delay_ms) / 1000 + 5
     resp = await _await_callback(lambda cb: mgr.join_group(jr, cb), timeout_s,
                                  mgr.join_error(ErrorCode.rebalance_in_progress, jr.member_id))
-    resp = dict(resp)
+    resp = resp.copy()
     if v < 7 and resp.get("protocol_name") is None:
         resp["protocol_name"] = ""
     if v < 9:
@@ -199,7 +226,7 @@ async def handle_join_group(svc: CoordinatorServices, ctx: RequestContext, req: 
     return resp
 
 
-async def handle_sync_group(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_sync_group(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> SyncGroupResponse:
     v = ctx.version
     if not _group_allowed(ctx, AclOperation.READ, req.group_id):
         return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "protocol_type": None,
@@ -209,7 +236,7 @@ async def handle_sync_group(svc: CoordinatorServices, ctx: RequestContext, req: 
     assignments = {a.member_id: bytes(a.assignment) for a in req.assignments}
     g = mgr.groups.get(req.group_id)
     bound = (g.rebalance_timeout_ms() if isinstance(g, ClassicGroup) else 60_000) / 1000 + 5
-    resp = await _await_callback(
+    resp: SyncGroupResponse = await _await_callback(
         lambda cb: mgr.sync_group(req.group_id, int(req.generation_id), req.member_id,
                                   req.group_instance_id if v >= 3 else None,
                                   getattr(req, "protocol_type", None), getattr(req, "protocol_name", None),
@@ -223,7 +250,7 @@ async def handle_sync_group(svc: CoordinatorServices, ctx: RequestContext, req: 
             "protocol_name": resp.get("protocol_name"), "assignment": resp.get("assignment") or b""}
 
 
-async def handle_heartbeat(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_heartbeat(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> HeartbeatResponse:
     if not _group_allowed(ctx, AclOperation.READ, req.group_id):
         return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed}
     instance = req.group_instance_id if ctx.version >= 3 else None
@@ -231,7 +258,7 @@ async def handle_heartbeat(svc: CoordinatorServices, ctx: RequestContext, req: A
     return {"throttle_time": 0, "error_code": code}
 
 
-async def handle_leave_group(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_leave_group(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> LeaveGroupResponse:
     if not _group_allowed(ctx, AclOperation.READ, req.group_id):
         return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed, "members": []}
     mgr = _manager(svc)
@@ -244,7 +271,7 @@ async def handle_leave_group(svc: CoordinatorServices, ctx: RequestContext, req:
     before = _log_end(svc, req.group_id)
     top, errs = mgr.leave_group(req.group_id, identities)
     top = await _replicated(svc, req.group_id, top, before)
-    members = []
+    members: list[MemberResponse] = []
     if top == ErrorCode.none:
         members = [{"member_id": mid, "group_instance_id": inst, "error_code": e}
                    for (mid, inst), e in zip(identities, errs, strict=True)]
@@ -293,7 +320,7 @@ def partition_errors(topics: Any, unknown: set[tuple[str, int]],
     return out
 
 
-async def handle_offset_commit(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_offset_commit(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> OffsetCommitResponse:
     v = ctx.version
     mgr = _manager(svc)
     gc = _coordinator(svc)
@@ -323,7 +350,7 @@ async def handle_offset_commit(svc: CoordinatorServices, ctx: RequestContext, re
 
 def _fetch_group(mgr: GroupManager, group_id: str, topics: Any, member_id: str | None, member_epoch: int,
                  version: int, require_stable: bool = False, ctx: RequestContext | None = None
-                 ) -> tuple[ErrorCode, list[dict[str, Any]]]:
+                 ) -> tuple[ErrorCode, list[OffsetFetchResponseTopics]]:
     requested = None if topics is None else [(t.name, int(p)) for t in topics for p in t.partition_indexes]
     denied: frozenset[str] = frozenset()
     if ctx is not None and ctx.authorizer is not None:
@@ -353,8 +380,8 @@ def _fetch_group(mgr: GroupManager, group_id: str, topics: Any, member_id: str |
     return _fetch_rows(mgr, group_id, rows, code, require_stable, version, requested)
 
 
-def _offset_rows_by_topic(rows: Any, code: ErrorCode) -> list[dict[str, Any]]:
-    by_topic: dict[str, list[dict[str, Any]]] = {}
+def _offset_rows_by_topic(rows: Any, code: ErrorCode) -> list[OffsetFetchResponseTopics]:
+    by_topic: dict[str, list[OffsetFetchResponsePartitions]] = {}
     for (topic, part), _v in rows:
         by_topic.setdefault(topic, []).append({"partition_index": part, "committed_offset": -1,
                                                "committed_leader_epoch": -1, "metadata": "", "error_code": code})
@@ -362,7 +389,7 @@ def _offset_rows_by_topic(rows: Any, code: ErrorCode) -> list[dict[str, Any]]:
 
 
 def _fetch_rows(mgr: GroupManager, group_id: str, rows: Any, code: ErrorCode, require_stable: bool, version: int,
-                requested: list[tuple[str, int]] | None) -> tuple[ErrorCode, list[dict[str, Any]]]:
+                requested: list[tuple[str, int]] | None) -> tuple[ErrorCode, list[OffsetFetchResponseTopics]]:
     # KIP-447: with require_stable, a partition with a pending transactional commit is UNSTABLE_OFFSET_COMMIT.
     unstable = mgr.unstable_offsets(group_id) if require_stable and code == ErrorCode.none else set()
     if code != ErrorCode.none:
@@ -371,7 +398,7 @@ def _fetch_rows(mgr: GroupManager, group_id: str, rows: Any, code: ErrorCode, re
             rows = [(tp, None) for tp in requested]
         else:
             return code, []
-    by_topic: dict[str, list[dict[str, Any]]] = {}
+    by_topic: dict[str, list[OffsetFetchResponsePartitions]] = {}
     for (topic, part), v in rows:
         if (topic, part) in unstable:
             by_topic.setdefault(topic, []).append({
@@ -388,11 +415,11 @@ def _fetch_rows(mgr: GroupManager, group_id: str, rows: Any, code: ErrorCode, re
     return code, [{"name": t, "partitions": ps} for t, ps in by_topic.items()]
 
 
-async def handle_offset_fetch(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_offset_fetch(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> OffsetFetchResponse:
     v = ctx.version
     mgr = _manager(svc)
     if v >= 8:
-        groups = []
+        groups: list[OffsetFetchResponseGroup] = []
         for g in req.groups:
             code, topics = _fetch_group(mgr, g.group_id, g.topics, getattr(g, "member_id", None),
                                         int(getattr(g, "member_epoch", -1)), v,
@@ -404,7 +431,7 @@ async def handle_offset_fetch(svc: CoordinatorServices, ctx: RequestContext, req
     return {"throttle_time": 0, "topics": topics, "error_code": code}
 
 
-async def handle_offset_delete(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_offset_delete(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> OffsetDeleteResponse:
     mgr = _manager(svc)
     if not _group_allowed(ctx, AclOperation.DELETE, req.group_id):
         return {"error_code": ErrorCode.group_authorization_failed, "throttle_time": 0, "topics": []}
@@ -425,7 +452,7 @@ async def handle_offset_delete(svc: CoordinatorServices, ctx: RequestContext, re
 
 # --- admin ------------------------------------------------------------------------------------
 
-async def handle_list_groups(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_list_groups(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> ListGroupsResponse:
     mgr = _manager(svc)
     states = {s.lower() for s in getattr(req, "states_filter", ()) or ()} or None
     types = {s.lower() for s in getattr(req, "types_filter", ()) or ()} or None
@@ -442,9 +469,10 @@ async def handle_list_groups(svc: CoordinatorServices, ctx: RequestContext, req:
     return {"throttle_time": 0, "error_code": error, "groups": groups}
 
 
-async def handle_describe_groups(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_describe_groups(svc: CoordinatorServices, ctx: RequestContext, req: Any
+                                 ) -> DescribeGroupsResponse:
     mgr = _manager(svc)
-    groups = []
+    groups: list[DescribeGroupsDescribedGroup] = []
     include_ops = ctx.version >= 3 and bool(req.include_authorized_operations)
     for gid in req.groups:
         if not _group_allowed(ctx, AclOperation.DESCRIBE, gid):
@@ -510,7 +538,7 @@ def _delete_share_group(shares: ShareCoordinator, group_id: str) -> ErrorCode:
     return ErrorCode.none
 
 
-async def handle_delete_groups(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_delete_groups(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> DeleteGroupsResponse:
     mgr = _manager(svc)
     gc = _coordinator(svc)
     refused = {g: gc.writable(g) for g in req.groups_names} if gc is not None else {}
@@ -537,7 +565,8 @@ async def handle_delete_groups(svc: CoordinatorServices, ctx: RequestContext, re
 
 # --- KIP-848 ----------------------------------------------------------------------------------
 
-async def handle_consumer_group_heartbeat(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_consumer_group_heartbeat(svc: CoordinatorServices, ctx: RequestContext, req: Any
+                                          ) -> ConsumerGroupHeartbeatResponse:
     mgr = _manager(svc)
     gc = _coordinator(svc)
     if mgr.consumer is None or gc is None or not gc.consumer_protocol_enabled:
@@ -552,12 +581,12 @@ async def handle_consumer_group_heartbeat(svc: CoordinatorServices, ctx: Request
     if resp.get("error_code") == ErrorCode.none:
         code = await _replicated(svc, req.group_id, ErrorCode.none, before)
         if code != ErrorCode.none:  # the member's new epoch/assignment is not durable: the client retries
-            resp = {"error_code": code, "error_message": None, "member_id": None, "member_epoch": -1,
-                    "heartbeat_interval": 0, "assignment": None}
-    return {"throttle_time": 0, **resp}
+            resp = {"throttle_time": 0, "error_code": code, "error_message": None, "member_id": None,
+                    "member_epoch": -1, "heartbeat_interval": 0, "assignment": None}
+    return resp
 
 
-def _heartbeat_refusal(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
+def _heartbeat_refusal(ctx: RequestContext, req: Any) -> ConsumerGroupHeartbeatResponse | None:
     """READ on the group, then DESCRIBE on every subscribed topic (as Kafka 4: a subscription may not
     reveal topics the member could not see in Metadata)."""
     code, message = None, None
@@ -577,14 +606,15 @@ def _heartbeat_refusal(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
             "member_epoch": 0, "heartbeat_interval": 0, "assignment": None}
 
 
-async def handle_consumer_group_describe(svc: CoordinatorServices, ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def handle_consumer_group_describe(svc: CoordinatorServices, ctx: RequestContext, req: Any
+                                         ) -> ConsumerGroupDescribeResponse:
     mgr = _manager(svc)
 
     def name_of(topic_id: Any) -> str | None:
         rec = svc.store.topic_by_id(topic_id)
         return None if rec is None else rec.name
 
-    groups = []
+    groups: list[ConsumerGroupDescribeDescribedGroup] = []
     if mgr.consumer is not None:
         include_ops = bool(getattr(req, "include_authorized_operations", False))
         for gid in req.group_ids:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -37,6 +36,7 @@ from pykbroker.coordinator.group.serde import (
     encode_offset_key,
     encode_offset_value,
 )
+from pykbroker.protocol.responses.group import DescribeGroupsDescribedGroup, ListedGroup
 
 log = logging.getLogger("pykbroker.groups")
 
@@ -111,8 +111,9 @@ class GroupManager(ClassicGroupCoordinator):
             if isinstance(grp, ClassicGroup):
                 for m in list(grp.members.values()):
                     self.timers.cancel(("hb", gid, m.member_id))
-                    self._respond_join(m, {"error_code": ErrorCode.not_coordinator})
-                    self._respond_sync(m, {"error_code": ErrorCode.not_coordinator})
+                    self._respond_join(m, {"error_code": ErrorCode.not_coordinator, "protocol_name": None,
+                                           "leader": "", "member_id": "", "members": []})
+                    self._respond_sync(m, {"error_code": ErrorCode.not_coordinator, "assignment": b""})
                 self.timers.cancel(("join", gid))
                 self.timers.cancel(("sync", gid))
                 grp.transition(GroupState.DEAD, self.clock())
@@ -346,8 +347,8 @@ class GroupManager(ClassicGroupCoordinator):
         log.info("deleted group %(group_id)s", {"group_id": gid})
 
     def list_groups(self, states: set[str] | None = None, types: set[str] | None = None
-                    ) -> list[dict[str, Any]]:
-        out = []
+                    ) -> list[ListedGroup]:
+        out: list[ListedGroup] = []
         for gid, g in self.groups.items():
             if self.partitions.get(g.partition) != PARTITION_ACTIVE:
                 continue
@@ -364,11 +365,11 @@ class GroupManager(ClassicGroupCoordinator):
             out.append({"group_id": gid, "protocol_type": ptype, "group_state": state, "group_type": g.kind})
         return out
 
-    def describe_group(self, gid: str) -> dict[str, Any]:
+    def describe_group(self, gid: str) -> DescribeGroupsDescribedGroup:
         err = self.coordinator_error(gid)
-        base: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None, "group_id": gid,
-                                "group_state": "Dead", "protocol_type": "", "protocol_data": "",
-                                "members": [], "authorized_operations": -2147483648}
+        base: DescribeGroupsDescribedGroup = {"error_code": ErrorCode.none, "error_message": None, "group_id": gid,
+                                              "group_state": "Dead", "protocol_type": "", "protocol_data": "",
+                                              "members": [], "authorized_operations": -2147483648}
         if err is not None:
             base["error_code"] = err
             return base
@@ -377,7 +378,8 @@ class GroupManager(ClassicGroupCoordinator):
             base["error_code"] = ErrorCode.group_id_not_found
             return base
         if not isinstance(g, ClassicGroup):
-            base.update(g.describe_as_classic())
+            state, members = g.describe_as_classic()
+            base.update({"group_state": state, "protocol_type": "consumer", "protocol_data": "", "members": members})
             return base
         base["group_state"] = g.state.value
         base["protocol_type"] = g.protocol_type or ""

@@ -12,9 +12,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from kio.schema.errors import ErrorCode
+
+from pykbroker.protocol.responses.group import ListedGroup
 
 # What the assignment talks about: (topic id, partition).
 Assignment = dict[uuid.UUID, list[int]]
@@ -179,7 +180,7 @@ class ShareGroups:
                     gone.append((g.group_id, mid))
         return gone
 
-    def listed(self, states: set[str] | None = None, types: set[str] | None = None) -> list[dict[str, Any]]:
+    def listed(self, states: set[str] | None = None, types: set[str] | None = None) -> list[ListedGroup]:
         """ListGroups entries as Kafka 4.x lists share groups (protocol type and group type "share")."""
         if types and "share" not in types:
             return []
