@@ -89,6 +89,7 @@ class Stores:
         self.chroot = f"/t-{uuid.uuid4().hex[:10]}"
         self.opened: list[ZkMetadataStore] = []
         self.clients: list[KazooClient] = []
+        self._controller: KazooClient | None = None
 
     def config(self, **extra: str) -> BrokerConfig:
         raw = {"zookeeper.connect": self.connect + self.chroot, "zookeeper.session.timeout.ms": "6000"}
@@ -96,7 +97,8 @@ class Stores:
         return BrokerConfig(raw)
 
     def store(self, broker_id: int, port: int | None = None, rack: str | None = None, register: bool = True,
-              **extra: str) -> tuple[ZkMetadataStore, Loop]:
+              confirm: bool = True, **extra: str) -> tuple[ZkMetadataStore, Loop]:
+        """A broker's store; registered, and confirmed as a controller would confirm it (``confirm``)."""
         endpoints = [("PLAINTEXT", "127.0.0.1", port or 9000 + broker_id)]
         s = ZkMetadataStore(self.config(**extra), broker_id, endpoints, rack)
         loop = Loop()
@@ -105,7 +107,23 @@ class Stores:
         s.start()
         if register:
             s.register_broker()
+            if confirm:
+                self.confirm(broker_id)
+                loop.pump(s.roles_confirmed, what=f"broker {broker_id} confirmed")
         return s, loop
+
+    def confirm(self, broker_id: int, broker_epoch: int | None = None) -> None:
+        """Play the controller: /pykbroker/confirmed_brokers/<id> with the registration's czxid (or another)."""
+        zk = self._controller if self._controller is not None else self.raw()
+        self._controller = zk
+        if broker_epoch is None:
+            broker_epoch = int(zk.exists(zl.broker_path(broker_id)).czxid)
+        path = zl.confirmed_broker_path(broker_id)
+        data = zl.encode_confirmation(broker_epoch, 1)
+        if zk.exists(path) is None:
+            zk.create(path, data, makepath=True)
+        else:
+            zk.set(path, data)
 
     def raw(self, chrooted: bool = True) -> KazooClient:
         """A plain kazoo client, playing the controller or an admin tool."""
@@ -297,6 +315,37 @@ def test_topic_appears_with_its_states_and_changes_are_batched(stores: Stores) -
     after = loop.pump(lambda: (r := s.topics()["at-once"]).partitions[3].leader_epoch == 2 and r, what="epoch 2")
     assert after is not before and list(after.partitions) == list(range(50))
     assert all(after.partitions[p] is before.partitions[p] for p in range(50) if p != 3)
+
+
+def test_own_leaderships_wait_for_the_controllers_confirmation(stores: Stores) -> None:
+    """A registered broker shows no leader where the states name it, until the controller confirms the
+    registration's broker epoch; then it shows them, and every topic is notified again."""
+    s, loop = stores.store(1, confirm=False)
+    zk = stores.raw()
+    seen: list[tuple[str, TopicRecord | None]] = []
+    s.add_listener(lambda n, r: seen.append((n, r)))
+    a = zl.TopicAssignment(uuid.uuid4(), {0: [1, 2], 1: [2, 1]})
+    tx = zk.transaction()
+    tx.create(zl.topic_path("fenced"), zl.encode_topic_assignment(a))
+    tx.create(zl.partitions_path("fenced"))
+    for p, leader in ((0, 1), (1, 2)):
+        tx.create(zl.partition_path("fenced", p))
+        state = zl.encode_partition_state(zl.PartitionState(leader, 3, [1, 2], 1))
+        tx.create(zl.partition_state_path("fenced", p), state)
+    tx.commit()
+    got = loop.pump(lambda: s.topics().get("fenced"), what="topic fenced")
+    assert not s.roles_confirmed()
+    assert got.partitions[0].leader == -1 and got.partitions[0].leader_epoch == 3  # ours: held back
+    assert got.partitions[1].leader == 2  # another broker's leadership is shown as it is
+    stores.confirm(1, broker_epoch=12345)  # a confirmation of another registration changes nothing
+    time.sleep(0.5)
+    loop.pump(lambda: True)
+    assert not s.roles_confirmed() and s.topics()["fenced"].partitions[0].leader == -1
+    seen.clear()
+    stores.confirm(1)
+    loop.pump(s.roles_confirmed, what="the confirmation")
+    assert s.topics()["fenced"].partitions[0].leader == 1
+    assert [n for n, _ in seen] == ["fenced"] and seen[0][1] is s.topics()["fenced"]
 
 
 def test_topic_recreated_with_new_id(stores: Stores) -> None:
