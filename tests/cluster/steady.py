@@ -12,10 +12,12 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 class SteadyProducer:
     """An idempotent acks=all producer sending numbered values until stopped (bounded by ``max_seconds``)."""
 
-    def __init__(self, bootstrap: str, topic: str, *, rate: int = 200, max_seconds: float = 120.0) -> None:
+    def __init__(self, bootstrap: str, topic: str, *, rate: int = 200, max_seconds: float = 120.0,
+                 prefix: str = "m", settings: dict[str, Any] | None = None) -> None:
         self.topic = topic
         self.rate = rate
         self.max_seconds = max_seconds
+        self.prefix = prefix  # values are <prefix><8-digit number>
         self.acked: dict[bytes, tuple[int, int]] = {}  # value -> (partition, offset)
         self.errors: list[str] = []
         self.sent = 0
@@ -23,7 +25,7 @@ class SteadyProducer:
         self._producer = Producer({
             "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
             "linger.ms": 5, "message.timeout.ms": 120000, "request.timeout.ms": 10000,
-            "retry.backoff.ms": 100, "topic.metadata.refresh.interval.ms": 1000,
+            "retry.backoff.ms": 100, "topic.metadata.refresh.interval.ms": 1000, **(settings or {}),
         })
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -37,7 +39,7 @@ class SteadyProducer:
         deadline = time.monotonic() + self.max_seconds
         interval = 1.0 / self.rate
         while not self._stop.is_set() and time.monotonic() < deadline:
-            value = f"m{self.sent:08d}".encode()
+            value = f"{self.prefix}{self.sent:08d}".encode()
             try:
                 self._producer.produce(self.topic, value, key=value, on_delivery=self._delivered)
                 self.sent += 1

@@ -126,7 +126,7 @@ def run(seed: int, duration: float, base: Path, out_dir: Path | None = None, *, 
                                 "ended": round(time.monotonic() - t0, 2), "note": note})
             time.sleep(max(0.0, t0 + duration - time.monotonic()))
             heal(cluster, topic)
-            unreported = writer.stop()
+            unreported = writer.stop_and_flush()
             final_hw = sum(o + 1 for _, o in writer.acked.values()) and len(writer.acked)
             wait_for(lambda: sum(r.consumed() for r in readers) >= final_hw or None, timeout=120, interval=0.5,
                      what="the group consuming everything acknowledged")

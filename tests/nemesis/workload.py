@@ -7,57 +7,32 @@ import threading
 import time
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from tests.cluster.steady import SteadyProducer
 from tests.nemesis.checker import ASSIGNED, Record
 
 
-class Writer:
-    """Numbered values, one per ``1/rate`` seconds until stopped (bounded by ``max_seconds``)."""
+class Writer(SteadyProducer):
+    """Numbered values ``<tag>-<n>``, one per ``1/rate`` seconds until stopped; each acknowledgement's time and
+    latency are kept for the timeline."""
 
     def __init__(self, bootstrap: str, topic: str, tag: str, *, rate: int = 200, max_seconds: float = 900.0) -> None:
-        self.topic = topic
-        self.tag = tag
-        self.rate = rate
-        self.max_seconds = max_seconds
-        self.acked: dict[bytes, tuple[int, int]] = {}
+        super().__init__(bootstrap, topic, rate=rate, max_seconds=max_seconds, prefix=f"{tag}-", settings={
+            "broker.address.family": "v4", "message.timeout.ms": 180000, "client.id": f"nemesis-{tag}"})
         self.acks: list[tuple[float, float]] = []  # (monotonic time of the ack, latency in seconds)
-        self.errors: list[str] = []
-        self.sent = 0
-        self._stop = threading.Event()
-        self._producer = Producer({
-            "bootstrap.servers": bootstrap, "broker.address.family": "v4", "enable.idempotence": True,
-            "acks": "all", "linger.ms": 5, "message.timeout.ms": 180000, "request.timeout.ms": 10000,
-            "retry.backoff.ms": 100, "topic.metadata.refresh.interval.ms": 1000, "client.id": f"nemesis-{tag}",
-        })
-        self._thread = threading.Thread(target=self._run, name="nemesis-writer", daemon=True)
 
     def _delivered(self, err: KafkaError | None, msg: Any) -> None:
-        if err is not None:
-            self.errors.append(f"{err.name()}: {err.str()}")
-            return
-        self.acked[msg.value()] = (msg.partition(), msg.offset())
-        latency = msg.latency()
-        self.acks.append((time.monotonic(), latency if latency is not None else 0.0))
-
-    def _run(self) -> None:
-        deadline = time.monotonic() + self.max_seconds
-        interval = 1.0 / self.rate
-        while not self._stop.is_set() and time.monotonic() < deadline:
-            value = f"{self.tag}-{self.sent:08d}".encode()
-            try:
-                self._producer.produce(self.topic, value, key=value, on_delivery=self._delivered)
-                self.sent += 1
-            except BufferError:
-                pass
-            self._producer.poll(0)
-            time.sleep(interval)
+        super()._delivered(err, msg)
+        if err is None:
+            latency = msg.latency()
+            self.acks.append((time.monotonic(), latency if latency is not None else 0.0))
 
     def start(self) -> Writer:
-        self._thread.start()
+        super().start()
         return self
 
-    def stop(self, flush_timeout: float = 180.0) -> int:
+    def stop_and_flush(self, flush_timeout: float = 180.0) -> int:
         """Stop sending and wait for every delivery report; the count still unreported."""
         self._stop.set()
         self._thread.join(30)
