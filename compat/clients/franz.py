@@ -28,3 +28,9 @@ class FranzClient(RpcClient):
     def push_telemetry(self, client_id: str, hold: float) -> str | None:
         res = self.rpc.call("push_telemetry", 60 + hold, client_id=client_id, hold=hold)
         return None if res is None else str(res)
+
+    def topic_authorized_operations(self, name: str) -> set[str] | None:
+        # Metadata v8+ with IncludeTopicAuthorizedOperations (Kafka 3.x in ZooKeeper mode has no
+        # DescribeTopicPartitions), as the Java admin falls back to.
+        ops = self.rpc.call("topic_authorized_operations", name=name)
+        return None if ops is None else {str(o).upper() for o in ops}

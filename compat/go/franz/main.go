@@ -81,6 +81,7 @@ func main() {
 		"describe_configs":            describeConfigs,
 		"describe_cluster":            describeCluster,
 		"describe_topic_detail":       describeTopicDetail,
+		"topic_authorized_operations": topicAuthorizedOperations,
 		"group_authorized_operations": groupAuthorizedOperations,
 		"describe_log_dirs":           describeLogDirs,
 		"alter_replica_log_dir":       alterReplicaLogDir,
@@ -1306,6 +1307,35 @@ func describeTopicDetail(r rpc.Req) (any, error) {
 		}
 		return map[string]any{"topic_id": fmt.Sprintf("%x", t.TopicID), "partitions": parts,
 			"authorized_operations": ops}, nil
+	}
+	return nil, fmt.Errorf("%s not in the answer", name)
+}
+
+// topicAuthorizedOperations: Metadata v8+ with IncludeTopicAuthorizedOperations, which every broker since
+// Kafka 2.3 answers (DescribeTopicPartitions, which describe_topic_detail sends, is KRaft-only on Kafka 3.x).
+func topicAuthorizedOperations(r rpc.Req) (any, error) {
+	if _, err := adm(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := ctx30()
+	defer cancel()
+	name := r.Str("name")
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(name)
+	req.Topics = append(req.Topics, rt)
+	req.IncludeTopicAuthorizedOperations = true
+	resp, err := req.RequestWith(ctx, adminCl)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range resp.Topics {
+		if t.Topic != nil && *t.Topic == name {
+			if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
+				return nil, err
+			}
+			return opsFromBits(t.AuthorizedOperations), nil
+		}
 	}
 	return nil, fmt.Errorf("%s not in the answer", name)
 }

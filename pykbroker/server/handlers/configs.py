@@ -239,11 +239,12 @@ def _describe_one(svc: Services, rtype: int, name: str, keys: list[str] | None, 
     raise ResourceError(ErrorCode.invalid_request, f"Unsupported resource type: {_type_name(rtype)}")
 
 
-async def _describe_uncached_topic(svc: Services, name: str, keys: list[str] | None, synonyms: bool,
-                                   documentation: bool) -> list[DescribeConfigsResourceResult]:
-    """A topic this broker's metadata cache has not seen yet: ask the store itself before answering
-    UNKNOWN_TOPIC_OR_PARTITION (another broker may have just created it)."""
-    overrides = await _read_uncached_topic(svc, name, None)
+async def _describe_topic_from_zookeeper(svc: Services, name: str, keys: list[str] | None, synonyms: bool,
+                                         documentation: bool) -> list[DescribeConfigsResourceResult]:
+    """A topic's configs as ZooKeeper has them now, as ZooKeeper-mode Kafka answers DescribeConfigs: another
+    broker may have just created the topic or changed its overrides, and this broker's cache may not show it
+    yet (a client sends its next DescribeConfigs to any broker)."""
+    overrides = await _read_uncached_topic(svc, name, None, fresh=True)
     return describe_topic_configs(svc.config, overrides, keys, synonyms, documentation)
 
 
@@ -303,10 +304,9 @@ async def handle_describe_configs(svc: Services, ctx: RequestContext, req: Any) 
             result["error_message"] = refusal.message
             continue
         try:
-            if rtype == RESOURCE_TOPIC and svc.store.blocking and svc.store.topic(r.resource_name) is None \
-                    and topic_name_problem(r.resource_name) is None:
-                result["configs"] = await _describe_uncached_topic(svc, r.resource_name, keys, synonyms,
-                                                                   documentation)
+            if rtype == RESOURCE_TOPIC and svc.store.blocking and topic_name_problem(r.resource_name) is None:
+                result["configs"] = await _describe_topic_from_zookeeper(svc, r.resource_name, keys, synonyms,
+                                                                         documentation)
             else:
                 result["configs"] = _describe_one(svc, rtype, r.resource_name, keys, synonyms, documentation)
         except ResourceError as e:
