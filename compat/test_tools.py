@@ -260,7 +260,9 @@ def test_reassign_partitions(tools: KafkaTools, helper: Client, new_topic,  # ty
     target = [next((b for b in brokers if b not in current), current[0])]
     plan = write(tmp_path / "plan.json", json.dumps(
         {"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": target}]}))
-    started = tools.ok("kafka-reassign-partitions", "--execute", "--reassignment-json-file", plan)
+    # --additional: other scenarios may have reassignments of their own in progress on this shared cluster,
+    # and without it the tool refuses to start while any exists.
+    started = tools.ok("kafka-reassign-partitions", "--execute", "--additional", "--reassignment-json-file", plan)
     assert f"Successfully started partition reassignment for {topic}-0" in started.stdout, str(started)
 
     def verified() -> str | None:
