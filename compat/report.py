@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from compat.clients import CLIENT_NAMES
+from compat.tools import PREFIX as TOOLS_PREFIX
 from compat.wire import api_name
 
 COMPAT = Path(__file__).resolve().parent
@@ -37,9 +38,6 @@ DOC = REPO / "docs" / "compatibility.md"
 CLIENT_IDS = [("compat-confluent", "confluent-kafka"), ("compat-kcat", "kcat"), ("compat-kafka-python", "kafka-python"),
               ("compat-aiokafka", "aiokafka"), ("compat-kafkajs", "kafkajs"), ("compat-java", "java")]
 HARNESS_IDS = ("compat-probe",)
-
-TOOLS_PREFIX = "kafka-tools-"  # compat.tools.PREFIX: the tools family's clients, one per Kafka release line
-
 
 def client_names(results: list[dict[str, Any]]) -> list[str]:
     """The client libraries, then Kafka's command-line tools of each release line that ran."""

@@ -15,23 +15,11 @@ from pathlib import Path
 
 from compat import scenario as s
 from compat.check import text_msgs
-from compat.clients.base import Client, Msg
+from compat.clients.base import Client, Msg, wait_until
 from compat.cluster import ClusterInfo
 from compat.tools import KafkaTools, write
 
 TOOLS = "tools"
-
-
-def _eventually(what: str, check, timeout: float = 30.0):  # type: ignore[no-untyped-def]
-    """``check()`` until it returns something true (bounded); metadata and offsets settle asynchronously."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while True:
-        last = check()
-        if last or time.monotonic() >= deadline:
-            assert last, f"{what}: not within {timeout:.0f} s"
-            return last
-        time.sleep(0.3)
 
 
 def _table(text: str) -> list[dict[str, str]]:
@@ -56,14 +44,15 @@ def test_topics(tools: KafkaTools, new_topic) -> None:  # type: ignore[no-untype
     assert again.returncode == 1 and f"Topic '{topic}' already exists" in again.stdout, str(again)
     tools.ok("kafka-topics", "--create", "--if-not-exists", "--topic", topic, "--partitions", "2",
              "--replication-factor", "1")
-    assert topic in _eventually("--list shows the topic", lambda: tools.ok("kafka-topics", "--list").lines)
+    listed = wait_until(lambda: tools.ok("kafka-topics", "--list").lines, 30, interval=0.3, what="the topic listed")
+    assert topic in listed
     tools.ok("kafka-topics", "--alter", "--topic", topic, "--partitions", "3")
 
     def described() -> str | None:
         out = tools.ok("kafka-topics", "--describe", "--topic", topic).stdout
         return out if "PartitionCount: 3" in out else None
 
-    out = _eventually("--describe shows 3 partitions", described)
+    out = wait_until(described, 30, interval=0.3, what="--describe shows 3 partitions")
     head = next(ln for ln in out.splitlines() if "PartitionCount" in ln)
     assert f"Topic: {topic}" in head and "ReplicationFactor: 1" in head and "retention.ms=3600000" in head, out
     parts = sorted(int(m) for m in re.findall(r"\tPartition: (\d+)\t", out))
@@ -73,7 +62,8 @@ def test_topics(tools: KafkaTools, new_topic) -> None:  # type: ignore[no-untype
     missing = tools.run("kafka-topics", "--describe", "--topic", topic + "-none")
     assert missing.returncode == 1 and "does not exist" in missing.stdout + missing.stderr, str(missing)
     tools.ok("kafka-topics", "--delete", "--topic", topic)
-    _eventually("--list drops the deleted topic", lambda: topic not in tools.ok("kafka-topics", "--list").lines)
+    wait_until(lambda: topic not in tools.ok("kafka-topics", "--list").lines, 30, interval=0.3,
+               what="--list drops the deleted topic")
 
 
 @s.scenario("tools.kafka-console-producer-consumer", TOOLS, apis=(0, 1, 2, 3, 10, 11, 14, 8, 9),
@@ -110,7 +100,8 @@ def test_consumer_groups(tools: KafkaTools, helper: Client, new_topic) -> None: 
         return [r for r in _table(tools.ok("kafka-consumer-groups", "--describe", "--group", group).stdout)
                 if r.get("TOPIC") == topic]
 
-    got = _eventually("--describe lists both partitions", lambda: rows() if len(rows()) == 2 else None)
+    got = wait_until(lambda: rows() if len(rows()) == 2 else None, 30, interval=0.3,
+                     what="--describe lists both partitions")
     by_part = {int(r["PARTITION"]): r for r in got}
     assert {p: (r["CURRENT-OFFSET"], r["LOG-END-OFFSET"], r["LAG"]) for p, r in by_part.items()} == \
         {0: ("6", "6", "0"), 1: ("4", "4", "0")}, got
@@ -269,7 +260,7 @@ def test_reassign_partitions(tools: KafkaTools, helper: Client, new_topic,  # ty
         out = tools.ok("kafka-reassign-partitions", "--verify", "--reassignment-json-file", plan).stdout
         return out if f"Reassignment of partition {topic}-0 is completed." in out else None
 
-    _eventually("--verify says the reassignment completed", verified, timeout=60)
+    wait_until(verified, 60, interval=0.3, what="--verify says the reassignment completed")
     assert helper.partition_leaders(topic) == {0: target[0]}
     assert [r.value for r in helper.consume(topic, [0], count=5)] == [m.value for m in text_msgs(5, partition=0)]
 

@@ -564,14 +564,16 @@ def retry_on(names: Collection[str], fn: Callable[[], T], timeout: float, interv
     raise ValueError(f"attempts must be at least 1, not {attempts}")
 
 
-def wait_until(cond: Callable[[], bool], timeout: float, interval: float = 0.1, what: str = "condition") -> None:
+def wait_until(cond: Callable[[], T], timeout: float, interval: float = 0.1, what: str = "condition") -> T:
+    """``cond()`` until it returns something true (bounded in time); that value."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if cond():
-            return
+        if got := cond():
+            return got
         time.sleep(interval)
-    if not cond():
+    if not (got := cond()):
         raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+    return got
 
 
 if __name__ == "__main__":

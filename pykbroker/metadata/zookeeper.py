@@ -578,12 +578,12 @@ class ZkMetadataStore(MetadataStore):
         return TopicRecord(name=name, topic_id=a.topic_id, partitions=parts, configs=dict(data.configs))
 
     @property
-    def _held_back(self) -> int:
+    def _held_back(self) -> int | None:
         """The leader id shown as no leader (-1): this broker's own, until the controller confirmed it."""
-        return -2 if self._roles_confirmed else self._broker_id
+        return None if self._roles_confirmed else self._broker_id
 
     @staticmethod
-    def _partition(data: TopicData, p: int, held_back: int = -2) -> PartitionAssignment:
+    def _partition(data: TopicData, p: int, held_back: int | None = None) -> PartitionAssignment:
         a = data.assignment
         s = data.states.get(p)
         return PartitionAssignment(

@@ -25,9 +25,10 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.cluster.steady import read_all
 from tests.nemesis.checker import check
 from tests.nemesis.schedule import Fault, schedule
-from tests.nemesis.workload import Reader, Writer, read_final
+from tests.nemesis.workload import Reader, Writer
 from tests.support.cluster import Cluster, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,13 +128,14 @@ def run(seed: int, duration: float, base: Path, out_dir: Path | None = None, *, 
             time.sleep(max(0.0, t0 + duration - time.monotonic()))
             heal(cluster, topic)
             unreported = writer.stop_and_flush()
-            final_hw = sum(o + 1 for _, o in writer.acked.values()) and len(writer.acked)
-            wait_for(lambda: sum(r.consumed() for r in readers) >= final_hw or None, timeout=120, interval=0.5,
+            acknowledged = len(writer.acked)
+            wait_for(lambda: sum(r.consumed() for r in readers) >= acknowledged or None, timeout=120, interval=0.5,
                      what="the group consuming everything acknowledged")
         finally:
             for r in readers:
                 r.stop()
-        final = read_final(cluster.bootstrap, topic, PARTITIONS)
+        final = [(p, o, v) for v, places in read_all(cluster.bootstrap, topic, PARTITIONS, timeout=120).items()
+                 for p, o in places]
         ended = time.monotonic() - t0
     anomalies = check(writer.acked, {r.name: r.polls for r in readers}, {r.name: r.commits for r in readers}, final)
     report: dict[str, Any] = {

@@ -95,26 +95,3 @@ class Reader:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(60)
-
-
-def read_final(bootstrap: str, topic: str, partitions: int, timeout: float = 120.0) -> list[Record]:
-    """Every record of the topic, from the beginning up to each partition's high watermark (bounded)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "broker.address.family": "v4", "group.id": "nemesis-final",
-                  "enable.auto.commit": False, "enable.partition.eof": True})
-    try:
-        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(partitions)}
-        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        out: list[Record] = []
-        pos = dict.fromkeys(range(partitions), 0)
-        deadline = time.monotonic() + timeout
-        while any(pos[p] < ends[p] for p in pos) and time.monotonic() < deadline:
-            for m in c.consume(1000, 1.0):
-                if m.error() is not None:
-                    continue
-                out.append((m.partition(), m.offset(), m.value()))
-                pos[m.partition()] = m.offset() + 1
-        missing = {p: (pos[p], ends[p]) for p in pos if pos[p] < ends[p]}
-        assert not missing, f"the final read stopped short of the high watermarks: {missing}"
-        return out
-    finally:
-        c.close()
