@@ -7,13 +7,16 @@ containers and must start fast, so nothing of the broker is loaded at import tim
 from __future__ import annotations
 
 import argparse
+import getpass
 import logging
+import os
 import socket
 import struct
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pykbroker import __version__
+from pykbroker import __version__, logsetup
 from pykbroker.logsetup import fields
 
 if TYPE_CHECKING:
@@ -27,7 +30,6 @@ def _serve(args: argparse.Namespace) -> int:
     # Imported here so that `pykbroker healthcheck` (run every few seconds by containers) stays light.
     import anyio
 
-    from pykbroker import logsetup
     from pykbroker.config import ConfigError, load_config
 
     logsetup.configure(args.log_level)
@@ -170,9 +172,6 @@ def _recv_exact(sock: socket.socket, n: int, where: str) -> bytes:
 
 
 def _zookeeper(args: argparse.Namespace) -> int:
-    import os
-    from pathlib import Path
-
     from pykbroker import zookeeper_server as zs
 
     dir_ = Path(args.dir).resolve()
@@ -271,8 +270,6 @@ def _scram_requests(args: argparse.Namespace) -> list[CredentialRequest]:
 
 
 def _read_password(args: argparse.Namespace) -> str:
-    import getpass
-
     from pykbroker.metadata.scram_admin import ScramAdminError
 
     if args.password is not None:

@@ -6,6 +6,7 @@ rewriting the whole document with write-temp, fsync, rename is simple and safe.
 
 from __future__ import annotations
 
+import base64
 import errno
 import fcntl
 import json
@@ -76,8 +77,6 @@ def write_atomically(path: Path, data: bytes) -> None:
 
 def random_cluster_id() -> str:
     """22-character URL-safe base64 of a random UUID, like Kafka's cluster ids."""
-    import base64
-
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
+import anyio.to_thread
+
 from pykbroker.security.sasl.scram import ScramCredential
 
 if TYPE_CHECKING:
@@ -368,6 +370,4 @@ async def run_store(store: MetadataStore, fn: Callable[..., T], *args: object) -
     """Call a store write from the event loop: in a worker thread when it does network I/O."""
     if not store.blocking:
         return fn(*args)
-    import anyio.to_thread
-
     return await anyio.to_thread.run_sync(fn, *args)

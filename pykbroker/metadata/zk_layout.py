@@ -13,6 +13,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote, unquote
 
 CLUSTER_ID = "/cluster/id"
 BROKER_IDS = "/brokers/ids"
@@ -166,14 +167,10 @@ def sanitize(name: str) -> str:
     Java's URLEncoder leaves letters, digits and ``.-*_`` alone; Kafka then turns ``*`` into
     ``%2A`` and the ``+`` for a space into ``%20``, so only letters, digits and ``.-_`` stay as is.
     """
-    from urllib.parse import quote
-
     return quote(name, safe="").replace("~", "%7E")
 
 
 def desanitize(name: str) -> str:
-    from urllib.parse import unquote
-
     return unquote(name)
 
 

@@ -11,6 +11,7 @@ same again cannot help.
 
 from __future__ import annotations
 
+import signal
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -36,8 +37,6 @@ class GiveUp:
 def describe_exit(returncode: int) -> str:
     """``exit status 1`` or ``killed by SIGKILL``, as a Popen return code reads."""
     if returncode < 0:
-        import signal
-
         try:
             return f"killed by {signal.Signals(-returncode).name}"
         except ValueError:

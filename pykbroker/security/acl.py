@@ -11,7 +11,7 @@ import ipaddress
 from dataclasses import dataclass
 from enum import IntEnum
 
-from pykbroker.security.authorizer import AclOperation, ResourceType
+from pykbroker.security.authorizer import SUPPORTED_OPERATIONS, AclOperation, ResourceType
 from pykbroker.security.principal import KafkaPrincipal
 
 WILDCARD = "*"
@@ -174,8 +174,6 @@ def validate_binding(resource_type: int, name: str, pattern_type: int, principal
 
 
 def _supported(rtype: ResourceType) -> frozenset[AclOperation]:
-    from pykbroker.security.authorizer import SUPPORTED_OPERATIONS
-
     return SUPPORTED_OPERATIONS[rtype]
 
 

@@ -56,7 +56,9 @@ def _read(path: str, what: str) -> bytes:
 
 def _pkcs12(data: bytes, password: str | None, what: str) -> tuple[bytes | None, bytes, list[bytes]]:
     """(key PEM or None, leaf cert PEM or b"", other certs PEM) of a PKCS12 file."""
+    # Loaded only for a PKCS12 keystore: importing cryptography costs a broker without one ~0.1 s at start.
     from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, pkcs12
+
     try:
         key, cert, extra = pkcs12.load_key_and_certificates(data, password.encode() if password else None)
     except ValueError as e:

@@ -27,6 +27,7 @@ import errno
 import functools
 import logging
 import math
+import resource
 import socket
 import ssl
 from collections import Counter
@@ -692,10 +693,6 @@ def _clock() -> Callable[[], float]:
 def raise_nofile_limit() -> None:
     """Raise the soft RLIMIT_NOFILE to the hard limit: every connection and log segment is a descriptor,
     and distributions start services with a soft limit of 1024."""
-    try:
-        import resource
-    except ImportError:  # not on POSIX
-        return
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == hard or (hard != resource.RLIM_INFINITY and soft != resource.RLIM_INFINITY and soft > hard):
         log.info("file descriptor limit (nofile) %(soft_limit)s",

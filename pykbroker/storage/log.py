@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import enum
-import errno
 import functools
 import logging
 import os
@@ -31,11 +29,9 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
-from pykbroker.protocol.file_range import FileRange
 from pykbroker.protocol.records import (
     CORRUPT_MESSAGE,
     RECORD_LIST_TOO_LARGE,
@@ -45,11 +41,21 @@ from pykbroker.protocol.records import (
     iter_batches,
     parse_batch_header,
 )
+from pykbroker.storage.errors import KafkaStorageError, OffsetOutOfRange, out_of_descriptors
 from pykbroker.storage.index import CorruptIndex
 from pykbroker.storage.leader_epoch_cache import LeaderEpochCache
 from pykbroker.storage.log_config import LogConfig
 from pykbroker.storage.log_flush import DataFlush, fsync_dir, sync_data_flush
 from pykbroker.storage.log_loader import load_segments
+from pykbroker.storage.log_results import AppendResult, ReadResult, SliceResult
+from pykbroker.storage.log_retention import (
+    LogStartOffsetIncrementReason,
+    SegmentPredicate,
+    below_log_start,
+    deletable_segments,
+    retention_size_breach,
+    retention_time_breach,
+)
 from pykbroker.storage.producer_snapshots import (
     ProducerSnapshots,
     index_completed_txn,
@@ -61,24 +67,26 @@ from pykbroker.storage.producer_state import (
     EndTxnMarker,
     ProducerStateError,
     ProducerStateManager,
-    parse_end_txn_marker,
+    decode_end_txn_markers,
 )
 from pykbroker.storage.segment import (
-    LOG_SUFFIX,
-    TXN_INDEX_SUFFIX,
     Segment,
-    filename_prefix,
     floor_index,
 )
+from pykbroker.storage.segment_swap import replace_with_cleaned, swap_in_merged
 
+# The values and errors of the log's interface, importable from here.
 __all__ = [
     "AppendOrigin",
     "AppendResult",
     "KafkaStorageError",
     "Log",
+    "LogStartOffsetIncrementReason",
     "OffsetOutOfRange",
     "ProducerStateError",
     "ReadResult",
+    "SliceResult",
+    "out_of_descriptors",
 ]
 
 log = logging.getLogger(__name__)
@@ -88,39 +96,6 @@ _ORIGINS = frozenset(("client", "coordinator", "replication"))
 
 def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-class LogStartOffsetIncrementReason(enum.Enum):
-    """Why a log's start offset moved up (Kafka's LogStartOffsetIncrementReason), for its log line."""
-
-    CLIENT_RECORD_DELETION = "DeleteRecords"
-    LEADER_OFFSET_INCREMENTED = "following the leader's log start offset"
-    SEGMENT_DELETION = "segment deletion"
-
-
-class OffsetOutOfRange(Exception):
-    """The requested offset is outside [log start offset, log end offset]."""
-
-    error_code = 1  # OFFSET_OUT_OF_RANGE
-
-
-def out_of_descriptors(exc: BaseException) -> bool:
-    """EMFILE/ENFILE: the process's (or system's) open-file limit, not a failing disk.
-
-    Such an operation fails on its own, with a log line; its log dir stays online, since
-    taking it offline would stop every partition in it for what closing a connection cures.
-    """
-    return isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE)
-
-
-class KafkaStorageError(Exception):
-    """A disk operation on the log failed, or its log dir is offline (KAFKA_STORAGE_ERROR).
-
-    Raised instead of the OSError so callers answer error code 56 rather than dropping the
-    connection; the log has already reported the failure so that its whole dir goes offline.
-    """
-
-    error_code = 56  # KAFKA_STORAGE_ERROR
 
 
 _P = ParamSpec("_P")
@@ -147,38 +122,6 @@ def _on_disk(what: str) -> Callable[[Callable[Concatenate[Log, _P], _R]], Callab
         return wrapper
 
     return decorate
-
-
-@dataclass(slots=True)
-class AppendResult:
-    first_offset: int
-    last_offset: int
-    log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
-    max_timestamp: int
-    log_start_offset: int
-    duplicate: bool = False  # a retried idempotent batch: nothing appended, the original offsets
-
-
-@dataclass(slots=True)
-class ReadResult:
-    """Whole record batches starting with the one containing the requested offset."""
-
-    records: bytes
-    first_offset: int  # base offset of the first batch returned, or the requested offset if none
-    next_offset: int  # offset following the last batch returned, or the requested offset if none
-    log_start_offset: int
-    log_end_offset: int
-    first_batch_too_large: bool = False  # min_one_message=False and the first batch exceeds max_bytes
-
-
-@dataclass(slots=True)
-class SliceResult:
-    """A fetch's read: whole batches as bytes, or as a range of a segment file when long."""
-
-    records: bytes | FileRange
-    first_offset: int  # base offset of the first batch returned, or the requested offset if none
-    next_offset: int  # past the last batch returned (an upper bound across compaction gaps)
-    first_batch_too_large: bool = False
 
 
 class Log:
@@ -377,7 +320,7 @@ class Log:
             if idempotent:
                 if origin not in _ORIGINS:
                     raise ValueError(f"unknown append origin {origin!r}")
-                markers = _decode_markers(records, batches)
+                markers = decode_end_txn_markers(records, batches)
                 duplicate = producer_state.check_all(batches, origin, markers)
                 if duplicate is not None:
                     return AppendResult(
@@ -509,7 +452,7 @@ class Log:
                                now_ms=self._now_ms()):
             self._roll_locked()
             segment = self._segments[-1]
-        markers = _decode_markers(bytearray(buf), batches) if any(b.is_control for b in batches) else None
+        markers = decode_end_txn_markers(bytearray(buf), batches) if any(b.is_control for b in batches) else None
         self._assign_epochs_locked(batches)
         with memoryview(buf) as view:
             segment.append(view[start:end], last_offset=last.last_offset, max_timestamp=max_ts,
@@ -932,12 +875,14 @@ class Log:
                 log.info("Incremented log start offset of %(log_dir)s to %(offset)d (%(reason)s)",
                          {"log_dir": self.dir.name, "offset": offset, "reason": reason.value})
                 self.leader_epoch_cache.truncate_from_start(offset)
-                self._delete_segments_locked(self._deletable(self._below_log_start), "log start offset breach")
+                self._delete_segments_locked(self._deletable(below_log_start(self.log_start_offset)),
+                                             "log start offset breach")
             return self.log_start_offset
 
     @_on_disk("applying retention to")
     def apply_retention(self, now_ms: int, *, high_watermark: int | None = None) -> list[str]:
-        """Kafka's deleteOldSegments: time, size and log-start-offset based segment deletion.
+        """Kafka's deleteOldSegments: time, size and log-start-offset based segment deletion
+        (:mod:`~pykbroker.storage.log_retention`).
 
         Only whole segments below the high watermark (default: LEO) are deleted; if every
         segment expired the log rolls first so the (now empty) new segment remains.
@@ -949,51 +894,24 @@ class Log:
             config = self.config
             if config.delete_enabled:
                 if config.retention_ms >= 0:
-                    retention_ms = config.retention_ms
-
-                    def expired(seg: Segment, nxt: Segment | None) -> bool:
-                        return now_ms - seg.largest_timestamp > retention_ms
-
                     deleted += self._delete_segments_locked(
-                        self._deletable(expired, hw), f"retention time {retention_ms}ms breach"
+                        self._deletable(retention_time_breach(now_ms, config.retention_ms), hw),
+                        f"retention time {config.retention_ms}ms breach",
                     )
                 if config.retention_bytes >= 0:
-                    size = sum(s.size for s in self._segments)
-                    if size >= config.retention_bytes:
-                        excess = [size - config.retention_bytes]
-
-                        def oversize(seg: Segment, nxt: Segment | None) -> bool:
-                            if excess[0] - seg.size >= 0:
-                                excess[0] -= seg.size
-                                return True
-                            return False
-
+                    oversize = retention_size_breach(self._segments, config.retention_bytes)
+                    if oversize is not None:
                         deleted += self._delete_segments_locked(
                             self._deletable(oversize, hw), f"retention size {config.retention_bytes} breach"
                         )
             deleted += self._delete_segments_locked(
-                self._deletable(self._below_log_start, hw), "log start offset breach"
+                self._deletable(below_log_start(self.log_start_offset), hw), "log start offset breach"
             )
             return deleted
 
-    def _below_log_start(self, seg: Segment, nxt: Segment | None) -> bool:
-        return nxt is not None and nxt.base_offset <= self.log_start_offset
-
-    def _deletable(
-        self, predicate: Callable[[Segment, Segment | None], bool], high_watermark: int | None = None
-    ) -> list[Segment]:
+    def _deletable(self, predicate: SegmentPredicate, high_watermark: int | None = None) -> list[Segment]:
         hw = self.log_end_offset if high_watermark is None else high_watermark
-        out: list[Segment] = []
-        segs = self._segments
-        for i, seg in enumerate(segs):
-            nxt = segs[i + 1] if i + 1 < len(segs) else None
-            upper = nxt.base_offset if nxt is not None else self.log_end_offset
-            last_and_empty = nxt is None and seg.size == 0
-            if hw >= upper and not last_and_empty and predicate(seg, nxt):
-                out.append(seg)
-            else:
-                break
-        return out
+        return deletable_segments(self._segments, self.log_end_offset, hw, predicate)
 
     def _delete_segments_locked(self, deletable: list[Segment], reason: str) -> list[str]:
         if not deletable:
@@ -1107,14 +1025,7 @@ class Log:
                 self._bases = [s.base_offset for s in self._segments]
                 fsync_dir(self.dir)
                 return True
-            old.close()
-            os.replace(cleaned, old.log_path)
-            for index in (old.offset_index, old.time_index):
-                with contextlib.suppress(FileNotFoundError):
-                    index.path.unlink()
-            fsync_dir(self.dir)
-            new = Segment(self.dir, old.base_offset, self.config, active=False, now_ms=self._now_ms())
-            new.recover(verify_crc=False)
+            new = replace_with_cleaned(self.dir, old, cleaned, self.config, self._now_ms())
             self._segments[i] = new
             return True
 
@@ -1129,11 +1040,9 @@ class Log:
         """Swap one cleaned file in for several adjacent inactive segments (Kafka's .swap protocol).
 
         ``cleaned`` (fsynced by the caller) holds the surviving batches of ``olds`` with their
-        offsets; ``txn_index`` the raw transaction-index entries for the merged segment.  It
-        is renamed to ``<base>.log.swap`` (the commit point: from here recovery finishes the
-        swap, see :mod:`~pykbroker.storage.log_loader`), the old segments are deleted, then the swap file
-        is renamed to ``<base>.log``.  Returns False if ``olds`` are no longer adjacent inactive
-        segments of this log.
+        offsets; ``txn_index`` the raw transaction-index entries for the merged segment.  It goes
+        in through ``.swap`` files (:mod:`~pykbroker.storage.segment_swap`).  Returns False if
+        ``olds`` are no longer adjacent inactive segments of this log.
         """
         with self._lock:
             inactive = self._segments[:-1]
@@ -1146,27 +1055,7 @@ class Log:
                 return False
             if len(olds) == 1:
                 return self.replace_segment(olds[0], cleaned)
-            base = olds[0].base_offset
-            prefix = filename_prefix(base)
-            log_swap = self.dir / (prefix + LOG_SUFFIX + ".swap")
-            txn_swap = self.dir / (prefix + TXN_INDEX_SUFFIX + ".swap")
-            if txn_index:
-                fd = os.open(txn_swap, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                try:
-                    os.write(fd, txn_index)
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-            os.replace(cleaned, log_swap)
-            fsync_dir(self.dir)  # committed: recovery completes the swap from here on
-            for seg in olds:
-                seg.delete()
-            if txn_index:
-                os.replace(txn_swap, self.dir / (prefix + TXN_INDEX_SUFFIX))
-            os.replace(log_swap, self.dir / (prefix + LOG_SUFFIX))
-            fsync_dir(self.dir)
-            new = Segment(self.dir, base, self.config, active=False, now_ms=self._now_ms())
-            new.recover(verify_crc=False)
+            new = swap_in_merged(self.dir, olds, cleaned, txn_index, self.config, self._now_ms())
             self._segments[i:i + len(olds)] = [new]
             self._bases = [s.base_offset for s in self._segments]
             return True
@@ -1274,19 +1163,3 @@ class Log:
         return (
             f"Log({self.dir}, start={self.log_start_offset}, end={self.log_end_offset}, segments={len(self._segments)})"
         )
-
-
-# -- helpers ----------------------------------------------------------------------------------------
-
-
-def _decode_markers(records: bytearray, batches: list[BatchHeader]) -> dict[int, EndTxnMarker] | None:
-    """Decoded transaction markers of the control batches (by batch index); raises InvalidRecords."""
-    markers: dict[int, EndTxnMarker] | None = None
-    for i, b in enumerate(batches):
-        if b.is_control and b.producer_id >= 0:
-            marker = parse_end_txn_marker(bytes(records[b.position : b.position + b.size]))
-            if marker is not None:
-                if markers is None:
-                    markers = {}
-                markers[i] = marker
-    return markers

@@ -41,6 +41,7 @@ __all__ = [
     "ProducerEntry",
     "ProducerStateError",
     "ProducerStateManager",
+    "decode_end_txn_markers",
     "end_txn_marker_record",
     "parse_end_txn_marker",
 ]
@@ -439,3 +440,16 @@ def _apply(entry: ProducerEntry, header: BatchHeader, marker: EndTxnMarker | Non
     if attributes & _ATTR_TRANSACTIONAL and entry.current_txn_first_offset is None:
         entry.current_txn_first_offset = base_offset
     return None
+
+
+def decode_end_txn_markers(records: bytearray, batches: list[BatchHeader]) -> dict[int, EndTxnMarker] | None:
+    """Decoded transaction markers of the control batches (by batch index); raises InvalidRecords."""
+    markers: dict[int, EndTxnMarker] | None = None
+    for i, b in enumerate(batches):
+        if b.is_control and b.producer_id >= 0:
+            marker = parse_end_txn_marker(bytes(records[b.position : b.position + b.size]))
+            if marker is not None:
+                if markers is None:
+                    markers = {}
+                markers[i] = marker
+    return markers
