@@ -208,9 +208,10 @@ def test_broker_killed_with_open_transaction_aborts_on_timeout(tbroker: BrokerPr
     tbroker.kill()
     del p
     tbroker.start()
-    # Right after the restart the open transaction still pins the last stable offset ...
+    # Right after the restart the transaction is still open (5 records, no marker), unless the restart took
+    # longer than transaction.timeout.ms (a loaded machine): then the coordinator aborted it on loading ...
     hw = end_offsets(bs, topic_name, 1, "read_uncommitted")[0]
-    assert hw == 5
+    assert hw in (5, 6)
     # ... until the coordinator aborts it (transaction.timeout.ms), writing an abort marker.
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:

@@ -20,6 +20,7 @@ records in a Produce request without a transactional id are refused either way
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
@@ -142,10 +143,11 @@ class TransactionVerification(AppendHook):
     def __init__(self, svc: CoordinatorServices) -> None:
         self.svc = svc
 
-    async def before_append(self, ctx: RequestContext, p: Partition, records: bytes,
-                            transactional_id: str | None) -> None:
+    def before_append(self, ctx: RequestContext, p: Partition, records: bytes,
+                      transactional_id: str | None) -> Awaitable[None] | None:
         if transactional_id and self.svc.store.is_cluster():  # the coordinator may be another broker
-            await verify_with_coordinator(self.svc, p, records, transactional_id)
+            return verify_with_coordinator(self.svc, p, records, transactional_id)
+        return None
 
     def check_batch(self, ctx: RequestContext, p: Partition, header: BatchHeader,
                     transactional_id: str | None) -> None:

@@ -73,7 +73,9 @@ def _append(svc: Services, ctx: RequestContext, p: Partition, records: bytes, no
         timestamp_type=1 if log_append else 0,
         check_timestamps=False,
     )
-    svc.append_hooks.check_batch(ctx, p, batches[0], transactional_id)  # e.g. KIP-890 verification
+    hooks = svc.append_hooks
+    if hooks.check_batch is not None:
+        hooks.check_batch(ctx, p, batches[0], transactional_id)  # e.g. KIP-890 verification
     buf = bytearray(records)
     rebuilt = validate_records(
         buf,
@@ -91,7 +93,8 @@ def _append(svc: Services, ctx: RequestContext, p: Partition, records: bytes, no
         buf = rebuilt
         batches = [parse_batch_header(buf, 0)]
     # e.g. delayed delivery: records due later go elsewhere (ForwardFirst: to another broker first)
-    buf, batches = svc.append_hooks.transform(p, buf, batches, now)
+    if hooks.transform is not None:
+        buf, batches = hooks.transform(p, buf, batches, now)
     if not batches:  # every record went elsewhere: no offset in the target yet
         return {**_partition_error(p.index, ErrorCode.none), "log_start_offset": lg.log_start_offset}
     return _append_validated(svc, p, buf, batches, now)
@@ -275,10 +278,13 @@ async def handle_produce(svc: Services, ctx: RequestContext, req: Any
                 parts.append(_partition_error(idx, ErrorCode.invalid_request, "Produce request has no records"))
                 continue
             txn_id = getattr(req, "transactional_id", None)
-            await svc.append_hooks.before_append(ctx, p, records, txn_id)  # e.g. asks a transaction coordinator
-            if svc.replicas.partition(name, idx) is not p or p.leader_id != svc.broker_id:  # moved meanwhile
-                parts.append(_partition_error(idx, ErrorCode.not_leader_or_follower))
-                continue
+            wait = None if svc.append_hooks.before_append is None else \
+                svc.append_hooks.before_append(ctx, p, records, txn_id)  # e.g. asks a transaction coordinator
+            if wait is not None:
+                await wait
+                if svc.replicas.partition(name, idx) is not p or p.leader_id != svc.broker_id:  # moved meanwhile
+                    parts.append(_partition_error(idx, ErrorCode.not_leader_or_follower))
+                    continue
             try:
                 if ctx.version < 3 and is_message_set(records):  # a client from before Kafka 0.11
                     records = up_convert(records, topic_partition=f"{name}-{idx}",
@@ -293,7 +299,8 @@ async def handle_produce(svc: Services, ctx: RequestContext, req: Any
                     except ForwardFirst as f:
                         parts.append(await _append_after_forward(svc, p, f, now))
                 appended.append(p)
-                for other, other_min_isr in svc.append_hooks.also_written():  # e.g. the scheduled records
+                for other, other_min_isr in (svc.append_hooks.also_written() if svc.append_hooks.writes_elsewhere
+                                             else ()):  # e.g. the scheduled records
                     appended.append(other)  # log.flush.on.ack: that log is what must be durable
                     if acks != 0 and svc.store.is_cluster() and \
                             other.high_watermark < other.log.log_end_offset:  # and in its ISR
