@@ -82,7 +82,7 @@ class _Dirty:
 def _operations() -> Any:
     from fuse import FuseOSError, Operations
 
-    class Lazy(Operations):  # type: ignore[misc]
+    class Lazy(Operations):
         def __init__(self, root: str) -> None:
             self.root = root
             self.dirty: dict[str, _Dirty] = {}
