@@ -13,6 +13,7 @@ from pathlib import Path
 from tests.support.broker import BrokerProcess
 
 LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+SITE = Path(__file__).resolve().parent / "faketime_site"
 
 
 def faketime_available() -> bool:
@@ -30,8 +31,10 @@ class WallClock:
         self.set(0.0)
 
     def env(self) -> dict[str, str]:
+        """The environment of a process under this clock; ``faketime_site`` makes its ``time.sleep`` work there."""
+        path = [str(SITE), *filter(None, [os.environ.get("PYTHONPATH")])]
         return {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME_TIMESTAMP_FILE": str(self.control),
-                "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+                "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1", "PYTHONPATH": os.pathsep.join(path)}
 
     def attach(self, broker: BrokerProcess) -> None:
         """Start ``broker`` (on its next start) under this clock."""
