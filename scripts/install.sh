@@ -121,8 +121,10 @@ command -v gcc >/dev/null || apt_install gcc libc6-dev
 
 if [ $WANT_TEST -eq 1 ]; then
     # kcat comes from Debian; Java for the Java client; Node for kafkajs.
-    # ZooKeeper (Debian's 3.8 package) for the cluster tests, which start their own servers.
-    apt_install kcat ca-certificates zookeeper
+    # ZooKeeper (Debian's 3.8 package) for the cluster tests, which start their own servers; libfaketime steps
+    # a broker's wall clock (tests/support/faketime.py); libfuse2 (with fuse3's /dev/fuse) serves the
+    # power-loss filesystem (tests/support/lazyfs.py, fusepy).
+    apt_install kcat ca-certificates zookeeper libfaketime libfuse2
     # Prometheus and headless Chromium for the dashboard test (tests/integration/test_dashboard.py).
     apt_install prometheus chromium-headless-shell
     # The test starts its own Prometheus; Debian's package also enables a system one (port 9090): stop it.

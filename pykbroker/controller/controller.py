@@ -343,6 +343,16 @@ class ZkController(PartitionStateMachine):
                   "live_brokers": sorted(self._ctx.live_brokers), "topics": len(self._ctx.topics),
                   "partitions": len(self._ctx.states)})
         self._on_topic_deletion()
+        unconfirmed = self._unconfirmed(sorted(self._ctx.live_brokers))
+        if unconfirmed:
+            # Registered again since the last controller confirmed them (restarted while no controller watched,
+            # e.g. the old controller itself): they lost their state, so their previous run's leaderships and ISR
+            # places go first, as for a broker seen restarting.
+            log.info("controller %(broker_id)d epoch %(controller_epoch)d: brokers %(brokers)s restarted "
+                     "unconfirmed", {"broker_id": self.broker_id, "controller_epoch": self._ctx.epoch,
+                                     "brokers": unconfirmed})
+            self._reconcile(self._ctx.partitions(), f"brokers {unconfirmed} restarted unconfirmed",
+                            live=set(self._ctx.live_brokers) - set(unconfirmed))
         self._reconcile(self._ctx.partitions(), "controller failover")
         for b in sorted(self._ctx.shutting_down):
             self._controlled_shutdown(b)
@@ -436,6 +446,16 @@ class ZkController(PartitionStateMachine):
         if new or bounced or dead:
             self._reconcile(self._ctx.partitions(), "broker change")
         self._confirm_brokers(sorted(new + bounced))
+
+    def _unconfirmed(self, brokers: list[int]) -> list[int]:
+        """The brokers whose confirmation does not name their current registration (its czxid)."""
+        reads = self._get_many([zl.confirmed_broker_path(b) for b in brokers])
+        out = []
+        for b in brokers:
+            got = reads[zl.confirmed_broker_path(b)]
+            if got is None or zl.decode_confirmation(got[0]) != self._ctx.broker_czxid.get(b):
+                out.append(b)
+        return out
 
     def _confirm_brokers(self, brokers: list[int]) -> None:
         """Tell each (re)started broker that its registration is taken into account: the leaderships and ISR

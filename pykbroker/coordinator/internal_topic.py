@@ -37,6 +37,12 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def monotonic_ms() -> int:
+    """The coordinators' timer clock (sessions, rebalances, acquisition locks): unlike :func:`now_ms` it never
+    steps when the wall clock does, so an NTP step neither expires every deadline nor postpones them all."""
+    return time.monotonic_ns() // 1_000_000
+
+
 @functools.lru_cache(maxsize=65536)
 def java_string_hash(s: str) -> int:
     """Java's ``String.hashCode`` (over UTF-16 code units).  Cached: every group and transaction request

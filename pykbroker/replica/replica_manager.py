@@ -52,8 +52,10 @@ TopicPartition = tuple[str, int]
 IsrWriter = Callable[[str, int, int, list[int], int], Awaitable[int]]
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
+def lag_clock_ms() -> int:
+    """The clock of followers' fetch and caught-up times (replica.lag.time.max.ms): monotonic, so a step of the
+    wall clock neither drops every follower from the ISR nor keeps a dead one in it for the length of the step."""
+    return time.monotonic_ns() // 1_000_000
 
 
 @dataclass(eq=False)
@@ -308,7 +310,7 @@ class ReplicaManager:
     async def _run_isr_shrink(self, interval_s: float) -> None:
         while True:
             await anyio.sleep(interval_s)
-            self.check_isr_shrink(now_ms())
+            self.check_isr_shrink(lag_clock_ms())
 
     async def _run_hw_checkpoint(self, interval_s: float) -> None:
         while True:
@@ -434,7 +436,7 @@ class ReplicaManager:
             else:
                 p.high_watermark = self._initial_high_watermark(p)
             p.leader_epoch_start_offset = lg.log_end_offset
-            p.reset_followers(now_ms())
+            p.reset_followers(lag_clock_ms())
             self._partitions[(topic, index)] = p
             return p
         was_leader = p.is_leader
@@ -459,7 +461,7 @@ class ReplicaManager:
         p.log.update_config(config)
         if new_role:
             p.leader_epoch_start_offset = p.log.log_end_offset
-            p.reset_followers(now_ms())
+            p.reset_followers(lag_clock_ms())
             if not was_leader:
                 log.info("Became leader of %(topic)s-%(partition)d in epoch %(leader_epoch)d at LEO "
                          "%(log_end_offset)d, HW %(high_watermark)d",
@@ -585,7 +587,7 @@ class ReplicaManager:
         """Leader side of a follower fetch: record its progress, maybe add it to the ISR, advance the HW."""
         if replica_id not in p.replicas:
             return
-        p.update_follower_fetch(replica_id, fetch_offset, log_start_offset, now_ms())
+        p.update_follower_fetch(replica_id, fetch_offset, log_start_offset, lag_clock_ms())
         if not p.isr_change_pending:
             new_isr = p.maybe_expand_isr(replica_id)
             if new_isr is not None:

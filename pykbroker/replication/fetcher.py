@@ -77,6 +77,9 @@ class FetchSettings:
     wait_max_ms: int = 500
     backoff_ms: int = 1000
     socket_timeout_ms: int = 30000
+    # log.flush.on.ack: fetched records are fsynced before the next fetch reports them to the leader, so the
+    # acknowledgement the leader gives once the ISR has fetched an offset means durable on every ISR replica.
+    flush_appends: bool = False
 
     @classmethod
     def from_config(cls, config: BrokerConfig, broker_id: int) -> FetchSettings:
@@ -89,6 +92,7 @@ class FetchSettings:
             wait_max_ms=int(config["replica.fetch.wait.max.ms"]),
             backoff_ms=int(config["replica.fetch.backoff.ms"]),
             socket_timeout_ms=int(config["replica.socket.timeout.ms"]),
+            flush_appends=bool(config["log.flush.on.ack"]),
         )
 
 
@@ -98,6 +102,20 @@ class _FetchState:
     leader_id: int
     leader_epoch: int
     delayed_until: float = 0.0  # anyio clock: parked after a leadership error
+
+
+async def _flush_all(logs: list[Log]) -> None:
+    """fsync what was just appended to ``logs``, in worker threads, all at once; a log whose dir failed is
+    offline already (the next fetch skips it)."""
+    async def one(lg: Log) -> None:
+        try:
+            await anyio.to_thread.run_sync(lg.flush_to, lg.log_end_offset)
+        except KafkaStorageError:
+            pass
+
+    async with anyio.create_task_group() as tg:
+        for lg in logs:
+            tg.start_soon(one, lg)
 
 
 class ReplicaFetcherManager:
@@ -226,13 +244,19 @@ class ReplicaFetcherManager:
             await anyio.sleep(backoff_s)
             return
         out_of_range: list[_FetchState] = []
+        appended: list[Log] = []
         for t in resp.responses:
             for pd in t.partitions:
                 st = ready.get((t.topic, int(pd.partition_index)))
                 if st is None or self._states.get(st.partition.tp) is not st:
                     continue  # no longer ours to fetch, or refetched by a role change
+                leo = st.partition.log.log_end_offset
                 if self._process(st, pd, backoff_s):
                     out_of_range.append(st)
+                elif st.partition.log.log_end_offset > leo:
+                    appended.append(st.partition.log)
+        if settings.flush_appends and appended:
+            await _flush_all(appended)
         for st in out_of_range:
             try:
                 await self._handle_out_of_range(client, st)

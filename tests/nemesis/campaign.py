@@ -27,6 +27,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.cluster.steady import read_all
 from tests.nemesis.checker import check
+from tests.nemesis.host import HostFaults
 from tests.nemesis.schedule import Fault, schedule
 from tests.nemesis.workload import Reader, Writer
 from tests.support.cluster import Cluster, wait_for
@@ -59,9 +60,12 @@ def _elect_preferred(cluster: Cluster, topic: str) -> str:
     return "elected" + (f" ({', '.join(errors)} for some)" if errors else "")
 
 
-def apply(cluster: Cluster, fault: Fault, topic: str) -> str:
+def apply(cluster: Cluster, fault: Fault, topic: str, host: HostFaults | None = None) -> str:
     """Apply one fault, waiting out its hold; a note on what happened."""
     b = fault.target
+    note = host.apply(fault) if host is not None else None
+    if note is not None:
+        return note
     if fault.kind == "kill_restart":
         cluster.kill(b)
         cluster.broker(b).start(timeout=60)
@@ -90,8 +94,10 @@ def apply(cluster: Cluster, fault: Fault, topic: str) -> str:
     raise ValueError(f"unknown fault {fault.kind}")
 
 
-def heal(cluster: Cluster, topic: str) -> None:
+def heal(cluster: Cluster, topic: str, host: HostFaults | None = None) -> None:
     """Every broker running and ZooKeeper going; every replica back in every ISR (bounded)."""
+    if host is not None:
+        host.heal()
     _zookeeper_signal(cluster, signal.SIGCONT)
     for i, broker in cluster.brokers.items():
         if broker.proc is not None and broker.proc.poll() is None:
@@ -110,7 +116,8 @@ def run(seed: int, duration: float, base: Path, out_dir: Path | None = None, *, 
     tag = f"s{seed}-{uuid.uuid4().hex[:6]}"
     topic = f"nemesis-{tag}"
     applied: list[dict[str, Any]] = []
-    with Cluster(base, 3, overrides=OVERRIDES) as cluster:
+    cluster = Cluster(base, 3, overrides=OVERRIDES)
+    with HostFaults(cluster, faults) as host, cluster:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "broker.address.family": "v4"})
         admin.create_topics([NewTopic(topic, PARTITIONS, 3)])[topic].result(timeout=30)
         cluster.wait_leaders(topic, PARTITIONS, timeout=60)
@@ -122,11 +129,11 @@ def run(seed: int, duration: float, base: Path, out_dir: Path | None = None, *, 
             for fault in faults:
                 time.sleep(max(0.0, t0 + fault.at - time.monotonic()))
                 started = time.monotonic() - t0
-                note = apply(cluster, fault, topic)
+                note = apply(cluster, fault, topic, host)
                 applied.append({**fault.as_dict(), "started": round(started, 2),
                                 "ended": round(time.monotonic() - t0, 2), "note": note})
             time.sleep(max(0.0, t0 + duration - time.monotonic()))
-            heal(cluster, topic)
+            heal(cluster, topic, host)
             unreported = writer.stop_and_flush()
             acknowledged = len(writer.acked)
             wait_for(lambda: sum(r.consumed() for r in readers) >= acknowledged or None, timeout=120, interval=0.5,

@@ -13,9 +13,12 @@ from dataclasses import asdict, dataclass
 # kill_restart: SIGKILL and start again at once (the old ZooKeeper session still holds the registration);
 # kill_wait_restart: SIGKILL, down for `hold` seconds, then start; pause_broker: SIGSTOP for `hold`, SIGCONT;
 # pause_zookeeper: SIGSTOP ZooKeeper for `hold` (sessions may expire); graceful_restart: SIGTERM (controlled
-# shutdown) and start; preferred_election: ElectLeaders (preferred) for every partition during the load.
+# shutdown) and start; preferred_election: ElectLeaders (preferred) for every partition during the load;
+# clock_jump: step the broker's wall clock forward or back (30 s to 10 min) for `hold`, then back to real time;
+# disk_full: fill the broker's log dir (a tmpfs), empty it after `hold` and start the broker if it stopped
+# (tests/nemesis/host.py).
 FAULTS = ("kill_restart", "kill_wait_restart", "pause_broker", "pause_zookeeper", "graceful_restart",
-          "preferred_election")
+          "preferred_election", "clock_jump", "disk_full")
 
 
 @dataclass(frozen=True)

@@ -245,6 +245,26 @@ def test_session_timeout_removes_member_and_rebalances() -> None:
     assert ja[0]["generation_id"] == gen + 1 and len(ja[0]["members"]) == 1
 
 
+def test_wall_clock_steps_move_no_session_timer() -> None:
+    """Timers run on the timer clock (monotonic in the broker): a wall-clock step forward past every session
+    timeout expires nobody, and a step back does not postpone the expiry of a member that went silent."""
+    h = Harness()
+    steady = Clock()
+    h.mgr.timer_clock = steady
+    a, b = h.stable_group(2)
+    g = h.mgr.groups[G]
+    gen = g.generation_id
+    h.clock.now += 600_000
+    h.mgr.tick()
+    assert sorted(g.members) == sorted([a, b]) and g.state == GroupState.STABLE
+    h.clock.now -= 1_200_000
+    for _ in range(5):
+        steady.now += 400
+        h.mgr.tick()
+        assert h.mgr.heartbeat(G, gen, a, None) in (ErrorCode.none, ErrorCode.rebalance_in_progress)
+    assert b not in g.members and g.state == GroupState.PREPARING_REBALANCE
+
+
 def test_rebalance_timeout_drops_members_that_do_not_rejoin() -> None:
     h = Harness()
     a, b = h.stable_group(2)

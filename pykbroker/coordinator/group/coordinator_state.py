@@ -2,8 +2,9 @@
 
 The groups (classic and KIP-848), the committed offsets, which partitions are loaded or loading,
 and the timers of every group, fired from :meth:`GroupCoordinatorState.tick` with an injected
-clock.  The classic protocol (:mod:`.classic_protocol`) and the manager's loading, offsets and
-admin operations (:mod:`.manager`) build on it.
+clock (the timer clock: monotonic in the broker, so a step of the wall clock neither expires every session
+nor postpones every expiry; the wall clock only stamps what is recorded).  The classic protocol
+(:mod:`.classic_protocol`) and the manager's loading, offsets and admin operations (:mod:`.manager`) build on it.
 """
 
 from __future__ import annotations
@@ -53,10 +54,15 @@ class GroupConfig:
 class GroupCoordinatorState:
     """The coordinator's groups, offsets, partitions and timers, and the checks every request starts with."""
 
-    def __init__(self, config: GroupConfig, writer: Writer, clock: Callable[[], int]) -> None:
+    def __init__(self, config: GroupConfig, writer: Writer, clock: Callable[[], int],
+                 timer_clock: Callable[[], int] | None = None) -> None:
         self.config = config
         self.writer = writer
+        # Wall-clock milliseconds: the timestamps groups and offsets record and answer.
         self.clock = clock
+        # Milliseconds of a clock that never steps, for session, rebalance and join timers (Kafka's timers run
+        # on its monotonic clock too); the wall clock where none is given (tests driving one fake clock).
+        self.timer_clock = timer_clock or clock
         self.timers = Timers()
         self.groups: dict[str, Any] = {}
         self.offsets: dict[str, dict[TopicPartition, OffsetValue]] = {}
@@ -90,13 +96,14 @@ class GroupCoordinatorState:
     # --- timers ------------------------------------------------------------------------------
 
     def tick(self) -> None:
-        self.timers.fire_due(self.clock())
+        self.timers.fire_due(self.timer_clock())
 
     def next_deadline(self) -> int | None:
+        """The next timer's deadline on :attr:`timer_clock`."""
         return self.timers.next_deadline()
 
     def _schedule(self, key: tuple[Any, ...], delay_ms: int, fn: Callable[[], None]) -> None:
-        self.timers.schedule(key, self.clock() + delay_ms, fn)
+        self.timers.schedule(key, self.timer_clock() + delay_ms, fn)
         self.on_timers_changed()
 
     # --- group lookup ---------------------------------------------------------------------------

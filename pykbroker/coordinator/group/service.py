@@ -1,7 +1,7 @@
 """The group coordinator's I/O edge: the internal topic, loading, timers and appends.
 
-:class:`GroupCoordinator` owns a sans-I/O :class:`GroupManager` and gives it a clock, a
-writer that appends to ``__consumer_offsets`` through the replica manager, and a task that
+:class:`GroupCoordinator` owns a sans-I/O :class:`GroupManager` and gives it a wall clock, a monotonic one
+for its timers, a writer that appends to ``__consumer_offsets`` through the replica manager, and a task that
 fires its timers.  Which broker coordinates a group is answered by :meth:`coordinator_node`
 (group id -> offsets partition -> that partition's leader in the metadata store); leadership
 changes arrive as metadata-store notifications and load or unload partitions.
@@ -22,7 +22,7 @@ from pykbroker.coordinator import internal_topic
 from pykbroker.coordinator.group.consumer import ConsumerGroups
 from pykbroker.coordinator.group.coordinator_state import GroupConfig
 from pykbroker.coordinator.group.manager import GroupManager
-from pykbroker.coordinator.internal_topic import PartitionLoader, now_ms
+from pykbroker.coordinator.internal_topic import PartitionLoader, monotonic_ms, now_ms
 from pykbroker.coordinator.transaction.load_filter import TxnLoadFilter
 from pykbroker.metadata.store import GROUP_RESOURCE, MetadataStore, TopicRecord
 from pykbroker.replica.replica_manager import ReplicaManager
@@ -67,7 +67,7 @@ class GroupCoordinator(PartitionLoader):
     def __init__(self, config: BrokerConfig, store: MetadataStore, replicas: ReplicaManager,
                  topics: TopicManager) -> None:
         super().__init__(config, store, replicas, topics)
-        self.manager = GroupManager(group_config_from(config), self._write, now_ms)
+        self.manager = GroupManager(group_config_from(config), self._write, now_ms, monotonic_ms)
         if store.is_cluster():  # __consumer_offsets takes the broker's min.insync.replicas, as in Kafka
             warning = internal_topic.unmeetable_min_isr(
                 OFFSETS_TOPIC, config["offsets.topic.replication.factor"], config["min.insync.replicas"])
@@ -254,7 +254,7 @@ class GroupCoordinator(PartitionLoader):
             except Exception:
                 log.exception("group coordinator timer failed")
             deadline = self.manager.next_deadline()
-            now = now_ms()
+            now = monotonic_ms()
             wait_ms = 1000 if deadline is None else min(1000, max(0, deadline - now))
             self._sleep_until = now + wait_ms
             self._wake = anyio.Event()

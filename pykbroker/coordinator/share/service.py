@@ -25,7 +25,7 @@ from kio.schema.errors import ErrorCode
 
 from pykbroker.config import BrokerConfig, effective_group_config
 from pykbroker.coordinator import internal_topic
-from pykbroker.coordinator.internal_topic import now_ms
+from pykbroker.coordinator.internal_topic import monotonic_ms, now_ms
 from pykbroker.coordinator.share import dlq, membership, serde
 from pykbroker.coordinator.share.group import ShareGroup, ShareGroups
 from pykbroker.coordinator.share.partition import Archived, LogBatch, ShareLimits, SharePartition
@@ -69,7 +69,7 @@ class ShareCoordinator:
         self.store = store
         self.replicas = replicas
         self.topics = topics
-        self.groups = ShareGroups(self._lookup, now_ms, config["group.share.max.size"])
+        self.groups = ShareGroups(self._lookup, monotonic_ms, config["group.share.max.size"])
         self.groups.on_member_removed = self._member_removed
         self.sessions = ShareSessions()
         self.partitions: dict[SpKey, SharePartition] = {}
@@ -219,7 +219,7 @@ class ShareCoordinator:
         ranges: list[tuple[int, int, int]] = []
         archived: list[Archived] = []
         remaining = max_records
-        now = now_ms()
+        now = monotonic_ms()
         for _ in range(MAX_READS):
             if remaining <= 0 or offset >= max_offset or max_bytes <= 0:
                 break
@@ -259,7 +259,7 @@ class ShareCoordinator:
         sp = self.partitions.get((group_id, topic, partition))
         if sp is None:
             return ErrorCode.invalid_record_state
-        now = now_ms()
+        now = monotonic_ms()
         code = ErrorCode.none
         archived: list[Archived] = []
         before = sp.state_epoch
@@ -556,7 +556,7 @@ class ShareCoordinator:
     def tick(self) -> int | None:
         """Expire sessions and acquisition locks due now; the next deadline (ms) if any."""
         self.groups.expire()
-        now = now_ms()
+        now = monotonic_ms()
         deadline: int | None = None
         for (g, topic, partition), sp in list(self.partitions.items()):
             d = sp.next_deadline()
@@ -589,7 +589,7 @@ class ShareCoordinator:
                 log.exception("share group records not written")
             if self._pending:
                 await self.flush()
-            wait_ms = 1000 if deadline is None else min(1000, max(5, deadline - now_ms()))
+            wait_ms = 1000 if deadline is None else min(1000, max(5, deadline - monotonic_ms()))
             self._wake = anyio.Event()
             with anyio.move_on_after(wait_ms / 1000):
                 await self._wake.wait()
