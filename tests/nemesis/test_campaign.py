@@ -27,3 +27,7 @@ def test_short_seed_has_no_anomalies(seed: int, tmp_path: Path) -> None:
     assert report["acknowledged"] > 1000 and report["unreported"] == 0, report
     assert report["anomaly_total"] == 0, report["anomalies"]
     assert report["producer_error_count"] == 0, report["producer_errors"]
+    # The transactional and share-group workloads did their part.
+    assert report["input_acknowledged"] > 100, report
+    assert all(n["committed"] > 5 and n["aborted"] > 0 for n in report["transactions"].values()), report["transactions"]
+    assert report["share_acknowledged"] > 100 and report["share_accepted"] > 0, report
