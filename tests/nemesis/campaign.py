@@ -131,8 +131,17 @@ def run(seed: int, duration: float, base: Path, out_dir: Path | None = None, *, 
             heal(cluster, topic)
             unreported = writer.stop_and_flush() + side.stop_feeds()
             acknowledged = len(writer.acked)
-            wait_for(lambda: (sum(r.consumed() for r in readers) >= acknowledged and side.drained()) or None,
-                     timeout=120, interval=0.5, what="the groups consuming everything acknowledged")
+            try:
+                wait_for(lambda: (sum(r.consumed() for r in readers) >= acknowledged and side.drained()) or None,
+                         timeout=120, interval=0.5, what="the groups consuming everything acknowledged")
+            except AssertionError as e:
+                if out_dir is not None:  # the brokers' logs, to see why
+                    out_dir.mkdir(parents=True, exist_ok=True)
+                    for i, b in cluster.brokers.items():
+                        (out_dir / f"broker{i}.log").write_text(b.log())
+                raise AssertionError(f"{e}: the group consumed {sum(r.consumed() for r in readers)} of "
+                                     f"{acknowledged}; transactions and share group: {side.pending()}, "
+                                     f"{side.report()}") from None
         finally:
             for r in readers:
                 r.stop()

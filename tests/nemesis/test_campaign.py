@@ -1,8 +1,9 @@
 """Three short seeds of the fault campaign (the full one is ``python -m tests.nemesis.campaign --seeds 1-100``,
-docs/reliability.md): a 3-broker ZooKeeper cluster under an idempotent producer and a consumer group, random
-kills, restarts, pauses of a broker or of ZooKeeper, controlled restarts and preferred elections, then
-Jepsen's Kafka checks over what the clients saw. Each seed's report and observations go to
-build/artifacts/nemesis/seed-<seed>/."""
+docs/reliability.md): a 3-broker ZooKeeper cluster under an idempotent producer and a consumer group, with
+read-process-write and key-value transactions and a share group beside them, random kills, restarts, pauses
+of a broker or of ZooKeeper, controlled restarts and preferred elections, then Jepsen's Kafka checks (with the
+transactional ones: G0, G1a, G1b, G1c, torn transactions, exactly-once) over what the clients saw. Each
+seed's report and observations go to build/artifacts/nemesis/seed-<seed>/."""
 
 from __future__ import annotations
 

@@ -164,7 +164,9 @@ class Transactional:
         raise NotImplementedError
 
     def close(self) -> None:
-        pass
+        if self.producer is not None:  # between transactions: nothing open, nothing outstanding
+            self.producer.close()
+            self.producer = None
 
     def start(self) -> Transactional:
         self._thread.start()
@@ -239,6 +241,7 @@ class Processor(Transactional):
 
     def close(self) -> None:
         self.consumer.close()
+        super().close()
 
 
 class KeyValueWriter(Transactional):
@@ -274,6 +277,7 @@ class KeyValueWriter(Transactional):
 
     def close(self) -> None:
         self.consumer.close()
+        super().close()
 
 
 class ShareWorker:
@@ -404,9 +408,23 @@ class SideLoad:
         delivered = {(p, o) for _, _, p, o in self.sharer.delivered}
         return set(self.feed.acked) <= done and set(self.share_feed.acked.values()) <= delivered
 
+    def pending(self) -> dict[str, Any]:
+        """What the drain still waits for: acknowledged inputs no committed transaction processed, acknowledged
+        share records never delivered (a few of each, with their partition and offset)."""
+        done: set[bytes] = set()
+        for p in self.processors:
+            done |= p.processed()
+        delivered = {(p, o) for _, _, p, o in self.sharer.delivered}
+        inputs = sorted(po for v, po in self.feed.acked.items() if v not in done)
+        share = sorted(po for po in self.share_feed.acked.values() if po not in delivered)
+        return {"unprocessed_inputs": len(inputs), "unprocessed_examples": inputs[:10],
+                "undelivered_share_records": len(share), "undelivered_examples": share[:10]}
+
     def stop(self) -> None:
         workers: list[Transactional | Reader | ShareWorker] = [*self.processors, *self.kv_writers,
                                                                *self.output_readers, self.sharer]
+        for w in workers:  # every one told first, so that they wind down together
+            w._stop.set()
         for w in workers:
             w.stop()
 
