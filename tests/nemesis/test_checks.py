@@ -168,3 +168,27 @@ def test_share_record_delivered_and_accepted_again_after_a_confirmed_acceptance(
     out = Anomalies()
     share_deliveries(out, acked, delivered, accepted)
     assert counts(out) == {"share-redelivered": 1, "share-accepted-twice": 1}
+
+
+def test_a_client_call_that_does_not_return_in_time_is_abandoned() -> None:
+    import threading
+
+    import pytest
+
+    from tests.nemesis.transactional import Abandoned, bounded
+
+    release = threading.Event()
+
+    def hangs() -> None:
+        release.wait(10)
+
+    with pytest.raises(Abandoned):
+        bounded(hangs, 0.2)
+    release.set()
+
+    def fails() -> None:
+        raise ValueError("from the call")
+
+    with pytest.raises(ValueError, match="from the call"):
+        bounded(fails, 5)
+    bounded(lambda: None, 5)

@@ -65,6 +65,32 @@ def _record(m: Any) -> Record:
     return p, o, v
 
 
+class Abandoned(Exception):
+    """A client call that did not return in time: its producer is left to the thread waiting in it."""
+
+
+def bounded(call: Callable[[], None], seconds: float) -> None:
+    """Run ``call`` in a thread of its own and wait at most ``seconds``: librdkafka's send_offsets_to_transaction
+    does not check its timeout and can wait forever once the group coordinator it cached left the metadata
+    (a broker killed, then started again). Raises ``Abandoned`` then, or what ``call`` raised."""
+    done = threading.Event()
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as e:  # handed to the caller
+            raised.append(e)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="nemesis-bounded-call", daemon=True).start()
+    if not done.wait(seconds):
+        raise Abandoned(f"no answer in {seconds} s")
+    if raised:
+        raise raised[0]
+
+
 class Transactional:
     """A transactional producer whose every transaction ends with an outcome the client can vouch for: committed
     (commit_transaction returned), aborted (abort_transaction returned, or the commit was never asked for), or
@@ -126,6 +152,10 @@ class Transactional:
             else:
                 self._retrying(lambda: p.abort_transaction(CLIENT_TIMEOUT))
                 txn.outcome = ABORTED
+        except Abandoned as e:  # the producer stays blocked: a new one fences it
+            self.errors.append(f"{txn.id}: {e}")
+            txn.outcome = ABORTED if txn.commit_at is None else UNKNOWN
+            self.producer = None
         except (KafkaException, BufferError) as e:
             err = e.args[0] if isinstance(e, KafkaException) else None
             self.errors.append(f"{txn.id}: {err.name() if err is not None else 'queue full'}")
@@ -212,8 +242,9 @@ class Processor(Transactional):
         def body(producer: Producer) -> None:
             for p, v in txn.writes:
                 producer.produce(self.sink, v, partition=p)
-            producer.send_offsets_to_transaction([TopicPartition(self.source, p, o) for p, o in txn.offsets.items()],
-                                                 self.consumer.consumer_group_metadata(), CLIENT_TIMEOUT)
+            offsets = [TopicPartition(self.source, p, o) for p, o in txn.offsets.items()]
+            group = self.consumer.consumer_group_metadata()
+            bounded(lambda: producer.send_offsets_to_transaction(offsets, group, CLIENT_TIMEOUT), CLIENT_TIMEOUT + 5)
 
         self.transact(txn, body, commit=self.rng.random() >= ABORT_FRACTION)
         if txn.outcome != COMMITTED:
