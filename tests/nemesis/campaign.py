@@ -29,6 +29,7 @@ from tests.cluster.steady import read_all
 from tests.nemesis.checker import check
 from tests.nemesis.host import HostFaults
 from tests.nemesis.schedule import Fault, schedule
+from tests.nemesis.transactional import SHARE_OVERRIDES, SideLoad
 from tests.nemesis.workload import Reader, Writer
 from tests.support.cluster import Cluster, wait_for
 
@@ -116,7 +117,7 @@ def run(seed: int, duration: float, base: Path, out_dir: Path | None = None, *, 
     tag = f"s{seed}-{uuid.uuid4().hex[:6]}"
     topic = f"nemesis-{tag}"
     applied: list[dict[str, Any]] = []
-    cluster = Cluster(base, 3, overrides=OVERRIDES)
+    cluster = Cluster(base, 3, overrides={**OVERRIDES, **SHARE_OVERRIDES})
     with HostFaults(cluster, faults) as host, cluster:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "broker.address.family": "v4"})
         admin.create_topics([NewTopic(topic, PARTITIONS, 3)])[topic].result(timeout=30)
@@ -124,6 +125,7 @@ def run(seed: int, duration: float, base: Path, out_dir: Path | None = None, *, 
         writer = Writer(cluster.bootstrap, topic, tag, rate=rate, max_seconds=duration + 600).start()
         readers = [Reader(cluster.bootstrap, topic, f"nemesis-{tag}", f"reader-{i}", max_seconds=duration + 600).start()
                    for i in (1, 2)]
+        side = SideLoad(cluster.bootstrap, tag, seed, duration + 600).start()  # transactions and a share group
         t0 = time.monotonic()
         try:
             for fault in faults:
@@ -134,17 +136,29 @@ def run(seed: int, duration: float, base: Path, out_dir: Path | None = None, *, 
                                 "ended": round(time.monotonic() - t0, 2), "note": note})
             time.sleep(max(0.0, t0 + duration - time.monotonic()))
             heal(cluster, topic, host)
-            unreported = writer.stop_and_flush()
+            unreported = writer.stop_and_flush() + side.stop_feeds()
             acknowledged = len(writer.acked)
-            wait_for(lambda: sum(r.consumed() for r in readers) >= acknowledged or None, timeout=120, interval=0.5,
-                     what="the group consuming everything acknowledged")
+            try:
+                wait_for(lambda: (sum(r.consumed() for r in readers) >= acknowledged and side.drained()) or None,
+                         timeout=120, interval=0.5, what="the groups consuming everything acknowledged")
+            except AssertionError as e:
+                if out_dir is not None:  # the brokers' logs, to see why
+                    out_dir.mkdir(parents=True, exist_ok=True)
+                    for i, b in cluster.brokers.items():
+                        (out_dir / f"broker{i}.log").write_text(b.log())
+                raise AssertionError(f"{e}: the group consumed {sum(r.consumed() for r in readers)} of "
+                                     f"{acknowledged}; transactions and share group: {side.pending()}, "
+                                     f"{side.report()}") from None
         finally:
             for r in readers:
                 r.stop()
+            side.stop()
         final = [(p, o, v) for v, places in read_all(cluster.bootstrap, topic, PARTITIONS, timeout=120).items()
                  for p, o in places]
+        side.read_final()
         ended = time.monotonic() - t0
     anomalies = check(writer.acked, {r.name: r.polls for r in readers}, {r.name: r.commits for r in readers}, final)
+    anomalies.merge(side.check())
     report: dict[str, Any] = {
         "seed": seed, "duration": duration, "wall_time": round(ended, 1), "topic": topic,
         "faults": applied, "anomalies": anomalies.as_dict(), "anomaly_total": anomalies.total,
@@ -152,14 +166,15 @@ def run(seed: int, duration: float, base: Path, out_dir: Path | None = None, *, 
         "producer_errors": writer.errors[:20], "producer_error_count": len(writer.errors),
         "consumed": {r.name: r.consumed() for r in readers},
         "consumer_errors": {r.name: r.errors[:10] for r in readers}, "final_records": len(final),
+        **side.report(),
     }
     if out_dir is not None:
-        _write(out_dir, report, writer, readers, final, t0)
+        _write(out_dir, report, writer, readers, final, t0, side.observations())
     return report
 
 
 def _write(out_dir: Path, report: dict[str, Any], writer: Writer, readers: list[Reader], final: list[Any],
-           t0: float) -> None:
+           t0: float, side: dict[str, Any]) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     observations = {
@@ -168,6 +183,7 @@ def _write(out_dir: Path, report: dict[str, Any], writer: Writer, readers: list[
                   for r in readers},
         "commits": {r.name: [x if isinstance(x, str) else list(x) for x in r.commits] for r in readers},
         "final": [[p, o, v.decode()] for p, o, v in final],
+        **side,
     }
     (out_dir / "observations.json").write_text(json.dumps(observations) + "\n")
     _plot(out_dir / "timeline.png", report, [(t - t0, lat) for t, lat in writer.acks])

@@ -42,11 +42,13 @@ class Writer(SteadyProducer):
 class Reader:
     """One member of the group: polls, records every record and rebalance, commits after each poll."""
 
-    def __init__(self, bootstrap: str, topic: str, group: str, name: str, *, max_seconds: float = 900.0) -> None:
+    def __init__(self, bootstrap: str, topic: str, group: str, name: str, *, max_seconds: float = 900.0,
+                 settings: dict[str, Any] | None = None) -> None:
         self.name = name
         self.topic = topic
         self.max_seconds = max_seconds
         self.polls: list[Record | str] = []
+        self.polled_at: list[float] = []  # the monotonic time each polled record (not marker) was returned
         self.commits: list[tuple[int, int] | str] = []
         self.errors: list[str] = []
         self._stop = threading.Event()
@@ -54,6 +56,7 @@ class Reader:
             "bootstrap.servers": bootstrap, "broker.address.family": "v4", "group.id": group,
             "client.id": f"nemesis-{name}", "enable.auto.commit": False, "auto.offset.reset": "earliest",
             "session.timeout.ms": 10000, "heartbeat.interval.ms": 1000, "topic.metadata.refresh.interval.ms": 1000,
+            **(settings or {}),
         })
         self._thread = threading.Thread(target=self._run, name=f"nemesis-{name}", daemon=True)
 
@@ -73,6 +76,7 @@ class Reader:
                         self.errors.append(f"{m.error().name()}: {m.error().str()}")
                     continue
                 self.polls.append((m.partition(), m.offset(), m.value()))
+                self.polled_at.append(time.monotonic())
                 got = True
             if got:
                 try:
