@@ -185,3 +185,12 @@ def test_ack_cpu_smoke() -> None:
 def test_ack_cpu_loop_profile_smoke() -> None:
     out = _run("ack_cpu.py", "--rounds", "1", "--rate", "100", "--seconds", "0.5", "--loop-profile")
     assert "loop thread CPU" in out and "callback _NativeSyncs._collect" in out, out
+
+
+def test_instructions_bench_rounds_do_real_work() -> None:
+    """bench/instructions.py's measured rounds (run here without valgrind): every produce appended to every
+    partition and every fetch carried records, so the count is of the real paths, not of error answers."""
+    out = _run("instructions.py", "--inner", "--rounds", "4", "--partitions", "3")
+    assert "high watermarks [270, 270, 270]" in out, out  # (50 warm-up + 4) produces of 5 records
+    per_round = int(out.rsplit("fetch response bytes per round ", 1)[1].split()[0])
+    assert per_round > 3 * 5 * 100, out
