@@ -14,8 +14,15 @@ from dataclasses import asdict, dataclass
 # kill_wait_restart: SIGKILL, down for `hold` seconds, then start; pause_broker: SIGSTOP for `hold`, SIGCONT;
 # pause_zookeeper: SIGSTOP ZooKeeper for `hold` (sessions may expire); graceful_restart: SIGTERM (controlled
 # shutdown) and start; preferred_election: ElectLeaders (preferred) for every partition during the load.
+# Network partitions, each held for `hold` then healed (silent drops; tests/support/netns.py):
+# partition_isolate: the target broker reaches nobody (brokers, ZooKeeper, clients) and nobody reaches it;
+# partition_majority: the target cut from the other two brokers and ZooKeeper (the majority side), clients
+# still reach it; partition_bridge: the other two brokers cut from each other, the target reaching both;
+# partition_zookeeper: the target cut from ZooKeeper only; partition_clients: the clients cut from the target.
+PARTITION_FAULTS = ("partition_isolate", "partition_majority", "partition_bridge", "partition_zookeeper",
+                    "partition_clients")
 FAULTS = ("kill_restart", "kill_wait_restart", "pause_broker", "pause_zookeeper", "graceful_restart",
-          "preferred_election")
+          "preferred_election", *PARTITION_FAULTS)
 
 
 @dataclass(frozen=True)
