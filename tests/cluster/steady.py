@@ -61,6 +61,12 @@ class SteadyProducer:
         remaining = self._producer.flush(flush_timeout)
         assert remaining == 0, f"{remaining} messages still unacknowledged after {flush_timeout}s"
 
+    def close(self) -> None:
+        """Destroy the client, so that it stops connecting to brokers that go away with their network; what it
+        still holds is purged (each purged record's delivery report says so), not waited for."""
+        self._producer.purge()
+        self._producer.close()
+
 
 def read_all(bootstrap: str, topic: str, partitions: int, timeout: float = 60.0) -> dict[bytes, list[tuple[int, int]]]:
     """Every record of the topic up to the end offsets at the time of the call: value -> [(partition, offset)]."""

@@ -28,10 +28,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.cluster.steady import read_all
 from tests.nemesis.checker import check
 from tests.nemesis.host import HostFaults
-from tests.nemesis.schedule import Fault, schedule
+from tests.nemesis.schedule import PARTITION_FAULTS, Fault, schedule
 from tests.nemesis.transactional import SHARE_OVERRIDES, SideLoad
 from tests.nemesis.workload import Reader, Writer
 from tests.support.cluster import Cluster, wait_for
+from tests.support.netns import CLIENT, unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "build" / "artifacts" / "nemesis"
@@ -61,9 +62,37 @@ def _elect_preferred(cluster: Cluster, topic: str) -> str:
     return "elected" + (f" ({', '.join(errors)} for some)" if errors else "")
 
 
+def _partition(cluster: Cluster, fault: Fault) -> str:
+    """Cut the network as ``fault.kind`` says for its hold, then heal it; a note naming the cuts."""
+    net = cluster.network
+    if net is None:
+        raise RuntimeError(f"{fault.kind} needs the cluster in network namespaces (Cluster(network=True))")
+    b = f"b{fault.target}"
+    others = [f"b{i}" for i in cluster.brokers if i != fault.target]
+    zookeeper = [f"zk{s.myid}" for s in cluster.zk.servers]
+    if fault.kind == "partition_isolate":
+        net.partition([b], others + zookeeper + [CLIENT])
+    elif fault.kind == "partition_majority":
+        net.partition([b], others + zookeeper)
+    elif fault.kind == "partition_bridge":
+        net.cut(others[0], others[1])
+    elif fault.kind == "partition_zookeeper":
+        net.partition([b], zookeeper)
+    elif fault.kind == "partition_clients":
+        net.cut(CLIENT, b)
+    else:
+        raise ValueError(f"unknown partition {fault.kind}")
+    cuts = ", ".join(sorted("-".join(sorted(pair)) for pair in net.cuts))
+    time.sleep(fault.hold)
+    net.heal()
+    return f"cut {cuts}, healed after the hold"
+
+
 def apply(cluster: Cluster, fault: Fault, topic: str, host: HostFaults | None = None) -> str:
     """Apply one fault, waiting out its hold; a note on what happened."""
     b = fault.target
+    if fault.kind in PARTITION_FAULTS:
+        return _partition(cluster, fault)
     note = host.apply(fault) if host is not None else None
     if note is not None:
         return note
@@ -96,7 +125,9 @@ def apply(cluster: Cluster, fault: Fault, topic: str, host: HostFaults | None = 
 
 
 def heal(cluster: Cluster, topic: str, host: HostFaults | None = None) -> None:
-    """Every broker running and ZooKeeper going; every replica back in every ISR (bounded)."""
+    """No partition, every broker running and ZooKeeper going; every replica back in every ISR (bounded)."""
+    if cluster.network is not None:
+        cluster.network.heal()
     if host is not None:
         host.heal()
     _zookeeper_signal(cluster, signal.SIGCONT)
@@ -112,16 +143,21 @@ def heal(cluster: Cluster, topic: str, host: HostFaults | None = None) -> None:
 
 
 def run(seed: int, duration: float, base: Path, out_dir: Path | None = None, *, rate: int = 200) -> dict[str, Any]:
-    """One seed: the cluster, the load, the faults, the check. The report (also written under ``out_dir``)."""
+    """One seed: the cluster (in network namespaces, for the partitions), the load, the faults, the check. The
+    report (also written under ``out_dir``)."""
+    reason = unavailable()
+    if reason is not None:
+        raise RuntimeError(f"the campaign partitions the network in namespaces it builds, and cannot here: {reason}")
     faults = schedule(seed, duration, [1, 2, 3])
     tag = f"s{seed}-{uuid.uuid4().hex[:6]}"
     topic = f"nemesis-{tag}"
     applied: list[dict[str, Any]] = []
-    cluster = Cluster(base, 3, overrides={**OVERRIDES, **SHARE_OVERRIDES})
+    cluster = Cluster(base, 3, overrides={**OVERRIDES, **SHARE_OVERRIDES}, network=True)
     with HostFaults(cluster, faults) as host, cluster:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "broker.address.family": "v4"})
         admin.create_topics([NewTopic(topic, PARTITIONS, 3)])[topic].result(timeout=30)
         cluster.wait_leaders(topic, PARTITIONS, timeout=60)
+        del admin
         writer = Writer(cluster.bootstrap, topic, tag, rate=rate, max_seconds=duration + 600).start()
         readers = [Reader(cluster.bootstrap, topic, f"nemesis-{tag}", f"reader-{i}", max_seconds=duration + 600).start()
                    for i in (1, 2)]
@@ -153,6 +189,9 @@ def run(seed: int, duration: float, base: Path, out_dir: Path | None = None, *, 
             for r in readers:
                 r.stop()
             side.stop()
+            # Every client gone before the cluster's network: once its link is deleted, the private addresses
+            # would be routed out of the host's default route.
+            writer.close()
         final = [(p, o, v) for v, places in read_all(cluster.bootstrap, topic, PARTITIONS, timeout=120).items()
                  for p, o in places]
         side.read_final()

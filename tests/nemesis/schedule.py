@@ -17,8 +17,15 @@ from dataclasses import asdict, dataclass
 # clock_jump: step the broker's wall clock forward or back (30 s to 10 min) for `hold`, then back to real time;
 # disk_full: fill the broker's log dir (a tmpfs), empty it after `hold` and start the broker if it stopped
 # (tests/nemesis/host.py).
+# Network partitions, each held for `hold` then healed (silent drops; tests/support/netns.py):
+# partition_isolate: the target broker reaches nobody (brokers, ZooKeeper, clients) and nobody reaches it;
+# partition_majority: the target cut from the other two brokers and ZooKeeper (the majority side), clients
+# still reach it; partition_bridge: the other two brokers cut from each other, the target reaching both;
+# partition_zookeeper: the target cut from ZooKeeper only; partition_clients: the clients cut from the target.
+PARTITION_FAULTS = ("partition_isolate", "partition_majority", "partition_bridge", "partition_zookeeper",
+                    "partition_clients")
 FAULTS = ("kill_restart", "kill_wait_restart", "pause_broker", "pause_zookeeper", "graceful_restart",
-          "preferred_election", "clock_jump", "disk_full")
+          "preferred_election", "clock_jump", "disk_full", *PARTITION_FAULTS)
 
 
 @dataclass(frozen=True)

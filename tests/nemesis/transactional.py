@@ -458,6 +458,8 @@ class SideLoad:
             w._stop.set()
         for w in workers:
             w.stop()
+        self.feed.close()  # no client may outlive the cluster's network (see campaign.run)
+        self.share_feed.close()
 
     def read_final(self) -> None:
         for topic in (self.sink, self.kv):

@@ -119,11 +119,15 @@ def tls_healthcheck(bootstrap: str, cafile: Path, timeout: float = 1.0) -> bool:
 class BrokerProcess:
     """A broker subprocess with its own data directory and log file."""
 
-    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None, port: int | None = None) -> None:
+    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None, port: int | None = None, *,
+                 host: str = "127.0.0.1", launcher: list[str] | None = None) -> None:
         self.data_dir = data_dir
         self.port = port or free_port()
+        self.host = host  # the address it listens on (and advertises): loopback, or its network namespace's
+        # Prepended to the command line, e.g. ``ip netns exec <ns>`` (which execs: the pid stays the broker's).
+        self.launcher = list(launcher or [])
         self.overrides = {
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "listeners": f"PLAINTEXT://{host}:{self.port}",
             "log.dirs": str(data_dir / "logs"),
             "group.initial.rebalance.delay.ms": "0",
             **(overrides or {}),
@@ -140,11 +144,11 @@ class BrokerProcess:
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def start(self, timeout: float = 30.0) -> BrokerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        args = [sys.executable, "-m", "pykbroker", "serve", *self.extra_args]
+        args = [*self.launcher, sys.executable, "-m", "pykbroker", "serve", *self.extra_args]
         for k, v in self.overrides.items():
             args += ["--override", f"{k}={v}"]
         logf = open(self.log_path, "ab")  # noqa: SIM115 - owned by the process

@@ -3,6 +3,11 @@
 Brokers are numbered from 1 and each has its own data directory and free loopback port, so tests
 can SIGTERM (controlled shutdown), SIGKILL, SIGSTOP or restart any of them. Every wait here is
 bounded in time and in rounds.
+
+With ``network=True`` each ZooKeeper server (``zk1``...) and broker (``b1``...) runs in a network namespace of
+its own (tests/support/netns.py), listening and advertising on that namespace's address, so that tests can
+partition them (``cluster.network.cut``/``partition``/``heal``); the test's clients reach them from its own
+namespace.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Any, TypeVar
 
 from pykbroker.protocol import codec
 from tests.support.broker import BrokerProcess
+from tests.support.netns import Network
 from tests.support.zookeeper import ZooKeeperEnsemble
 
 T = TypeVar("T")
@@ -99,16 +105,25 @@ class Cluster:
 
     def __init__(self, base: Path, size: int = 3, *, zk_size: int = 1,
                  overrides: dict[str, str] | None = None,
-                 broker_overrides: dict[int, dict[str, str]] | None = None) -> None:
+                 broker_overrides: dict[int, dict[str, str]] | None = None, network: bool = False) -> None:
         self.base = base
-        self.zk = ZooKeeperEnsemble(base / "zookeeper", zk_size)
+        zk_ids = range(1, zk_size + 1)
+        self.network = Network([f"zk{i}" for i in zk_ids] + [f"b{i}" for i in range(1, size + 1)]) \
+            if network else None
+        net = self.network
+        self.zk = ZooKeeperEnsemble(
+            base / "zookeeper", zk_size,
+            hosts={i: net.address(f"zk{i}") for i in zk_ids} if net else None,
+            launchers={i: net.exec_prefix(f"zk{i}") for i in zk_ids} if net else None)
         self.overrides = {**CLUSTER_DEFAULTS, **(overrides or {})}
         self.brokers: dict[int, BrokerProcess] = {}
         for broker_id in range(1, size + 1):
             self.brokers[broker_id] = BrokerProcess(
                 base / f"broker{broker_id}",
                 {"broker.id": str(broker_id), "zookeeper.connect": self.zk.connect, **self.overrides,
-                 **(broker_overrides or {}).get(broker_id, {})})
+                 **(broker_overrides or {}).get(broker_id, {})},
+                host=net.address(f"b{broker_id}") if net else "127.0.0.1",
+                launcher=net.exec_prefix(f"b{broker_id}") if net else None)
 
     @property
     def bootstrap(self) -> str:
@@ -124,6 +139,8 @@ class Cluster:
         return next(self.brokers[i].bootstrap for i in self.running() if i not in exclude)
 
     def start(self, timeout: float = 60.0) -> Cluster:
+        if self.network is not None:
+            self.network.open()
         self.zk.start()
         for b in self.brokers.values():
             b.start(timeout)
@@ -198,6 +215,8 @@ class Cluster:
                     pass
             b.kill()
         self.zk.kill()
+        if self.network is not None:
+            self.network.close()
 
     def logs(self) -> str:
         return "\n".join(f"==== broker {i}\n{b.log()[-6000:]}" for i, b in self.brokers.items())

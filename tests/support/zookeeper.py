@@ -45,24 +45,29 @@ def four_letter_word(address: str, port: int, word: str = "srvr", timeout: float
         return ""
 
 
-def _ruok(port: int, timeout: float = 1.0) -> bool:
+def _ruok(port: int, timeout: float = 1.0, address: str = "127.0.0.1") -> bool:
     """Serving clients: `srvr` answers with the server's mode (ruok answers earlier)."""
-    return "Mode:" in four_letter_word("127.0.0.1", port, "srvr", timeout)
+    return "Mode:" in four_letter_word(address, port, "srvr", timeout)
 
 
 class ZooKeeperServer:
     """One ZooKeeper server process (standalone, or one member of an ensemble)."""
 
-    def __init__(self, base: Path, myid: int, client_port: int, peers: dict[int, tuple[int, int]] | None) -> None:
+    def __init__(self, base: Path, myid: int, client_port: int, peers: dict[int, tuple[int, int]] | None, *,
+                 hosts: dict[int, str] | None = None, launcher: list[str] | None = None) -> None:
         self.dir = base / f"zk{myid}"
         self.myid = myid
         self.port = client_port
         self.peers = peers  # myid -> (quorum port, election port); None for standalone
+        self.hosts = hosts or {}  # myid -> address (default loopback): each server's network namespace's
+        self.host = self.hosts.get(myid, "127.0.0.1")
+        # Prepended to the java command line, e.g. ``ip netns exec <ns>`` (which execs: the pid stays java's).
+        self.launcher = list(launcher or [])
         self.proc: subprocess.Popen[bytes] | None = None
 
     def _settings(self) -> ZooKeeperSettings:
-        servers = {sid: f"127.0.0.1:{q}:{e}" for sid, (q, e) in (self.peers or {}).items()}
-        return ZooKeeperSettings(self.dir, "127.0.0.1", self.port, servers, self.myid if servers else None,
+        servers = {sid: f"{self.hosts.get(sid, '127.0.0.1')}:{q}:{e}" for sid, (q, e) in (self.peers or {}).items()}
+        return ZooKeeperSettings(self.dir, self.host, self.port, servers, self.myid if servers else None,
                                  tick_time_ms=500, max_session_timeout_ms=60000)
 
     def start(self) -> ZooKeeperServer:
@@ -71,7 +76,7 @@ class ZooKeeperServer:
         write_config(self._settings())
         out = open(self.dir / "stdout.log", "ab")  # noqa: SIM115 - owned by the process
         self.proc = subprocess.Popen(
-            command(self.dir, 256, ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")),
+            [*self.launcher, *command(self.dir, 256, ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"))],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         out.close()
         return self
@@ -81,7 +86,7 @@ class ZooKeeperServer:
         for _ in range(int(timeout / 0.1) + 1):
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"zookeeper {self.myid} exited with {self.proc.returncode}:\n{self.log()}")
-            if _ruok(self.port):
+            if _ruok(self.port, address=self.host):
                 return
             if time.monotonic() > deadline:
                 break
@@ -115,14 +120,17 @@ class ZooKeeperServer:
 class ZooKeeperEnsemble:
     """``size`` servers (1 = standalone). ``connect`` is the zookeeper.connect string."""
 
-    def __init__(self, base: Path, size: int = 1) -> None:
+    def __init__(self, base: Path, size: int = 1, *, hosts: dict[int, str] | None = None,
+                 launchers: dict[int, list[str]] | None = None) -> None:
+        """``hosts`` and ``launchers``: per myid, the address and the command prefix (a network namespace's)."""
         ports = {i: _free_port() for i in range(1, size + 1)}
         peers = {i: (_free_port(), _free_port()) for i in range(1, size + 1)} if size > 1 else None
-        self.servers = [ZooKeeperServer(base, i, ports[i], peers) for i in range(1, size + 1)]
+        self.servers = [ZooKeeperServer(base, i, ports[i], peers, hosts=hosts, launcher=(launchers or {}).get(i))
+                        for i in range(1, size + 1)]
 
     @property
     def connect(self) -> str:
-        return ",".join(f"127.0.0.1:{s.port}" for s in self.servers)
+        return ",".join(f"{s.host}:{s.port}" for s in self.servers)
 
     def start(self, timeout: float = 45.0) -> ZooKeeperEnsemble:
         for s in self.servers:
