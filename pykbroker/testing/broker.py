@@ -1,5 +1,5 @@
 """A real pykbroker for an application's tests: ``pykbroker serve`` as a subprocess on a free loopback port with
-a temporary data directory, ready once it answers ApiVersions and Metadata, stopped and removed on exit.
+a temporary data directory, ready once it answers ApiVersions, stopped and removed on exit.
 
 It runs the broker as a separate process (the same Python, the same pykbroker), so nothing of the broker's
 internals is imported here and a test can never share state with the broker it talks to."""
@@ -128,6 +128,7 @@ class Broker:
         self.log_path: Path | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         self.returncode: int | None = None
+        self._stop_requested = False
 
     # --- addresses ---------------------------------------------------------------------------------------
 
@@ -173,6 +174,7 @@ class Broker:
             self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, env=python_env())
         self.returncode = None
+        self._stop_requested = False
         _running.add(self)
 
     def _port_taken(self, log_start: int) -> bool:
@@ -186,14 +188,10 @@ class Broker:
         return "Address already in use" in text or "address already in use" in text
 
     def ready(self) -> bool:
-        """Serving: it answers ApiVersions, and Metadata lists it."""
-        if not wire.api_versions_ok(self.bootstrap_servers):
-            return False
-        try:
-            md = wire.metadata(self.bootstrap_servers, [], timeout=2.0)
-        except (OSError, ConnectionError):
-            return False
-        return any(b.port == self.port for b in md.brokers)
+        """Serving: it answers ApiVersions (a broker opens its listeners last, once its metadata and internal
+        topics are loaded). A raw request, so that a test process that only hands the address to its own
+        clients never loads the codec."""
+        return wire.api_versions_ok(self.bootstrap_servers)
 
     def wait_ready(self, deadline: float) -> None:
         """Until the broker serves, bounded by ``deadline`` (``time.monotonic()``); raises BrokerStartError."""
@@ -236,12 +234,18 @@ class Broker:
 
     # --- stop --------------------------------------------------------------------------------------------
 
+    def request_stop(self) -> None:
+        """SIGTERM, once: the broker shuts down gracefully (a second SIGTERM would end it at once)."""
+        if self.proc is not None and self.proc.poll() is None and not self._stop_requested:
+            self._stop_requested = True
+            self.proc.send_signal(signal.SIGTERM)
+
     def _terminate(self) -> None:
         """SIGTERM (a graceful shutdown), then SIGKILL if it has not exited within ``stop_timeout``."""
         if self.proc is None:
             return
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.request_stop()
             try:
                 self.proc.wait(self.stop_timeout)
             except subprocess.TimeoutExpired:

@@ -192,8 +192,7 @@ class Cluster:
 
     def _stop_processes(self) -> None:
         for b in self.brokers:  # all at once: each then shuts down while the others do
-            if b.proc is not None and b.proc.poll() is None:
-                b.proc.send_signal(signal.SIGTERM)
+            b.request_stop()
         for b in self.brokers:
             b.stop()
         if self.zookeeper is not None:

@@ -5,6 +5,7 @@ be empty afterwards (every broker's temporary directory removed), and no broker 
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import psutil
@@ -30,10 +31,10 @@ def run(pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     return pytester, tmpdir
 
 
-def _left_behind(record: dict[str, object], tmpdir: Path) -> list[str]:
+def _left_behind(record: dict[str, list[int]], tmpdir: Path) -> list[str]:
     """What a run left: its temporary directories, and any process still running one of its brokers."""
     left = [str(p) for p in tmpdir.iterdir()]
-    for pid in record.get("pids", []):  # type: ignore[union-attr]
+    for pid in record.get("pids", []):
         if psutil.pid_exists(int(pid)) and psutil.Process(int(pid)).status() != psutil.STATUS_ZOMBIE:
             left.append(f"process {pid}")
     for proc in psutil.process_iter(["pid", "cmdline"]):
@@ -45,6 +46,7 @@ def _left_behind(record: dict[str, object], tmpdir: Path) -> list[str]:
 USER_TESTS = '''
 import asyncio
 import json
+import socket
 import os
 import time
 
@@ -173,12 +175,26 @@ def test_fixtures_in_a_users_tests(run: tuple[pytest.Pytester, Path], tmp_path: 
 
 def test_cluster_fixture(run: tuple[pytest.Pytester, Path], tmp_path: Path) -> None:
     pytester, tmpdir = run
+    pytester.makeconftest('''
+        import json, os
+
+        CLUSTERS = []
+
+        def pytest_sessionfinish():  # after the session's fixtures are torn down
+            path = os.environ["PYKBROKER_PLUGIN_RECORD"]
+            record = json.load(open(path))
+            record["exits"] = [b.returncode for c in CLUSTERS for b in c.brokers]
+            json.dump(record, open(path, "w"))
+    ''')
     pytester.makepyfile(test_cluster='''
         import json, os, time
+
+        import conftest
         from pykbroker.testing.wire import metadata
 
-        def test_three_brokers(pykbroker_cluster, pykbroker_confluent_producer):
+        def test_three_brokers(pykbroker_cluster):
             c = pykbroker_cluster
+            conftest.CLUSTERS.append(c)
             json.dump({"pids": [b.pid for b in c.brokers] + [c.zookeeper.proc.pid], "dir": str(c.base_dir)},
                       open(os.environ["PYKBROKER_PLUGIN_RECORD"], "w"))
             assert len(c.bootstrap_servers.split(",")) == 3
@@ -196,7 +212,9 @@ def test_cluster_fixture(run: tuple[pytest.Pytester, Path], tmp_path: Path) -> N
     result = pytester.runpytest_subprocess("-p", "pykbroker.testing.pytest_entry", "--pykbroker",
                                            "-p", "no:cacheprovider", timeout=RUN_TIMEOUT)
     result.assert_outcomes(passed=1)
-    assert _left_behind(json.loads((tmp_path / "record.json").read_text()), tmpdir) == []
+    record = json.loads((tmp_path / "record.json").read_text())
+    assert _left_behind(record, tmpdir) == []
+    assert record["exits"] == [0, 0, 0]  # each broker shut down cleanly on one SIGTERM
 
 
 def test_a_broker_that_cannot_start_says_why_and_a_missing_library_skips(run: tuple[pytest.Pytester, Path]) -> None:
@@ -240,3 +258,28 @@ def test_off_unless_switched_on(run: tuple[pytest.Pytester, Path]) -> None:
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*fixture 'pykbroker_broker' not found*"])
     assert _left_behind({}, tmpdir) == []
+
+
+def test_broker_starts_again_elsewhere_when_its_port_was_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The port chosen is free when chosen; if another process binds it before the broker does, the broker
+    exits on the bind and the harness starts it again on another port."""
+    from pykbroker.testing import broker as harness
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    ports = iter([int(taken.getsockname()[1]), harness.free_port()])
+    monkeypatch.setattr(harness, "free_port", lambda: next(ports))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    try:
+        broker = harness.Broker()
+        with broker:
+            assert broker.port != taken.getsockname()[1]
+            assert "Address already in use" in broker.log()
+            pid, base = broker.pid, broker.base_dir
+            assert base is not None and broker.running()
+            broker.kill()  # what an application sees when its broker vanishes
+            assert not broker.running() and broker.returncode == -9
+        assert base is not None and not base.exists() and pid is not None and not psutil.pid_exists(pid)
+    finally:
+        taken.close()
