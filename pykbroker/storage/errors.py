@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import errno
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Concatenate, ParamSpec, Protocol, TypeVar
 
 
 class OffsetOutOfRange(Exception):
@@ -28,3 +32,42 @@ class KafkaStorageError(Exception):
     """
 
     error_code = 56  # KAFKA_STORAGE_ERROR
+
+
+class OnDisk(Protocol):
+    """What :func:`on_disk` needs of the object whose method it wraps (a log)."""
+
+    dir: Path
+    offline: bool
+
+    @property
+    def closed(self) -> bool: ...
+
+    def storage_failure(self, exc: BaseException, what: str) -> KafkaStorageError: ...
+
+
+_S = TypeVar("_S", bound=OnDisk)
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def on_disk(what: str) -> Callable[[Callable[Concatenate[_S, _P], _R]], Callable[Concatenate[_S, _P], _R]]:
+    """Turn an OSError escaping a log's method into :class:`KafkaStorageError` (the dir goes offline).
+
+    A log closed meanwhile (its topic deleted, its directory renamed away) is not a disk
+    failure: that case stays the RuntimeError callers already expect of a closed log.
+    """
+
+    def decorate(fn: Callable[Concatenate[_S, _P], _R]) -> Callable[Concatenate[_S, _P], _R]:
+        @functools.wraps(fn)
+        def wrapper(self: _S, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+            try:
+                return fn(self, *args, **kwargs)
+            except OSError as exc:
+                if self.closed and not self.offline:
+                    raise RuntimeError(f"log {self.dir} is closed") from exc
+                raise self.storage_failure(exc, what) from exc
+
+        return wrapper
+
+    return decorate

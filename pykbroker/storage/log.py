@@ -14,15 +14,16 @@ the newest usable snapshot and replays batch headers from there
 (:mod:`~pykbroker.storage.producer_snapshots`).  Aborted transactions are recorded in the
 ``.txnindex`` of the segment holding their abort marker.
 
-Opening a directory (recovery) is :mod:`~pykbroker.storage.log_loader`; the data sync handed to
-a syncer is :mod:`~pykbroker.storage.log_flush`.
+Opening a directory (recovery) is :mod:`~pykbroker.storage.log_loader`; flushing and durable
+offsets are :mod:`~pykbroker.storage.log_durability`; which old segments may go is
+:mod:`~pykbroker.storage.log_retention`; the cleaner's output goes in place through
+:mod:`~pykbroker.storage.segment_swap`.
 """
 
 from __future__ import annotations
 
 import bisect
 import contextlib
-import functools
 import logging
 import os
 import shutil
@@ -30,7 +31,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Concatenate, ParamSpec, TypeVar
 
 from pykbroker.protocol.records import (
     CORRUPT_MESSAGE,
@@ -41,11 +41,12 @@ from pykbroker.protocol.records import (
     iter_batches,
     parse_batch_header,
 )
-from pykbroker.storage.errors import KafkaStorageError, OffsetOutOfRange, out_of_descriptors
+from pykbroker.storage.errors import KafkaStorageError, OffsetOutOfRange, on_disk, out_of_descriptors
 from pykbroker.storage.index import CorruptIndex
 from pykbroker.storage.leader_epoch_cache import LeaderEpochCache
 from pykbroker.storage.log_config import LogConfig
-from pykbroker.storage.log_flush import DataFlush, fsync_dir, sync_data_flush
+from pykbroker.storage.log_durability import LogDurability
+from pykbroker.storage.log_flush import fsync_dir
 from pykbroker.storage.log_loader import load_segments
 from pykbroker.storage.log_results import AppendResult, ReadResult, SliceResult
 from pykbroker.storage.log_retention import (
@@ -98,33 +99,7 @@ def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-
-
-def _on_disk(what: str) -> Callable[[Callable[Concatenate[Log, _P], _R]], Callable[Concatenate[Log, _P], _R]]:
-    """Turn an OSError escaping a Log method into :class:`KafkaStorageError` (the dir goes offline).
-
-    A log closed meanwhile (its topic deleted, its directory renamed away) is not a disk
-    failure: that case stays the RuntimeError callers already expect of a closed log.
-    """
-
-    def decorate(fn: Callable[Concatenate[Log, _P], _R]) -> Callable[Concatenate[Log, _P], _R]:
-        @functools.wraps(fn)
-        def wrapper(self: Log, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-            try:
-                return fn(self, *args, **kwargs)
-            except OSError as exc:
-                if self._closed and not self.offline:
-                    raise RuntimeError(f"log {self.dir} is closed") from exc
-                raise self.storage_failure(exc, what) from exc
-
-        return wrapper
-
-    return decorate
-
-
-class Log:
+class Log(LogDurability):
     """Append-only, segmented log of one topic partition (Kafka's UnifiedLog/LocalLog)."""
 
     def __init__(
@@ -145,11 +120,8 @@ class Log:
         self.log_start_offset = log_start_offset
         self.log_end_offset = log_end_offset
         self.recovery_point = recovery_point
-        # Offsets below this are on disk (fdatasync'd) though maybe not yet indexed durably: what an
-        # acknowledgement under log.flush.on.ack needs. The recovery point, below which recovery
-        # skips a segment altogether, only moves with a full flush.
-        self._durable_offset = recovery_point
-        self._truncations = 0  # bumped by every truncation: a data sync begun before one covers nothing after
+        self._durable_offset = recovery_point  # (see LogDurability)
+        self._truncations = 0
         self._now_ms = now_ms
         self._lock = threading.RLock()
         self._flush_lock = threading.Lock()
@@ -276,7 +248,7 @@ class Log:
 
     # -- append ----------------------------------------------------------------------------------
 
-    @_on_disk("appending to")
+    @on_disk("appending to")
     def append(
         self,
         records: bytearray,
@@ -387,7 +359,7 @@ class Log:
                 log_start_offset=self.log_start_offset,
             )
 
-    @_on_disk("appending to")
+    @on_disk("appending to")
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendResult | None:
         """Append a leader's batches unchanged: its offsets, epochs and timestamps (replication).
 
@@ -494,7 +466,7 @@ class Log:
                     log.warning("Could not write the leader epoch checkpoint of %(log_dir)s yet: %(error)s",
                                 {"log_dir": self.dir.name, "error": exc})
 
-    @_on_disk("writing the leader epoch checkpoint of")
+    @on_disk("writing the leader epoch checkpoint of")
     def checkpoint_leader_epochs(self) -> None:
         """Write the leader epoch cache if memory is ahead of its file."""
         with self._lock:
@@ -509,7 +481,7 @@ class Log:
 
     # -- read ------------------------------------------------------------------------------------
 
-    @_on_disk("reading")
+    @on_disk("reading")
     def read(
         self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_message: bool = True
     ) -> ReadResult:
@@ -541,7 +513,7 @@ class Log:
                     )
             return empty
 
-    @_on_disk("reading")
+    @on_disk("reading")
     def read_slice(
         self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_message: bool = True
     ) -> SliceResult:
@@ -568,7 +540,7 @@ class Log:
 
     # -- timestamps --------------------------------------------------------------------------------
 
-    @_on_disk("searching")
+    @on_disk("searching")
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= target, at or after the
         log start offset (ListOffsets by timestamp); None if every record is older."""
@@ -586,7 +558,7 @@ class Log:
                     return offset, ts
             return None
 
-    @_on_disk("searching")
+    @on_disk("searching")
     def max_timestamp_and_offset(self) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with the largest timestamp (ListOffsets -3)."""
         with self._lock:
@@ -612,7 +584,7 @@ class Log:
         with self._lock:
             return self.producer_state.first_unstable_offset()
 
-    @_on_disk("reading the transaction index of")
+    @on_disk("reading the transaction index of")
     def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[tuple[int, int]]:
         """(producer id, first offset) of aborted transactions overlapping [start, upper bound).
 
@@ -687,7 +659,7 @@ class Log:
 
     # -- roll / flush ------------------------------------------------------------------------------
 
-    @_on_disk("rolling")
+    @on_disk("rolling")
     def roll(self) -> None:
         """Start a new active segment at the log end offset (no-op if the active one is empty)."""
         with self._lock:
@@ -719,148 +691,9 @@ class Log:
         # Producer state as of the new segment's base: recovery replays from here at most.
         self._take_snapshot_locked(sync=False, strict=True)
 
-    def needs_flush(self, now_ms: int) -> bool:
-        """Whether flush.messages / flush.ms say so, or rolled segments are not yet durable."""
-        with self._lock:
-            if self._closed or self.offline:
-                return False
-            if self.recovery_point < self._segments[-1].base_offset:
-                return True
-            if self._unflushed_messages == 0:
-                return False
-            return (
-                self._unflushed_messages >= self.config.flush_messages
-                or now_ms - self._last_flush_ms >= self.config.flush_ms
-            )
-
-    @_on_disk("flushing")
-    def flush(self) -> None:
-        """fsync everything appended so far and advance the recovery point. Thread-safe."""
-        with self._flush_lock:
-            with self._lock:
-                if self.offline:
-                    raise KafkaStorageError(f"the log dir of {self.dir.name} is offline")
-                if self._closed:
-                    return
-                target = self.log_end_offset
-                flushed_messages = self._unflushed_messages
-                dir_dirty = self._dir_dirty
-                self._dir_dirty = False
-                i = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
-                fds: list[int] = []
-                for segment in self._segments[i:]:
-                    fds.extend(segment.dup_fds())
-                for path in self._snapshots.unsynced:
-                    with contextlib.suppress(FileNotFoundError):
-                        fds.append(os.open(path, os.O_RDONLY))
-                self._snapshots.unsynced.clear()
-            try:
-                for fd in fds:
-                    os.fsync(fd)
-                if dir_dirty:
-                    fsync_dir(self.dir)
-            finally:
-                for fd in fds:
-                    os.close(fd)
-            with self._lock:
-                self.recovery_point = max(self.recovery_point, min(target, self.log_end_offset))
-                self._durable_offset = max(self._durable_offset, self.recovery_point)
-                self._unflushed_messages = max(0, self._unflushed_messages - flushed_messages)
-                self._last_flush_ms = self._now_ms()
-
-    def flush_to(self, offset: int) -> None:
-        """Make the data below ``offset`` durable, sharing syncs between waiters (group commit).
-
-        Producers that appended while another flush was running wait for it to end; if that
-        flush already covered their data they return without a sync of their own.  Only the
-        segment data is synced (one fdatasync, plus the directory after a roll): the indexes
-        follow with the next full flush, and recovery rebuilds them past the recovery point, so
-        an acknowledgement does not wait for three more syncs (under CPU contention each one
-        can take tens of milliseconds, which queued acknowledgements for seconds).
-        """
-        if self._durable_offset >= offset:
-            return
-        with self._flush_lock:  # wait out a flush in progress
-            pass
-        if self._durable_offset >= offset:
-            return
-        self._flush_data()
-
-    @_on_disk("flushing")
-    def _flush_data(self) -> None:
-        """The data sync of :meth:`begin_data_flush` run here, in the calling thread."""
-        with self._flush_lock:
-            flush = self.begin_data_flush(self.log_end_offset)
-            if flush is None:
-                return
-            try:
-                error = sync_data_flush(flush)
-            except BaseException:  # not an OSError (those are reported): the directory stays to be synced
-                if flush.dir_dirty:
-                    with self._lock:
-                        self._dir_dirty = True
-                raise
-            self.end_data_flush(flush, error)
-
-    # -- the same data sync, split for a syncer outside Python (replica/group_commit.py) -----------------
-
-    @_on_disk("flushing")
-    def begin_data_flush(self, offset: int) -> DataFlush | None:
-        """What :meth:`flush_to` would sync, as duplicated descriptors the caller hands to a syncer that
-        fdatasyncs (the directory: fsyncs) and closes them, then reports to :meth:`end_data_flush`.
-        None when the data below ``offset`` is already durable or the log is closed.  Runs on the event
-        loop: only the descriptors are duplicated here, nothing waits for the disk."""
-        with self._lock:
-            if self.offline:
-                raise KafkaStorageError(f"the log dir of {self.dir.name} is offline")
-            if self._closed or self._durable_offset >= offset:
-                return None
-            target = self.log_end_offset
-            i = max(0, bisect.bisect_right(self._bases, self._durable_offset) - 1)
-            fds: list[int] = []
-            dir_fd = -1
-            try:
-                for segment in self._segments[i:]:
-                    fd = segment.dup_data_fd()
-                    if fd is not None:
-                        fds.append(fd)
-                if self._dir_dirty:
-                    dir_fd = os.open(self.dir, os.O_RDONLY)
-            except BaseException:
-                for fd in fds:
-                    os.close(fd)
-                raise
-            dir_dirty = self._dir_dirty
-            self._dir_dirty = False
-            return DataFlush(target, tuple(fds), dir_fd, dir_dirty, self._truncations)
-
-    def abandon_data_flush(self, flush: DataFlush) -> None:
-        """``flush`` will not be synced after all: close its descriptors; the directory stays to be synced."""
-        for fd in (*flush.fds, flush.dir_fd):
-            if fd >= 0:
-                os.close(fd)
-        if flush.dir_dirty:
-            with self._lock:
-                self._dir_dirty = True
-
-    def end_data_flush(self, flush: DataFlush, error: int) -> None:
-        """The syncer's report for ``flush``: advance the durable offset, or (``error``: an errno) take
-        the log dir offline and raise KafkaStorageError, as a failed :meth:`flush_to` does."""
-        if error:
-            with self._lock:
-                if flush.dir_dirty:
-                    self._dir_dirty = True
-            exc = OSError(error, os.strerror(error))
-            if self._closed and not self.offline:
-                raise RuntimeError(f"log {self.dir} is closed") from exc
-            raise self.storage_failure(exc, "flushing") from exc
-        with self._lock:
-            if flush.truncations == self._truncations:  # else the bytes it synced may be gone
-                self._durable_offset = max(self._durable_offset, min(flush.target, self.log_end_offset))
-
     # -- deletion of old data ------------------------------------------------------------------------
 
-    @_on_disk("deleting records of")
+    @on_disk("deleting records of")
     def delete_records_before(self, offset: int, *, reason: LogStartOffsetIncrementReason,
                               high_watermark: int | None = None) -> int:
         """Advance the log start offset to ``offset`` (a DeleteRecords request, or a follower following its
@@ -879,7 +712,7 @@ class Log:
                                              "log start offset breach")
             return self.log_start_offset
 
-    @_on_disk("applying retention to")
+    @on_disk("applying retention to")
     def apply_retention(self, now_ms: int, *, high_watermark: int | None = None) -> list[str]:
         """Kafka's deleteOldSegments: time, size and log-start-offset based segment deletion
         (:mod:`~pykbroker.storage.log_retention`).
@@ -940,7 +773,7 @@ class Log:
         self._prune_snapshots_locked()
         return names
 
-    @_on_disk("truncating")
+    @on_disk("truncating")
     def truncate_to(self, offset: int) -> None:
         """Remove everything at and after ``offset`` (follower truncation)."""
         with self._lock:
@@ -975,7 +808,7 @@ class Log:
             # Producer state as of ``offset``: newest snapshot at or below it plus a replay.
             self._load_producer_state_locked(offset, sync=False)
 
-    @_on_disk("truncating")
+    @on_disk("truncating")
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete all data and restart the log at ``offset``."""
         with self._lock:
@@ -1004,7 +837,7 @@ class Log:
         with self._lock:
             return list(self._segments[:-1])
 
-    @_on_disk("replacing a segment of")
+    @on_disk("replacing a segment of")
     def replace_segment(self, old: Segment, cleaned: Path) -> bool:
         """Swap a cleaned copy of an inactive segment in, atomically (one rename of the .log file).
 
@@ -1035,7 +868,7 @@ class Log:
         with self._lock:
             return {pid: e.batches[-1].last_offset for pid, e in self.producer_state.producers.items() if e.batches}
 
-    @_on_disk("replacing segments of")
+    @on_disk("replacing segments of")
     def replace_segments(self, olds: list[Segment], cleaned: Path, txn_index: bytes = b"") -> bool:
         """Swap one cleaned file in for several adjacent inactive segments (Kafka's .swap protocol).
 
@@ -1148,10 +981,6 @@ class Log:
             self._closed = True
             for seg in self._segments:  # idempotent, so also after a close that failed halfway
                 seg.release()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
     def _check_open(self) -> None:
         if self.offline:

@@ -39,10 +39,10 @@ class ZooKeeperUnavailable(RuntimeError):
     """ZooKeeper (Debian's ``zookeeper`` package and a Java runtime) is not installed on this machine."""
 
 
-def four_letter_word(port: int, word: str = "srvr", timeout: float = 1.0) -> str:
-    """ZooKeeper's answer to a four-letter word on 127.0.0.1 (empty if none)."""
+def four_letter_word(port: int, word: str = "srvr", timeout: float = 1.0, address: str = "127.0.0.1") -> str:
+    """ZooKeeper's answer to a four-letter word (``srvr``: "Mode: ..." once it serves); empty if none."""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        with socket.create_connection((address, port), timeout=timeout) as s:
             s.settimeout(timeout)
             s.sendall(word.encode())
             data = b""

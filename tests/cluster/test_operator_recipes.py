@@ -20,9 +20,10 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from pykbroker.testing.cluster import four_letter_word
 from tests.support.broker import BrokerProcess, _bindable, free_port
 from tests.support.cluster import metadata, wait_for
-from tests.support.zookeeper import four_letter_word, zookeeper_available
+from tests.support.zookeeper import zookeeper_available
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("replication")]
 
@@ -31,7 +32,7 @@ PYKBROKER = [sys.executable, "-m", "pykbroker"]
 
 
 def _mode(address: str, port: int) -> str | None:
-    m = re.search(r"^Mode: (\w+)", four_letter_word(address, port, timeout=2), re.M)
+    m = re.search(r"^Mode: (\w+)", four_letter_word(port, timeout=2, address=address), re.M)
     return m.group(1) if m else None
 
 
@@ -122,7 +123,7 @@ def test_zookeeper_one_node_as_documented(tmp_path: Path, procs: Processes) -> N
     assert "echo srvr | nc 127.0.0.1 2181" in one_node and '"Mode: standalone"' in one_node
     wait_for(lambda: _mode("127.0.0.1", port) == "standalone", timeout=60, what="ZooKeeper serving")
     # Only on the address it was given: another loopback address of this host finds nothing there.
-    assert four_letter_word("127.0.0.2", port, timeout=2) == ""
+    assert four_letter_word(port, timeout=2, address="127.0.0.2") == ""
     unit_line = next(x for x in systemd.splitlines() if x.startswith("pykbroker zookeeper systemd-unit"))
     unit = subprocess.run(_command(unit_line, subs), cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert unit.returncode == 0 and "ExecStart=" in unit.stdout and "QuorumPeerMain" in unit.stdout

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
+from pykbroker.testing.cluster import four_letter_word
 from pykbroker.zookeeper_server import DEBIAN_JAR, ZooKeeperSettings, command, write_config
 from tests.support.broker import free_port
 
@@ -28,26 +28,9 @@ def _free_port() -> int:
     return free_port()
 
 
-def four_letter_word(address: str, port: int, word: str = "srvr", timeout: float = 1.0) -> str:
-    """ZooKeeper's answer to a four-letter word (``srvr``: "Mode: ..." once it serves); empty if none."""
-    try:
-        with socket.create_connection((address, port), timeout=timeout) as s:
-            s.sendall(word.encode())
-            s.settimeout(timeout)
-            data = b""
-            for _ in range(20):
-                chunk = s.recv(4096)
-                if not chunk:
-                    break
-                data += chunk
-            return data.decode(errors="replace")
-    except OSError:
-        return ""
-
-
 def _ruok(port: int, timeout: float = 1.0, address: str = "127.0.0.1") -> bool:
     """Serving clients: `srvr` answers with the server's mode (ruok answers earlier)."""
-    return "Mode:" in four_letter_word(address, port, "srvr", timeout)
+    return "Mode:" in four_letter_word(port, "srvr", timeout, address=address)
 
 
 class ZooKeeperServer:
