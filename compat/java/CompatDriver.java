@@ -350,13 +350,16 @@ public class CompatDriver {
         Collection<String> names = admin().listTopics(new ListTopicsOptions().listInternal(true)).names()
                 .get(30, TimeUnit.SECONDS);
         Map<String, Integer> topics = new HashMap<>();
-        // Per topic: on a shared cluster a listed topic may be deleted before it is described.
+        // Per topic: on a shared cluster a listed topic may be deleted before it is described, or the ACL that
+        // let this user see it removed by another scenario (the answering broker may also be another, whose
+        // authorizer already has the removal): either way the topic is no longer this user's to see.
         for (Map.Entry<String, org.apache.kafka.common.KafkaFuture<TopicDescription>> e : admin()
                 .describeTopics(names, new DescribeTopicsOptions()).topicNameValues().entrySet()) {
             try {
                 topics.put(e.getKey(), e.getValue().get(30, TimeUnit.SECONDS).partitions().size());
             } catch (ExecutionException ex) {
-                if (!(ex.getCause() instanceof org.apache.kafka.common.errors.UnknownTopicOrPartitionException)) throw ex;
+                if (!(ex.getCause() instanceof org.apache.kafka.common.errors.UnknownTopicOrPartitionException
+                        || ex.getCause() instanceof org.apache.kafka.common.errors.TopicAuthorizationException)) throw ex;
             }
         }
         return Map.of("brokers", brokers, "topics", topics);
