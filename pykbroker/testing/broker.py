@@ -20,10 +20,10 @@ import uuid
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 
 import pykbroker
 from pykbroker.testing import wire
+from pykbroker.testing.lifecycle import StartStop
 
 # Settings that make a broker fit for tests, each overridable: the first consumer of a group joins at once
 # rather than after Kafka's 3 s wait for more members, and the internal topics that the broker creates at start
@@ -101,7 +101,7 @@ def python_env() -> dict[str, str]:
     return env
 
 
-class Broker:
+class Broker(StartStop):
     """One pykbroker with embedded metadata, as a context manager (``with``) or an async one (``async with``).
 
     ``overrides`` are broker settings (``server.properties`` keys) on top of :data:`TEST_DEFAULTS`;
@@ -302,27 +302,6 @@ class Broker:
             return self.log_path.read_text(errors="replace")
         except OSError:
             return ""
-
-    # --- context managers --------------------------------------------------------------------------------
-
-    def __enter__(self) -> Broker:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> Broker:
-        import anyio.to_thread
-
-        await anyio.to_thread.run_sync(self.start)
-        return self
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
-        import anyio.to_thread
-
-        await anyio.to_thread.run_sync(self.stop)
 
     def __repr__(self) -> str:
         state = "running" if self.running() else "stopped"

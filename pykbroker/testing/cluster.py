@@ -18,10 +18,10 @@ import uuid
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 
 from pykbroker.testing import wire
 from pykbroker.testing.broker import Broker, BrokerStartError, _setting, _tail, free_port, python_env
+from pykbroker.testing.lifecycle import StartStop
 
 # A broker that goes away is noticed within seconds rather than Kafka's 18 s.
 CLUSTER_DEFAULTS: dict[str, str] = {
@@ -116,7 +116,7 @@ class ZooKeeper:
             self.proc.wait(10)
 
 
-class Cluster:
+class Cluster(StartStop):
     """``size`` brokers (ids 1..size) sharing one ZooKeeper, as a context manager (``with`` or ``async with``).
 
     ``overrides`` apply to every broker, on top of the test defaults of :class:`Broker` and
@@ -227,26 +227,6 @@ class Cluster:
 
     def delete_topic(self, name: str, timeout: float = 30.0) -> None:
         wire.delete_topic(self.bootstrap_servers, name, timeout)
-
-    def __enter__(self) -> Cluster:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> Cluster:
-        import anyio.to_thread
-
-        await anyio.to_thread.run_sync(self.start)
-        return self
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
-        import anyio.to_thread
-
-        await anyio.to_thread.run_sync(self.stop)
-
 
 def _stop_all() -> None:
     """At interpreter exit, stop the clusters a test left running."""
