@@ -44,7 +44,7 @@ class Anomalies:
         return {"counts": dict(self.counts), "examples": dict(self.examples)}
 
 
-def check(acked: dict[bytes, tuple[int, int]], polls: dict[str, list[Record | str]],
+def check(acked: dict[bytes, tuple[int, int | None]], polls: dict[str, list[Record | str]],
           commits: dict[str, list[tuple[int, int] | str]], final: list[Record]) -> Anomalies:
     out = Anomalies()
     at: dict[tuple[int, int], bytes] = {}
@@ -60,6 +60,11 @@ def check(acked: dict[bytes, tuple[int, int]], polls: dict[str, list[Record | st
     for v, (p, o) in acked.items():
         if v not in where:
             out.add("lost-write", f"{v!r} acknowledged at {p}:{o}, never read")
+        elif o is None or o < 0:
+            # Acknowledged without an offset: librdkafka's idempotent producer reports the batches before one
+            # the broker acknowledged as delivered too (their own answer was lost), with no offset to check.
+            if all(pp != p for pp, _ in where[v]):
+                out.add("inconsistent-offset", f"{v!r} acknowledged in partition {p}, read in {sorted(where[v])}")
         elif at.get((p, o)) != v:
             out.add("inconsistent-offset", f"{v!r} acknowledged at {p}:{o}, read there: {at.get((p, o))!r}")
     offsets_of: dict[int, list[int]] = defaultdict(list)

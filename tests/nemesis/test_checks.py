@@ -11,6 +11,7 @@ from tests.nemesis.checker import (
     Record,
     Seen,
     Txn,
+    check,
     check_transactions,
     share_deliveries,
 )
@@ -192,3 +193,14 @@ def test_a_client_call_that_does_not_return_in_time_is_abandoned() -> None:
     with pytest.raises(ValueError, match="from the call"):
         bounded(fails, 5)
     bounded(lambda: None, 5)
+
+
+def test_an_acknowledgement_without_an_offset_is_checked_by_partition() -> None:
+    """librdkafka acknowledges the batches before an acknowledged one implicitly, with no offset (None)."""
+    final: list[Record] = [(4, 0, b"a"), (4, 1, b"b"), (2, 0, b"c")]
+    fine = check({b"a": (4, 0), b"b": (4, None), b"c": (2, -1)}, {}, {}, final)
+    assert fine.total == 0, fine.as_dict()
+    wrong = check({b"b": (3, None)}, {}, {}, final)
+    assert dict(wrong.counts) == {"inconsistent-offset": 1}, wrong.as_dict()
+    lost = check({b"d": (4, None)}, {}, {}, final)
+    assert dict(lost.counts) == {"lost-write": 1}, lost.as_dict()
