@@ -30,7 +30,6 @@ stray ``.cleaned`` file is deleted on open.
 from __future__ import annotations
 
 import logging
-import os
 import struct
 import time
 from collections.abc import Callable, Mapping
@@ -47,6 +46,7 @@ from pykbroker.protocol.records import (
     decode_records,
 )
 from pykbroker.storage.log import Log
+from pykbroker.storage.log_flush import write_synced
 from pykbroker.storage.segment import Segment
 
 log = logging.getLogger("pykbroker.cleaner")
@@ -363,12 +363,7 @@ def clean_log(lg: Log, *, delete_retention_ms: int, now_ms: int | None = None, f
             continue
         first = group[0]
         path = first.log_path.with_name(first.log_path.name + ".cleaned")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, out)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_synced(path, out)
         before = sum(s.size for s in group)
         txn = b"".join(s.txn_index.path.read_bytes() for s in group if s.txn_index.path.exists()) \
             if len(group) > 1 else b""

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["DataFlush", "fsync_dir", "sync_data_flush"]
+__all__ = ["DataFlush", "fsync_dir", "sync_data_flush", "write_synced"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +52,20 @@ def sync_data_flush(flush: DataFlush) -> int:
 def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_synced(path: Path, data: bytes | bytearray) -> None:
+    """Write ``data`` as the whole of ``path`` (created or truncated) and fsync it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        for _ in range(len(view) + 1):  # each write takes at least one byte
+            if not view:
+                break
+            view = view[os.write(fd, view):]
         os.fsync(fd)
     finally:
         os.close(fd)

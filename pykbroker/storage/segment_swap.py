@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from pykbroker.storage.log_config import LogConfig
-from pykbroker.storage.log_flush import fsync_dir
+from pykbroker.storage.log_flush import fsync_dir, write_synced
 from pykbroker.storage.segment import LOG_SUFFIX, TXN_INDEX_SUFFIX, Segment, filename_prefix
 
 
@@ -39,12 +39,7 @@ def swap_in_merged(dir: Path, olds: list[Segment], cleaned: Path, txn_index: byt
     log_swap = dir / (prefix + LOG_SUFFIX + ".swap")
     txn_swap = dir / (prefix + TXN_INDEX_SUFFIX + ".swap")
     if txn_index:
-        fd = os.open(txn_swap, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, txn_index)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_synced(txn_swap, txn_index)
     os.replace(cleaned, log_swap)
     fsync_dir(dir)  # committed: recovery completes the swap from here on
     for seg in olds:

@@ -38,9 +38,12 @@ def split_address(address: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    """Exactly ``n`` bytes (each receive brings at least one, so at most ``n`` receives)."""
     buf = bytearray()
-    while len(buf) < n:
+    for _ in range(n + 1):
+        if len(buf) >= n:
+            break
         chunk = sock.recv(n - len(buf))
         if not chunk:
             raise ConnectionError("the broker closed the connection without answering")
@@ -48,22 +51,26 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
-def request(address: str, api_key: int, version: int, body: Mapping[str, Any], timeout: float = 10.0) -> Any:
+def request(address: str, api_key: int, version: int, body: Mapping[str, Any], timeout: float = 10.0, *,
+            client_id: str = CLIENT_ID) -> Any:
     """One request of a flexible version on a fresh connection; the decoded response."""
+    # Loaded on the first request, not when the pytest plugin is imported: the codec (kio) takes a while.
     from pykbroker.protocol import codec
 
-    cid = CLIENT_ID.encode()
+    cid = client_id.encode()
     correlation_id = 1
     header = struct.pack(">hhih", api_key, version, correlation_id, len(cid)) + cid + b"\x00"
     payload = header + codec.encode_entity(codec.build(codec.request_class(api_key, version), body))
     with socket.create_connection(split_address(address), timeout=timeout) as sock:
         sock.settimeout(timeout)
         sock.sendall(struct.pack(">i", len(payload)) + payload)
-        (size,) = struct.unpack(">i", _recv_exact(sock, 4))
-        frame = _recv_exact(sock, size)
+        (size,) = struct.unpack(">i", recv_exact(sock, 4))
+        frame = recv_exact(sock, size)
     (answered,) = struct.unpack_from(">i", frame, 0)
     if answered != correlation_id:
         raise ConnectionError(f"{address} answered correlation id {answered}, not {correlation_id}")
+    if frame[4] != 0:
+        raise ConnectionError(f"{address} answered with tagged fields in the response header")
     # Response header v1: the correlation id, then tagged fields (none from pykbroker: one zero byte).
     return codec.decode_response(api_key, version, frame, 5)
 
@@ -75,10 +82,10 @@ def api_versions_ok(address: str, timeout: float = 1.0) -> bool:
         with socket.create_connection(split_address(address), timeout=timeout) as sock:
             sock.settimeout(timeout)
             sock.sendall(struct.pack(">i", len(request_bytes)) + request_bytes)
-            (size,) = struct.unpack(">i", _recv_exact(sock, 4))
+            (size,) = struct.unpack(">i", recv_exact(sock, 4))
             if not 10 <= size < 1 << 20:
                 return False
-            body = _recv_exact(sock, size)
+            body = recv_exact(sock, size)
     except (OSError, ConnectionError):
         return False
     correlation_id, error_code, count = struct.unpack_from(">ihi", body, 0)

@@ -15,6 +15,7 @@ What each client saw goes to ``tests/nemesis/checker.py``'s transactional and sh
 
 from __future__ import annotations
 
+import abc
 import random
 import threading
 import time
@@ -91,7 +92,7 @@ def bounded(call: Callable[[], None], seconds: float) -> None:
         raise raised[0]
 
 
-class Transactional:
+class Transactional(abc.ABC):
     """A transactional producer whose every transaction ends with an outcome the client can vouch for: committed
     (commit_transaction returned), aborted (abort_transaction returned, or the commit was never asked for), or
     unknown (the commit was asked for and the client could not tell; a new producer with the same
@@ -190,8 +191,9 @@ class Transactional:
             except KafkaException as e:  # best effort: the worker is done either way
                 self.errors.append(f"close: {e.args[0].name()}")
 
+    @abc.abstractmethod
     def step(self) -> None:
-        raise NotImplementedError
+        """One transaction of this worker's kind."""
 
     def close(self) -> None:
         if self.producer is not None:  # between transactions: nothing open, nothing outstanding

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pykbroker.protocol import codec
+from pykbroker.testing import wire
 from tests.support.broker import BrokerProcess
 from tests.support.netns import Network
 from tests.support.zookeeper import ZooKeeperEnsemble
@@ -72,32 +73,15 @@ def read_frame(s: socket.socket) -> bytes:
 def raw_request(bootstrap: str, api_key: int, version: int, body: dict[str, Any], *, timeout: float = 10.0,
                 client_id: str = "cluster-test") -> Any:
     """One flexible-version request on a fresh connection (no client library in the way); its response."""
-    host, port = bootstrap.split(",")[0].rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=timeout) as s:
-        s.settimeout(timeout)
-        s.sendall(request_frame(api_key, version, body, client_id=client_id))
-        frame = read_frame(s)
-    assert struct.unpack_from(">i", frame, 0)[0] == 7 and frame[4] == 0, "correlation id, no header tags"
-    return codec.decode_response(api_key, version, frame, 5)
+    return wire.request(bootstrap.split(",")[0], api_key, version, body, timeout, client_id=client_id)
 
 
 def metadata(bootstrap: str, topics: list[str] | None = None, timeout: float = 5.0) -> Any:
     """One Metadata v12 request on a fresh connection (no client library caching in the way)."""
-    body = {"topics": None if topics is None else [{"name": t, "topic_id": None} for t in topics],
-            "allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
-    return raw_request(bootstrap, 3, 12, body, timeout=timeout)
+    return wire.metadata(bootstrap.split(",")[0], topics, timeout)
 
 
-def recv_exact(s: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    for _ in range(n + 1):
-        if len(buf) >= n:
-            break
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("connection closed")
-        buf += chunk
-    return bytes(buf)
+recv_exact = wire.recv_exact
 
 
 class Cluster:
