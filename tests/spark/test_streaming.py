@@ -83,9 +83,15 @@ def test_checkpoint_stop_restart_resumes_exactly(spark: SparkSession, sbroker: B
     q2 = start({"availableNow": True})
     await_query(q2, TIMEOUT)
     first_start = _offsets(q2.recentProgress[0]["sources"][0]["startOffset"])
-    # the restarted query starts where the stopped one had committed, not earlier nor later
+    # the restarted query starts where the stopped one had reported, not earlier nor later
     assert first_start == last_end, (first_start, last_end)
-    assert sum(p["numInputRows"] for p in q2.recentProgress) == 150 - done_first
+    # and reads to the end: every offset of both partitions (75 each), once
+    assert _offsets(q2.recentProgress[-1]["sources"][0]["endOffset"]) == {t: {"0": 75, "1": 75}}
+    # Rows counted by progress are 150 - done_first, or 20 fewer: when stop() lands after a batch reached the file
+    # sink but before its progress was reported, the restarted query replays that batch and the sink, which already
+    # holds it, skips it unread (numInputRows 0). The files below are what must be exact.
+    read_second = sum(p["numInputRows"] for p in q2.recentProgress)
+    assert read_second in (150 - done_first, 150 - done_first - 20), (read_second, done_first)
 
     assert _files(spark, out) == sorted(first + second)  # every record exactly once across the two runs
 
