@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pykbroker import __version__, logsetup
+from pykbroker.admin import COMMANDS as ADMIN_COMMANDS
+from pykbroker.admin import COMPLETE_VAR
 from pykbroker.logsetup import fields
 
 if TYPE_CHECKING:
@@ -294,7 +296,16 @@ def _read_password(args: argparse.Namespace) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="pykbroker", description="A Kafka-compatible broker in Python")
+    args_in = sys.argv[1:] if argv is None else argv
+    if (args_in and args_in[0] in ADMIN_COMMANDS) or COMPLETE_VAR in os.environ:
+        # The operator's admin commands (pykbroker.admin), loaded only for them.
+        from pykbroker.admin.app import main as admin_main
+
+        return admin_main(args_in)
+    parser = argparse.ArgumentParser(
+        prog="pykbroker", description="A Kafka-compatible broker in Python",
+        epilog="Admin commands, for pykbroker or any Kafka cluster (each with --help; docs/admin.md): "
+               + ", ".join(sorted(ADMIN_COMMANDS)))
     parser.add_argument("--version", action="version", version=f"pykbroker {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run a broker in the foreground")
@@ -330,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         if name == "systemd-unit":
             one.add_argument("--user", default="zookeeper")
     _add_scram_parser(sub)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(args_in)
     if args.command == "serve":
         return _serve(args)
     if args.command == "zookeeper":

@@ -1,0 +1,1 @@
+"""One module per noun of the admin CLI (topic, group, config, ...); each exports ``COMMANDS``."""

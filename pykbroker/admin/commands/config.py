@@ -1,0 +1,123 @@
+"""``pykbroker config get|set|delete`` for brokers, topics and groups (DescribeConfigs, IncrementalAlterConfigs);
+``alter`` and ``current`` serve ``topic alter-config`` and ``topic describe`` too."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ..errors import EXIT_USAGE, AdminError
+from ..session import Session, connection_options
+from .common import key_values
+
+ENTITY_TYPES = ("broker", "topic", "group")
+
+
+def _resource(entity_type: str, name: str) -> Any:
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    if entity_type == "broker":
+        # Kafka's --entity-default: the empty name is the cluster-wide default of every broker.
+        if name != "default" and not name.isdigit():
+            raise AdminError(f"a broker is named by its id or 'default', not {name!r}", EXIT_USAGE)
+        return ConfigResource(ResourceType.BROKER, "" if name == "default" else name)
+    return ConfigResource({"topic": ResourceType.TOPIC, "group": ResourceType.GROUP}[entity_type], name)
+
+
+def _source(entry: Any) -> str:
+    from confluent_kafka.admin import ConfigSource
+
+    try:
+        return str(ConfigSource(int(entry.source)).name)
+    except ValueError:
+        return str(entry.source)
+
+
+def current(session: Session, entity_type: str, name: str, everything: bool,
+            keys: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """The configs of one entity: by default those set on it (not Kafka's or the broker's defaults)."""
+    admin = session.admin
+    resource = _resource(entity_type, name)
+    futures = admin.client.describe_configs([resource], request_timeout=admin.timeout)
+    entries = admin.wait(next(iter(futures.values())), f"describe configs of {entity_type} {name}")
+    out = []
+    for key in sorted(entries):
+        e = entries[key]
+        source = _source(e)
+        if keys and key not in keys:
+            continue
+        if not (everything or keys) and source in ("DEFAULT_CONFIG", "STATIC_BROKER_CONFIG", "UNKNOWN_CONFIG"):
+            continue
+        out.append({"name": key, "value": None if e.is_sensitive else e.value, "source": source,
+                    "read_only": bool(e.is_read_only), "sensitive": bool(e.is_sensitive)})
+    missing = [k for k in keys if k not in entries]
+    if missing:
+        raise AdminError(f"{entity_type} {name} has no config {', '.join(missing)}", error="INVALID_CONFIG")
+    return out
+
+
+def alter(session: Session, entity_type: str, name: str, sets: dict[str, str], deletes: list[str]) -> None:
+    """Set and delete configs of one entity in one IncrementalAlterConfigs, and show what was asked."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
+
+    if not sets and not deletes:
+        raise AdminError("nothing to change: give KEY=VALUE to set or KEY to delete", EXIT_USAGE)
+    resource = _resource(entity_type, name)
+    for key, value in sets.items():
+        resource.add_incremental_config(ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET))
+    for key in deletes:
+        resource.add_incremental_config(ConfigEntry(key, None, incremental_operation=AlterConfigOpType.DELETE))
+    admin = session.admin
+    futures = admin.client.incremental_alter_configs([resource], request_timeout=admin.timeout)
+    admin.wait(next(iter(futures.values())), f"alter configs of {entity_type} {name}")
+    changes: list[dict[str, Any]] = [{"name": k, "operation": "set", "value": v} for k, v in sets.items()]
+    changes += [{"name": k, "operation": "delete", "value": None} for k in deletes]
+    session.out.emit({"entity_type": entity_type, "entity": name, "changes": changes},
+                     ["CONFIG", "OPERATION", "VALUE"], [[c["name"], c["operation"], c["value"]] for c in changes])
+
+
+@click.group("config")
+def config() -> None:
+    """Configs of brokers (an id, or 'default' for every broker), topics and groups."""
+
+
+entity_type_arg = click.argument("entity_type", type=click.Choice(ENTITY_TYPES))
+
+
+@config.command("get")
+@entity_type_arg
+@click.argument("name")
+@click.argument("keys", nargs=-1)
+@click.option("--all", "everything", is_flag=True, help="every config, with its source; not only those set")
+@connection_options
+def get(entity_type: str, name: str, keys: tuple[str, ...], everything: bool, session: Session) -> None:
+    """Show configs (sensitive values are never shown)."""
+    rows = current(session, entity_type, name, everything, keys)
+    session.out.emit({"entity_type": entity_type, "entity": name, "configs": rows},
+                     ["CONFIG", "VALUE", "SOURCE", "READ-ONLY"],
+                     [[r["name"], "[hidden]" if r["sensitive"] else r["value"], r["source"], r["read_only"]]
+                      for r in rows])
+
+
+@config.command("set")
+@entity_type_arg
+@click.argument("name")
+@click.argument("pairs", nargs=-1, required=True, metavar="KEY=VALUE...")
+@connection_options
+def set_(entity_type: str, name: str, pairs: tuple[str, ...], session: Session) -> None:
+    """Set configs."""
+    alter(session, entity_type, name, key_values(pairs, "config set"), [])
+
+
+@config.command("delete")
+@entity_type_arg
+@click.argument("name")
+@click.argument("keys", nargs=-1, required=True)
+@connection_options
+def delete(entity_type: str, name: str, keys: tuple[str, ...], session: Session) -> None:
+    """Delete configs: each goes back to its default."""
+    alter(session, entity_type, name, {}, list(keys))
+
+
+COMMANDS = (config,)
