@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from pykbroker.config.parsing import parse_properties
+from pykbroker.properties import parse_properties
 
 from .errors import EXIT_USAGE, AdminError
 

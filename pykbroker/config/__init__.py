@@ -55,7 +55,6 @@ from pykbroker.config.parsing import (
     parse_listener,
     parse_local_endpoints,
     parse_metrics_listener,
-    parse_properties,
     parse_protocol_map,
     parse_zk_connect,
     settings_from_env,
@@ -68,6 +67,7 @@ from pykbroker.config.topic import (
     topic_config_default,
     validate_topic_configs,
 )
+from pykbroker.properties import parse_properties
 
 __all__ = [
     "BROKER_CONFIG_DEFS",

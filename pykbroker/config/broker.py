@@ -25,11 +25,11 @@ from pykbroker.config.parsing import (
     check_supported,
     env_to_key,
     parse_listener,
-    parse_properties,
     parse_protocol_map,
 )
 from pykbroker.hints import NOT_IMPLEMENTED_HINT
 from pykbroker.logsetup import fields
+from pykbroker.properties import parse_properties
 from pykbroker.security.sasl.settings import check_config as check_sasl
 
 log = logging.getLogger("pykbroker.config")
