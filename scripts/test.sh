@@ -9,7 +9,8 @@ export PYTHONDONTWRITEBYTECODE=1
 echo "== ruff"; .venv/bin/ruff check pykbroker tests compat bench pipelines
 echo "== mypy"; .venv/bin/mypy
 echo "== pytest"
-.venv/bin/pytest -p no:cacheprovider -n "${PYTEST_WORKERS:-2}" --dist loadgroup -q tests "$@"
+# The 30 slowest tests are listed at the end, to see where the time goes.
+.venv/bin/pytest -p no:cacheprovider -n "${PYTEST_WORKERS:-2}" --dist loadgroup -q --durations=30 tests "$@"
 # The compatibility suite against pykbroker (one broker, then a ZooKeeper cluster of three) and against
 # Apache Kafka from Maven Central's jars (3.9 on ZooKeeper, one broker and three; 4.x in KRaft mode). Every
 # run goes on even if one fails; then the runs side by side, failing on any scenario that fails (on Kafka the

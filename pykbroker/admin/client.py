@@ -31,7 +31,26 @@ class Admin:
         from confluent_kafka.admin import AdminClient
 
         self.timeout = timeout
-        self.client = AdminClient(librdkafka_config(props, timeout))
+        self._login_errors: list[Any] = []
+        conf = librdkafka_config(props, timeout)
+        conf["error_cb"] = self._on_error
+        self.client = AdminClient(conf)
+
+    def _on_error(self, err: Any) -> None:
+        if err.name() in ("_AUTHENTICATION", "_SSL") and not self._login_errors:
+            self._login_errors.append(err)
+
+    def _failure(self, e: Exception, what: str) -> AdminError:
+        """The AdminError of a failed call. librdkafka reports a failed login or TLS handshake only to its error
+        callback, while the request itself fails as a transport error; the login's reason is the useful one."""
+        error = from_kafka(e, what)
+        if error.exit_code == EXIT_UNREACHABLE:
+            self.client.poll(0)  # serves the error callback
+            if self._login_errors:
+                err = self._login_errors[0]
+                return AdminError(f"{what}: {err.name()}: {err.str()}", EXIT_UNREACHABLE,
+                                  error=str(err.name()).lstrip("_"))
+        return error
 
     @property
     def request_timeout(self) -> float:
@@ -45,7 +64,7 @@ class Admin:
             raise AdminError(f"{what}: no answer within {self.timeout:g} s", EXIT_UNREACHABLE,
                              error="REQUEST_TIMED_OUT") from e
         except Exception as e:
-            raise from_kafka(e, what) from e
+            raise self._failure(e, what) from e
 
     def wait_each(self, futures: Mapping[K, concurrent.futures.Future[Any]],
                   what: Callable[[K], str]) -> dict[K, Any]:
@@ -63,4 +82,4 @@ class Admin:
         try:
             return self.client.list_topics(topic=topic, timeout=self.timeout)
         except Exception as e:
-            raise from_kafka(e, "Metadata") from e
+            raise self._failure(e, "Metadata") from e
