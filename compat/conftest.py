@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from compat import admin_cli as compat_admin_cli
 from compat import env, wire
 from compat import tools as compat_tools
 from compat.clients import CLIENT_NAMES, client_versions, make_client
@@ -290,6 +291,12 @@ def tools(request: pytest.FixtureRequest, cluster: ClusterInfo) -> compat_tools.
 
 
 @pytest.fixture
+def admin_cli(cluster: ClusterInfo) -> compat_admin_cli.AdminCli:
+    """pykbroker's admin CLI (``python -m pykbroker``), pointed at the cluster (and its SASL listener)."""
+    return compat_admin_cli.AdminCli(cluster.bootstrap, cluster.sasl_bootstrap)
+
+
+@pytest.fixture
 def helper(cluster: ClusterInfo) -> Client:
     """A client for a scenario's setup steps that the client under test cannot do (kcat has no admin API)."""
     return get_client("confluent-kafka", cluster)
@@ -409,6 +416,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             info = {"client": p["tools"]}
         elif "client" in p:
             info = {"client": p["client"]}
+        elif "admin_cli" in getattr(item, "fixturenames", ()):
+            info = {"client": compat_admin_cli.CLIENT}
         else:
             info = {"client": "mixed"}
         name = mark.kwargs["name"]

@@ -14,6 +14,12 @@ from .common import key_values
 ENTITY_TYPES = ("broker", "topic", "group")
 
 
+# The source of a config set on the entity itself (what ``config get`` shows without --all): not the defaults
+# of Kafka or of the broker, nor, for a topic, a cluster-wide default that Kafka 4 reports for some keys.
+_OWN_SOURCE = {"topic": "DYNAMIC_TOPIC_CONFIG", "broker": "DYNAMIC_BROKER_CONFIG",
+               "default": "DYNAMIC_DEFAULT_BROKER_CONFIG", "group": "GROUP_CONFIG"}
+
+
 def _resource(entity_type: str, name: str) -> Any:
     from confluent_kafka.admin import ConfigResource, ResourceType
 
@@ -36,18 +42,19 @@ def _source(entry: Any) -> str:
 
 def current(session: Session, entity_type: str, name: str, everything: bool,
             keys: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-    """The configs of one entity: by default those set on it (not Kafka's or the broker's defaults)."""
+    """The configs of one entity: by default those set on it (not Kafka's or the brokers' defaults)."""
     admin = session.admin
     resource = _resource(entity_type, name)
     futures = admin.client.describe_configs([resource], request_timeout=admin.timeout)
     entries = admin.wait(next(iter(futures.values())), f"describe configs of {entity_type} {name}")
+    own = _OWN_SOURCE["default" if entity_type == "broker" and name == "default" else entity_type]
     out = []
     for key in sorted(entries):
         e = entries[key]
         source = _source(e)
         if keys and key not in keys:
             continue
-        if not (everything or keys) and source in ("DEFAULT_CONFIG", "STATIC_BROKER_CONFIG", "UNKNOWN_CONFIG"):
+        if not (everything or keys) and source != own:
             continue
         out.append({"name": key, "value": None if e.is_sensitive else e.value, "source": source,
                     "read_only": bool(e.is_read_only), "sensitive": bool(e.is_sensitive)})
