@@ -7,8 +7,6 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from pykbroker.config.parsing import parse_properties
-
 from .errors import EXIT_USAGE, AdminError
 
 ENV_BOOTSTRAP = "PYKBROKER_BOOTSTRAP_SERVERS"
@@ -23,6 +21,10 @@ def client_properties(bootstrap: str | None, config_file: str | None, overrides:
     props: dict[str, str] = {}
     path = config_file or environ.get(ENV_CONFIG)
     if path:
+        # Imported here: pykbroker.config pulls in the broker's whole config schema, seconds of start-up that a
+        # command without a properties file must not pay.
+        from pykbroker.config.parsing import parse_properties
+
         try:
             props.update(parse_properties(Path(path).read_text()))
         except OSError as e:
