@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, Producer
 
 from tests.support.broker import BrokerProcess
 from tests.support.cluster import Cluster
@@ -163,22 +163,20 @@ def test_group_consume_commits_lag_seek_and_delete(broker: BrokerProcess) -> Non
         assert len(doc["partitions"]) == 1 and doc["partitions"][0]["partition"] == 0
         return doc["partitions"][0]["current_offset"], doc["partitions"][0]["new_offset"]
 
-    # A dry run shows the move and changes nothing.
-    assert seek("--to-earliest", execute=False) == (3, 0)
-    assert described()["partitions"] == partitions(3, 5, 2)
+    # A dry run shows the move and changes nothing (a time after the last record: the log end).
+    assert seek("--to-datetime", "2100-01-01T00:00:00", execute=False) == (3, 5)
     dry = cli(b, "group", "seek", group, "--topic", topic, "--to-offset", "1")
     assert dry.stdout.decode().splitlines()[-1].split() == [topic, "0", "3", "1"]
     assert "dry run" in dry.stderr.decode()
+    assert described()["partitions"] == partitions(3, 5, 2)
     # Each kind, clamped to [log start, log end] as kafka-consumer-groups does.
     assert seek("--to-earliest") == (3, 0)
-    assert seek("--to-latest") == (0, 5)
-    assert seek("--to-offset", "100") == (5, 5)
+    assert seek("--to-offset", "100") == (0, 5)
     assert seek("--shift-by", "-2") == (5, 3)
     assert seek("--shift-by", "-10") == (3, 0)
-    assert seek("--to-timestamp", "3000") == (0, 2)
-    assert seek("--to-datetime", "1970-01-01T00:00:04Z") == (2, 3)
-    assert seek("--to-datetime", "2100-01-01T00:00:00") == (3, 5)
-    assert seek("--to-offset", "1") == (5, 1)
+    assert seek("--to-latest") == (0, 5)
+    assert seek("--to-timestamp", "3000") == (5, 2)
+    assert seek("--to-datetime", "1970-01-01T00:00:02Z") == (2, 1)
     assert described()["partitions"] == partitions(1, 5, 4)
     # The group consumes on from its committed offset.
     assert cli(b, "consume", topic, "-g", group, "--to", "end").stdout == b"v1\nv2\nv3\nv4\n"
@@ -187,6 +185,7 @@ def test_group_consume_commits_lag_seek_and_delete(broker: BrokerProcess) -> Non
     assert "exactly one of" in err.stderr.decode()
 
     missing = f"missing-{uuid.uuid4().hex[:8]}"
+    assert "GROUP_ID_NOT_FOUND" in cli(b, "group", "describe", missing, expect=1).stderr.decode()
     result = cli_json(b, "group", "delete", group, missing, expect=1)
     assert result == [{"group": group, "result": "deleted", "error": None},
                       {"group": missing, "result": "failed", "error": "GROUP_ID_NOT_FOUND"}]
@@ -240,11 +239,35 @@ def _tp(topic: str, partition: int, offset: int) -> Any:
     return TopicPartition(topic, partition, offset)
 
 
-def test_produce_failure_exits_1(broker: BrokerProcess) -> None:
+def test_failures_exit_1(broker: BrokerProcess) -> None:
     b = broker.bootstrap
     topic = new_topic(b)
     got = cli(b, "produce", topic, "-p", "7", "-X", "message.timeout.ms=2000", stdin=b"x\n", expect=1)
     assert "1 record(s) not written" in got.stderr.decode()
+    # An unknown topic is an error, and asking about it does not create it.
+    missing = f"missing-{uuid.uuid4().hex[:8]}"
+    got = cli(b, "consume", missing, "--to", "end", expect=1)
+    assert "UNKNOWN_TOPIC_OR_PART" not in got.stdout.decode() and "Unknown topic" in got.stderr.decode()
+    assert missing not in {t["name"] for t in cli_json(b, "topic", "list")}
+
+
+def test_isolation_levels(broker: BrokerProcess) -> None:
+    b = broker.bootstrap
+    topic = new_topic(b)
+    producer = Producer({"bootstrap.servers": b, "transactional.id": f"tx-{topic}"})
+    producer.init_transactions(30)
+    for value, commit in ((b"committed", True), (b"aborted", False)):
+        producer.begin_transaction()
+        producer.produce(topic, value=value, partition=0)
+        producer.flush(30)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+    committed = cli(b, "consume", topic, "--to", "end", "--isolation-level", "read_committed", "--format", "json")
+    assert [(r["offset"], r["value"]) for r in json_lines(committed.stdout)] == [(0, "committed")]
+    uncommitted = cli(b, "consume", topic, "--to", "end", "--format", "json")
+    assert [(r["offset"], r["value"]) for r in json_lines(uncommitted.stdout)] == [(0, "committed"), (2, "aborted")]
 
 
 @pytest.fixture(scope="module")

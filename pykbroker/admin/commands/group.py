@@ -10,7 +10,7 @@ import click
 
 from ..errors import EXIT_FAILED, EXIT_USAGE, AdminError, from_kafka
 from ..session import Session, connection_options, partial_failure
-from .common import node_id, offsets_of
+from .common import existing_topic, node_id, offsets_of
 
 # librdkafka's state enum names as Kafka spells the states (ListGroups' StatesFilter, DescribeGroups' GroupState).
 _STATES = {"UNKNOWN": "Unknown", "PREPARING_REBALANCING": "PreparingRebalance",
@@ -126,9 +126,15 @@ def describe(groups: tuple[str, ...], session: Session) -> None:
             errors[gid] = d
             continue
         try:
-            docs.append(_describe_one(session, d))
+            doc = _describe_one(session, d)
         except AdminError as e:
             errors[gid] = e
+            continue
+        if doc["state"] == "Dead" and not doc["members"] and not doc["partitions"]:
+            errors[gid] = AdminError(f"describe group {gid}: GROUP_ID_NOT_FOUND: the group does not exist",
+                                     EXIT_FAILED, error="GROUP_ID_NOT_FOUND")
+            continue
+        docs.append(doc)
     if session.out.json:
         session.out.emit(docs)
     for doc in [] if session.out.json else docs:
@@ -214,10 +220,7 @@ def seek(group_id: str, topic: str, partitions: tuple[int, ...], to_earliest: bo
         raise AdminError(f"the offsets of group {group_id} can be reset only while it is inactive, but its state is "
                          f"{state} with {len(described.members)} member(s): stop its consumers first", EXIT_FAILED,
                          error="NON_EMPTY_GROUP")
-    md = admin.metadata(topic).topics.get(topic)
-    if md is None or md.error is not None:
-        raise AdminError(f"topic {topic}: {md.error.str() if md is not None else 'unknown'}", EXIT_FAILED,
-                         error="UNKNOWN_TOPIC_OR_PART")
+    md = existing_topic(session, topic)
     pids = sorted(partitions) if partitions else sorted(md.partitions)
     unknown = [p for p in pids if p not in md.partitions]
     if unknown:

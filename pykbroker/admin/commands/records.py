@@ -19,7 +19,7 @@ import click
 from ..client import librdkafka_config
 from ..errors import EXIT_FAILED, EXIT_UNREACHABLE, EXIT_USAGE, AdminError
 from ..session import Session, connection_options
-from .common import offsets_of
+from .common import existing_topic, offsets_of
 
 # librdkafka's logical offsets for Consumer.assign.
 _OFFSET_BEGINNING, _OFFSET_END = -2, -1
@@ -296,11 +296,8 @@ def consume(topic: str, partitions: tuple[int, ...], from_: str, to: str | None,
     else:
         conf.update({"group.id": group_id, "enable.auto.commit": True, "enable.auto.offset.store": False})
     stop_at: dict[int, int] = {}  # partition: the offset it stops before
+    md = existing_topic(session, topic)
     if group_id is None:
-        md = session.admin.metadata(topic).topics.get(topic)
-        if md is None or md.error is not None:
-            reason = md.error.str() if md is not None and md.error is not None else "unknown"
-            raise AdminError(f"topic {topic}: {reason}", EXIT_FAILED, error="UNKNOWN_TOPIC_OR_PART")
         pids = sorted(partitions) if partitions else sorted(md.partitions)
         unknown = [p for p in pids if p not in md.partitions]
         if unknown:
