@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ..errors import EXIT_USAGE, AdminError
+from ..errors import EXIT_FAILED, EXIT_USAGE, AdminError
 from ..session import Session
 
 
@@ -53,3 +53,13 @@ def offsets_of(session: Session, topic: str, partitions: Iterable[int], spec: st
     results = admin.wait_each(admin.client.list_offsets(request, request_timeout=admin.timeout),
                               lambda tp: f"offsets of {tp.topic}/{tp.partition}")
     return {tp.partition: int(r.offset) for tp, r in results.items() if not isinstance(r, AdminError)}
+
+
+def existing_topic(session: Session, topic: str) -> Any:
+    """The topic's metadata, or UNKNOWN_TOPIC_OR_PART; asked in a Metadata request for all topics, which (unlike
+    one naming the topic) never creates it on a cluster with auto.create.topics.enable."""
+    md = session.admin.metadata().topics.get(topic)
+    if md is None or md.error is not None:
+        reason = md.error.str() if md is not None and md.error is not None else "Broker: Unknown topic or partition"
+        raise AdminError(f"topic {topic}: {reason}", EXIT_FAILED, error="UNKNOWN_TOPIC_OR_PART")
+    return md
