@@ -77,9 +77,10 @@ class Admin:
                 out[key] = e
         return out
 
-    def metadata(self, topic: str | None = None) -> Any:
-        """librdkafka's ClusterMetadata (brokers, controller, topics with partitions, replicas and ISR)."""
+    def metadata(self) -> Any:
+        """librdkafka's ClusterMetadata of every topic (brokers, controller, partitions, replicas and ISR). Never
+        of one topic by name: that Metadata request creates the topic where auto.create.topics.enable is on."""
         try:
-            return self.client.list_topics(topic=topic, timeout=self.timeout)
+            return self.client.list_topics(timeout=self.timeout)
         except Exception as e:
             raise self._failure(e, "Metadata") from e

@@ -7,9 +7,6 @@ SASL_PLAINTEXT listener logs in alice (PLAIN) and SCRAM users, who get only what
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,10 +16,8 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.integration.test_security_sasl import start_broker
+from tests.support.admin_cli import run, run_process
 from tests.support.broker import BrokerProcess
-
-TIMEOUT = 60.0
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -46,18 +41,15 @@ class Run:
 
 
 def cli(*args: str, bootstrap: str | None = None, stdin: str | None = None, env: dict[str, str] | None = None,
-        expect: int | None = 0) -> Run:
-    """``pykbroker ARGS`` in a subprocess, bounded in time; its exit code checked when ``expect`` is given."""
-    cmd = [sys.executable, "-m", "pykbroker", *args]
-    if bootstrap:
-        cmd += ["-b", bootstrap]
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("PYKBROKER_")}
-    full_env.update(env or {})
-    p = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT, env=full_env)
-    run = Run(p.returncode, p.stdout, p.stderr)
+        expect: int | None = 0, process: bool = False) -> Run:
+    """``pykbroker ARGS`` (in this process, or with ``process`` as a subprocess); its exit code checked when
+    ``expect`` is given."""
+    argv = [*args, *(["-b", bootstrap] if bootstrap else [])]
+    p = (run_process if process else run)(argv, stdin, env)
+    out = Run(p.returncode, p.stdout.decode(), p.stderr.decode())
     if expect is not None:
-        assert p.returncode == expect, (cmd, p.returncode, p.stdout, p.stderr)
-    return run
+        assert p.returncode == expect, (argv, p.returncode, out.stdout, out.stderr)
+    return out
 
 
 def unique(prefix: str) -> str:
@@ -240,11 +232,11 @@ def test_cluster_info(brokers: tuple[BrokerProcess, str]) -> None:
 
 
 def test_help_lists_the_admin_commands_and_completion_script() -> None:
-    top = cli("--help").stdout
+    top = cli("--help", process=True).stdout
     assert "topic" in top and "serve" in top
-    assert "create" in cli("topic", "--help").stdout
-    script = cli("completion", "bash").stdout
+    assert "create" in cli("topic", "--help", process=True).stdout
+    script = cli("completion", "bash", process=True).stdout
     assert "_PYKBROKER_COMPLETE" in script and "complete " in script
     completed = cli(env={"_PYKBROKER_COMPLETE": "bash_complete", "COMP_WORDS": "pykbroker topic de",
-                         "COMP_CWORD": "2"})
+                         "COMP_CWORD": "2"}, process=True)
     assert "describe" in completed.stdout and "delete" in completed.stdout

@@ -1,11 +1,10 @@
 """The admin CLI's record and group commands (``produce``, ``consume``, ``group ...``) run as a user runs them: a
-subprocess of ``python -m pykbroker`` against a pykbroker broker, its stdout checked exactly."""
+click app (tests/support/admin_cli.py) against a pykbroker broker subprocess, its stdout checked exactly."""
 
 from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -15,10 +14,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer
 
+from tests.support.admin_cli import run
 from tests.support.broker import BrokerProcess
 from tests.support.cluster import Cluster
-
-CLI_TIMEOUT = 60.0
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +31,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 
 def cli(bootstrap: str, *args: str, stdin: bytes | None = None, expect: int = 0) -> subprocess.CompletedProcess[bytes]:
     """One CLI run; its exit code must be ``expect``."""
-    p = subprocess.run([sys.executable, "-m", "pykbroker", *args, "-b", bootstrap, "--timeout", "10"],
-                       input=stdin, capture_output=True, timeout=CLI_TIMEOUT, check=False)
+    p = run([*args, "-b", bootstrap, "--timeout", "10"], stdin)
     assert p.returncode == expect, (p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace"))
     return p
 

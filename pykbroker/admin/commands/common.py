@@ -59,7 +59,9 @@ def existing_topic(session: Session, topic: str) -> Any:
     """The topic's metadata, or UNKNOWN_TOPIC_OR_PART; asked in a Metadata request for all topics, which (unlike
     one naming the topic) never creates it on a cluster with auto.create.topics.enable."""
     md = session.admin.metadata().topics.get(topic)
-    if md is None or md.error is not None:
-        reason = md.error.str() if md is not None and md.error is not None else "Broker: Unknown topic or partition"
-        raise AdminError(f"topic {topic}: {reason}", EXIT_FAILED, error="UNKNOWN_TOPIC_OR_PART")
+    if md is None:
+        raise AdminError(f"topic {topic}: Broker: Unknown topic or partition", EXIT_FAILED,
+                         error="UNKNOWN_TOPIC_OR_PART")
+    if md.error is not None:
+        raise AdminError(f"topic {topic}: {md.error.str()}", EXIT_FAILED, error=str(md.error.name()).lstrip("_"))
     return md

@@ -8,7 +8,7 @@ import click
 
 from ..errors import AdminError
 from ..session import Session, connection_options, partial_failure
-from .common import key_values, node_id, offsets_of, parse_assignment
+from .common import existing_topic, key_values, node_id, offsets_of, parse_assignment
 from .config import alter, current
 
 
@@ -179,7 +179,7 @@ def trim(name: str, partitions: tuple[int, ...], offset: int, session: Session) 
     from confluent_kafka import TopicPartition
 
     admin = session.admin
-    pids = list(partitions) or sorted(admin.metadata(name).topics[name].partitions)
+    pids = list(partitions) or sorted(existing_topic(session, name).partitions)
     futures = admin.client.delete_records([TopicPartition(name, p, offset) for p in pids],
                                           request_timeout=admin.timeout, operation_timeout=admin.timeout)
     results = admin.wait_each(futures, lambda tp: f"trim {tp.topic}/{tp.partition}")
