@@ -4,6 +4,7 @@ JSON documents they print (docs/admin.md), so a command that works on Kafka work
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import pytest
@@ -129,3 +130,57 @@ def test_user(admin_cli: AdminCli, cluster: ClusterInfo) -> None:
     assert admin_cli.json("user", "delete", name) == {"user": name, "deleted": ["SCRAM-SHA-512"]}
     gone = admin_cli.run("user", "list", name)
     assert gone.returncode == 1 and "RESOURCE_NOT_FOUND" in gone.stderr, str(gone)
+
+
+def _lines(out: str) -> list[dict]:
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+@s.scenario("cli.produce-consume", CLI, apis=(0, 1, 2, 3), consumes=False)
+def test_produce_consume(admin_cli: AdminCli, new_topic) -> None:  # type: ignore[no-untyped-def]
+    t = new_topic(partitions=2)
+    records = [{"key": f"k{i}", "value": f"v{i}", "headers": [["n", str(i)]], "partition": i % 2} for i in range(6)]
+    records.append({"key": None, "value": {"base64": "AP8="}, "headers": [], "partition": 0})
+    stdin = "".join(json.dumps(r) + "\n" for r in records)
+    summary = admin_cli.json("produce", t, "--format", "json", stdin=stdin)
+    assert summary == {"topic": t, "records": 7, "delivered": 7, "failed": 0, "partitions": [
+        {"partition": 0, "records": 4, "first_offset": 0, "last_offset": 3},
+        {"partition": 1, "records": 3, "first_offset": 0, "last_offset": 2}]}, summary
+    got = _lines(admin_cli.ok("consume", t, "-p", "0", "--from", "1", "--to", "end", "--format", "json").stdout)
+    assert [(r["offset"], r["key"], r["value"], r["headers"]) for r in got] == [
+        (1, "k2", "v2", [["n", "2"]]), (2, "k4", "v4", [["n", "4"]]), (3, None, {"base64": "AP8="}, [])], got
+    last = _lines(admin_cli.ok("consume", t, "--from", "-1", "--to", "end", "--format", "json").stdout)
+    assert sorted((r["partition"], r["offset"]) for r in last) == [(0, 3), (1, 2)], last
+    text = admin_cli.ok("consume", t, "-p", "1", "--to", "end", "-k", "=").stdout
+    assert text.splitlines() == ["k1=v1", "k3=v3", "k5=v5"], text
+
+
+@s.scenario("cli.group", CLI, apis=(8, 9, 10, 11, 12, 14, 15, 16, 42), consumes=False)
+def test_group(admin_cli: AdminCli, new_topic) -> None:  # type: ignore[no-untyped-def]
+    t = new_topic(partitions=1)
+    group = _unique("group")
+    admin_cli.ok("produce", t, stdin="".join(f"m{i}\n" for i in range(5)))
+    read = admin_cli.ok("consume", t, "-g", group, "--to", "end").stdout
+    assert read.splitlines() == [f"m{i}" for i in range(5)], read
+
+    def lag(expected: int) -> dict | None:
+        (d,) = admin_cli.json("group", "describe", group)
+        return d if d["total_lag"] == expected and d["state"] == "Empty" else None
+
+    d = wait_until(lambda: lag(0), 30, interval=0.5, what="the group's lag 0")
+    assert [(p["topic"], p["partition"], p["committed_offset"], p["log_end_offset"], p["lag"])
+            for p in d["partitions"]] == [(t, 0, 5, 5, 0)], d
+    admin_cli.ok("produce", t, stdin="m5\nm6\n")
+    wait_until(lambda: lag(2), 30, interval=0.5, what="the group's lag 2")
+    assert group in [g["group"] for g in admin_cli.json("group", "list")]
+
+    dry = admin_cli.json("group", "seek", group, "--topic", t, "--to-offset", "1")
+    assert dry == {"group": group, "topic": t, "executed": False,
+                   "partitions": [{"partition": 0, "current_offset": 5, "new_offset": 1}]}, dry
+    assert lag(2) is not None  # a dry run changes nothing
+    done = admin_cli.json("group", "seek", group, "--topic", t, "--shift-by", "-10", "--execute")
+    assert done["executed"] and done["partitions"] == [{"partition": 0, "current_offset": 5, "new_offset": 0}], done
+    wait_until(lambda: lag(7), 30, interval=0.5, what="lag 7 after the seek to the log start")
+    assert admin_cli.json("group", "delete", group) == [{"group": group, "result": "deleted", "error": None}]
+    gone = admin_cli.run("group", "describe", group)
+    assert gone.returncode == 1 and "GROUP_ID_NOT_FOUND" in gone.stderr, str(gone)
