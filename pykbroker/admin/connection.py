@@ -163,19 +163,26 @@ class Connection:
     # --- versions -------------------------------------------------------------------------------------
 
     def _negotiate(self) -> dict[int, tuple[int, int]]:
-        """ApiVersions at the highest version we know; a broker that knows less answers v0's layout, with
-        its range of ApiVersions, and is asked again at the version both know."""
+        """ApiVersions at the highest version we know. A broker that knows less answers UNSUPPORTED_VERSION in
+        v0's layout, listing its own ApiVersions range, and is asked again at the version both know."""
+        from pykbroker import __version__
         from pykbroker.protocol import codec
 
-        ours = codec.kio_versions(API_VERSIONS)
-        version = ours.stop - 1
-        body = {"client_software_name": "pykbroker-admin", "client_software_version": "1"}
+        version = codec.kio_versions(API_VERSIONS).stop - 1
+        body = {"client_software_name": "pykbroker-admin", "client_software_version": __version__}
         for _ in range(2):
-            self.api_versions_response = response = self._send(API_VERSIONS, version, body)
-            if int(response.error_code) != UNSUPPORTED_VERSION:
+            encoded = codec.encode_entity(codec.build(codec.request_class(API_VERSIONS, version), body))
+            frame, offset = self._round_trip(API_VERSIONS, version, encoded, codec.is_flexible(API_VERSIONS, version))
+            (code,) = struct.unpack_from(">h", frame, offset) if len(frame) >= offset + 2 else (-1,)
+            if code != UNSUPPORTED_VERSION or version == 0:
+                response = codec.decode_response(API_VERSIONS, version, frame, offset)
                 break
-            theirs = {int(k.api_key): int(k.max_version) for k in response.api_keys}
-            version = min(version, theirs.get(API_VERSIONS, 0))
+            theirs = codec.decode_response(API_VERSIONS, 0, frame, offset)
+            offered = {int(k.api_key): int(k.max_version) for k in theirs.api_keys}
+            version = min(version, offered.get(API_VERSIONS, 0))
+        else:
+            response = theirs
+        self.api_versions_response = response
         check(response.error_code, f"ApiVersions to {self.address}")
         return {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys}
 

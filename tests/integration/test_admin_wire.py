@@ -16,9 +16,11 @@ from typing import Any
 
 import pytest
 from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
-from tests.integration.conftest import BrokerFactory, unique_topic
+from tests.integration.conftest import BrokerFactory, admin_for, create_topic, unique_topic
 from tests.support.broker import BrokerProcess, free_port
+from tests.support.certs import Pki, make_pki
 from tests.support.cluster import Cluster
 
 SCRAM_USER, SCRAM_PASSWORD = "wire-admin", "wire-secret-0xc0ffee"
@@ -46,24 +48,34 @@ def rows(text: str) -> list[list[str]]:
 
 
 @pytest.fixture(scope="module")
-def broker(module_broker_factory: BrokerFactory) -> tuple[BrokerProcess, str]:
-    """One broker with share groups, a PLAINTEXT listener and a SASL_PLAINTEXT one (SCRAM)."""
-    sasl_port = free_port()
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def broker(module_broker_factory: BrokerFactory, pki: Pki) -> tuple[BrokerProcess, str, str]:
+    """One broker with share groups and three listeners: PLAINTEXT, SASL_PLAINTEXT (SCRAM) and SSL (the client's
+    certificate required)."""
+    sasl_port, ssl_port = free_port(), free_port()
     b = module_broker_factory({"group.share.enable": "true", "sasl.enabled.mechanisms": "SCRAM-SHA-256",
-                               "transaction.state.log.replication.factor": "1",
-                               "transaction.state.log.min.isr": "1"}, start=False)
-    b.overrides["listeners"] = f"PLAINTEXT://127.0.0.1:{b.port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}"
+                               "ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki.server.pem),
+                               "ssl.truststore.type": "PEM", "ssl.truststore.location": str(pki.ca.cert_path),
+                               "ssl.client.auth": "required"}, start=False)
+    b.overrides["listeners"] = (f"PLAINTEXT://127.0.0.1:{b.port},SASL_PLAINTEXT://127.0.0.1:{sasl_port},"
+                                f"SSL://127.0.0.1:{ssl_port}")
     b.start()
-    return b, f"127.0.0.1:{sasl_port}"
+    return b, f"127.0.0.1:{sasl_port}", f"127.0.0.1:{ssl_port}"
 
 
-def test_quota_set_list_and_delete(broker: tuple[BrokerProcess, str]) -> None:
+def test_quota_set_list_and_delete(broker: tuple[BrokerProcess, str, str]) -> None:
     b = broker[0].bootstrap
     out = cli("quota", "set", "--user", "alice", "producer_byte_rate=1024", "request_percentage=12.5", "-b", b)
     assert rows(out.stdout) == [["user=alice", "producer_byte_rate", "set", "1024"],
                                 ["user=alice", "request_percentage", "set", "12.5"]]
     cli("quota", "set", "--user", "alice", "--client-id", "app", "consumer_byte_rate=2048", "-b", b)
-    cli("quota", "set", "--default-client-id", "consumer_byte_rate=4096", "-b", b)
+    assert doc("quota", "set", "--default-client-id", "consumer_byte_rate=4096", "-b", b) == {
+        "entity": {"client-id": None}, "changes": [{"key": "consumer_byte_rate", "operation": "set", "value": 4096.0}],
+        "validate_only": False}
     assert doc("quota", "list", "--user", "alice", "-b", b) == [
         {"entity": {"user": "alice"}, "quotas": {"producer_byte_rate": 1024.0, "request_percentage": 12.5}},
         {"entity": {"user": "alice", "client-id": "app"}, "quotas": {"consumer_byte_rate": 2048.0}}]
@@ -73,20 +85,18 @@ def test_quota_set_list_and_delete(broker: tuple[BrokerProcess, str]) -> None:
     assert ["client-id=<default>", "consumer_byte_rate", "4096"] in listed
     assert ["user=alice", "request_percentage", "12.5"] in listed
 
-    assert doc("quota", "set", "--user", "alice", "--delete", "request_percentage", "-b", b) == {
-        "entity": {"user": "alice"}, "changes": [{"key": "request_percentage", "operation": "delete", "value": None}],
+    assert doc("quota", "set", "--user", "alice", "--delete", "request_percentage", "--delete",
+               "producer_byte_rate", "-b", b) == {
+        "entity": {"user": "alice"}, "changes": [{"key": "request_percentage", "operation": "delete", "value": None},
+                                                 {"key": "producer_byte_rate", "operation": "delete", "value": None}],
         "validate_only": False}
-    assert doc("quota", "list", "--user", "alice", "--strict", "-b", b) == [
-        {"entity": {"user": "alice"}, "quotas": {"producer_byte_rate": 1024.0}}]
-    cli("quota", "set", "--user", "alice", "--delete", "producer_byte_rate", "-b", b)
     assert doc("quota", "list", "--user", "alice", "--strict", "-b", b) == []
 
     refused = cli("quota", "set", "--user", "alice", "producer_byte_rate=1.5", "-b", b, expect=1)
     assert "INVALID_REQUEST" in refused.stderr and "must be a Long value" in refused.stderr
-    assert "name the entity" in cli("quota", "set", "producer_byte_rate=1", "-b", b, expect=2).stderr
 
 
-def test_client_metrics_config_set_get_delete(broker: tuple[BrokerProcess, str]) -> None:
+def test_client_metrics_config_set_get_delete(broker: tuple[BrokerProcess, str, str]) -> None:
     b = broker[0].bootstrap
     name = unique_topic("sub")
     assert doc("config", "set", "client-metrics", name, "metrics=org.apache.kafka.producer.", "interval.ms=5000",
@@ -99,18 +109,17 @@ def test_client_metrics_config_set_get_delete(broker: tuple[BrokerProcess, str])
          "sensitive": False},
         {"name": "metrics", "value": "org.apache.kafka.producer.", "source": "CLIENT_METRICS_CONFIG",
          "read_only": False, "sensitive": False}]}
-    assert rows(cli("config", "get", "client-metrics", name, "interval.ms", "-b", b).stdout) == [
-        ["interval.ms", "5000", "CLIENT_METRICS_CONFIG", "no"]]
-    cli("config", "delete", "client-metrics", name, "interval.ms", "-b", b)
+    assert rows(cli("config", "delete", "client-metrics", name, "interval.ms", "-b", b).stdout) == [
+        ["interval.ms", "delete", "-"]]
     assert [c["name"] for c in doc("config", "get", "client-metrics", name, "-b", b)["configs"]] == ["metrics"]
     refused = cli("config", "set", "client-metrics", name, "interval.ms=5", "-b", b, expect=1)
     assert "INVALID_REQUEST" in refused.stderr and "interval.ms" in refused.stderr
 
 
-def test_open_transaction_listed_and_described(broker: tuple[BrokerProcess, str]) -> None:
+def test_open_transaction_listed_and_described(broker: tuple[BrokerProcess, str, str]) -> None:
     b = broker[0].bootstrap
     topic, txn_id = unique_topic("txn"), unique_topic("tid")
-    cli("topic", "create", topic, "-p", "2", "-b", b)
+    create_topic(broker[0], topic, 2)
     producer = Producer({"bootstrap.servers": b, "broker.address.family": "v4", "transactional.id": txn_id,
                          "transaction.timeout.ms": 45000})
     producer.init_transactions(20)
@@ -120,7 +129,6 @@ def test_open_transaction_listed_and_described(broker: tuple[BrokerProcess, str]
     try:
         listed = [t for t in doc("txn", "list", "-b", b) if t["transactional_id"] == txn_id]
         assert len(listed) == 1 and listed[0]["state"] == "Ongoing" and listed[0]["coordinator"] == 0
-        assert txn_id in [t["transactional_id"] for t in doc("txn", "list", "--state", "Ongoing", "-b", b)]
         assert txn_id not in [t["transactional_id"] for t in doc("txn", "list", "--state", "Empty", "-b", b)]
         described = doc("txn", "describe", txn_id, "-b", b)
         start = described.pop("start_time_ms")
@@ -145,12 +153,15 @@ def share_consumers() -> Iterator[list[ShareConsumer]]:
         c.close()
 
 
-def test_share_group_listed_and_described_with_lag(broker: tuple[BrokerProcess, str],
+def test_share_group_listed_and_described_with_lag(broker: tuple[BrokerProcess, str, str],
                                                    share_consumers: list[ShareConsumer]) -> None:
     b = broker[0].bootstrap
     topic, group = unique_topic("share"), unique_topic("sg")
-    cli("topic", "create", topic, "-p", "1", "-b", b)
-    cli("config", "set", "group", group, "share.auto.offset.reset=earliest", "-b", b)
+    create_topic(broker[0], topic, 1)
+    admin = admin_for(broker[0])
+    resource = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(timeout=20)
     producer = Producer({"bootstrap.servers": b, "broker.address.family": "v4"})
     for i in range(10):
         producer.produce(topic, b"v%d" % i)
@@ -189,7 +200,7 @@ def test_share_group_listed_and_described_with_lag(broker: tuple[BrokerProcess, 
     assert "GROUP_ID_NOT_FOUND" in cli("share-group", "describe", "no-such-group", "-b", b, expect=1).stderr
 
 
-def test_cluster_info_shows_api_versions(broker: tuple[BrokerProcess, str]) -> None:
+def test_cluster_info_shows_api_versions(broker: tuple[BrokerProcess, str, str]) -> None:
     b = broker[0].bootstrap
     info = doc("cluster", "info", "-b", b)
     [only] = info["brokers"]
@@ -203,8 +214,8 @@ def test_cluster_info_shows_api_versions(broker: tuple[BrokerProcess, str]) -> N
     assert any(r[:2] == ["DescribeClientQuotas", "48"] for r in rows(by_api.split("Broker 0", 1)[1]))
 
 
-def test_sasl_scram_login(broker: tuple[BrokerProcess, str]) -> None:
-    plain, sasl = broker
+def test_sasl_scram_login(broker: tuple[BrokerProcess, str, str]) -> None:
+    plain, sasl, _ = broker
     cli("user", "create", SCRAM_USER, "--mechanism", "SCRAM-SHA-256", "--iterations", "4096", "--password-stdin",
         "-b", plain.bootstrap, stdin=SCRAM_PASSWORD + "\n")
     cli("quota", "set", "--client-id", "scram-app", "producer_byte_rate=777", "-b", plain.bootstrap)
@@ -232,7 +243,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 def test_partition_move_wait_status_and_elect(cluster: Cluster, tmp_path: Path) -> None:
     b = cluster.bootstrap
     topic = unique_topic("mv")
-    cli("topic", "create", topic, "--replica-assignment", "1:2", "-b", b)
+    cli("topic", "create", topic, "--replica-assignment", "1:2", "-b", b)  # librdkafka's partition count
     producer = Producer({"bootstrap.servers": b, "broker.address.family": "v4"})
     for i in range(50):
         producer.produce(topic, b"m%d" % i)
@@ -240,7 +251,6 @@ def test_partition_move_wait_status_and_elect(cluster: Cluster, tmp_path: Path) 
     assert doc("partition", "move", topic, "0", "--replicas", "3,2", "--wait", "-b", b) == {
         "topic": topic, "partition": 0, "replicas": [3, 2], "state": "done"}
     assert doc("partition", "status", topic, "-b", b) == []
-    assert rows(cli("partition", "status", "-b", b).stdout) == []
     [p] = doc("topic", "describe", topic, "-b", b)[0]["partitions"]
     assert p["replicas"] == [3, 2] and p["end_offset"] == 50
 
@@ -254,3 +264,15 @@ def test_partition_move_wait_status_and_elect(cluster: Cluster, tmp_path: Path) 
     refused = cli("partition", "move", topic, "0", "--replicas", "3,9", "-b", b, expect=1)
     assert "INVALID_REPLICA_ASSIGNMENT" in refused.stderr or "BROKER_NOT_AVAILABLE" in refused.stderr
     assert len(doc("cluster", "info", "-b", b)["brokers"]) == 3
+
+
+def test_tls_with_client_certificate(broker: tuple[BrokerProcess, str, str], pki: Pki) -> None:
+    plain, _, tls = broker
+    cli("quota", "set", "--client-id", "tls-app", "consumer_byte_rate=555", "-b", plain.bootstrap)
+    secured = ["-X", "security.protocol=SSL", "-X", f"ssl.ca.location={pki.ca.cert_path}",
+               "-X", f"ssl.certificate.location={pki.alice.cert}", "-X", f"ssl.key.location={pki.alice.key}"]
+    assert doc("quota", "list", "--client-id", "tls-app", "-b", tls, *secured) == [
+        {"entity": {"client-id": "tls-app"}, "quotas": {"consumer_byte_rate": 555.0}}]
+    untrusted = cli("quota", "list", "-b", tls, "-X", "security.protocol=SSL",
+                    "-X", f"ssl.ca.location={pki.other_ca.cert_path}", expect=3)
+    assert "CERTIFICATE_VERIFY_FAILED" in untrusted.stderr

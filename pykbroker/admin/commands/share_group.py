@@ -8,7 +8,6 @@ from typing import Any
 import click
 
 from ..connection import check
-from ..errors import AdminError
 from ..session import Session, connection_options
 from ..wire import GROUP, retriable
 from .common import offsets_of
@@ -44,12 +43,20 @@ def list_(session: Session) -> None:
                      [[d["group"], d["state"], d["coordinator"]] for d in docs])
 
 
-def _start_offsets(conn: Any, group: str) -> dict[tuple[str, int], int]:
-    """The group's share-partition start offsets (-1: none yet); v1 asks for every topic the group has state of."""
-    if conn.version(DESCRIBE_SHARE_GROUP_OFFSETS) < 1:
-        raise AdminError(f"{conn.address} answers DescribeShareGroupOffsets v0 only, which needs the topics named",
-                         error="UNSUPPORTED_VERSION")
-    _, response = conn.request(DESCRIBE_SHARE_GROUP_OFFSETS, {"groups": [{"group_id": group, "topics": None}]})
+def _start_offsets(conn: Any, group: str, assigned: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """The group's share-partition start offsets (-1: none yet): v1 asks for every topic the group has state of,
+    v0 for the partitions assigned to its members."""
+    topics: dict[str, list[int]] = {}
+    for t, i in assigned:
+        topics.setdefault(t, []).append(i)
+    body: dict[str, Any] = {"groups": [{"group_id": group, "topics": [
+        {"topic_name": t, "partitions": ps}
+        for t, ps in sorted(topics.items())]}]}
+    if conn.version(DESCRIBE_SHARE_GROUP_OFFSETS) >= 1:
+        body["groups"][0]["topics"] = None
+    elif not topics:
+        return {}
+    _, response = conn.request(DESCRIBE_SHARE_GROUP_OFFSETS, body)
     out: dict[tuple[str, int], int] = {}
     for g in response.groups:
         retriable(g.error_code)
@@ -76,7 +83,9 @@ def describe(group: str, session: Session) -> None:
         described = response.groups[0]
         retriable(described.error_code)
         check(described.error_code, f"ShareGroupDescribe {group}", described.error_message)
-        return node, described, _start_offsets(conn, group)
+        assigned = [(str(tp.topic_name), int(i)) for m in described.members
+                    for tp in m.assignment.topic_partitions for i in tp.partitions]
+        return node, described, _start_offsets(conn, group, assigned)
 
     node, g, starts = wire.retrying(f"describe share group {group}", call)
     owner: dict[tuple[str, int], str] = {}
