@@ -7,8 +7,6 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from pykbroker.config.parsing import parse_properties
-
 from .errors import EXIT_USAGE, AdminError
 
 ENV_BOOTSTRAP = "PYKBROKER_BOOTSTRAP_SERVERS"
@@ -23,6 +21,9 @@ def client_properties(bootstrap: str | None, config_file: str | None, overrides:
     props: dict[str, str] = {}
     path = config_file or environ.get(ENV_CONFIG)
     if path:
+        # Only with a file: the config package is slow to import, and most command lines name no file.
+        from pykbroker.config.parsing import parse_properties
+
         try:
             props.update(parse_properties(Path(path).read_text()))
         except OSError as e:
