@@ -9,7 +9,7 @@ from click.shell_completion import get_completion_class
 from pykbroker import __version__
 from pykbroker.admin import COMPLETE_VAR
 
-from .commands import acl, cluster, config, group, records, topic, user
+from .commands import acl, cluster, config, group, partition, quota, records, share_group, topic, txn, user
 
 
 @click.group(name="pykbroker", context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
@@ -32,7 +32,7 @@ def completion(shell: str) -> None:
 
 
 # Each module of pykbroker.admin.commands exports COMMANDS: the click commands it adds to the root.
-for _module in (cluster, topic, group, records, config, acl, user):
+for _module in (cluster, topic, group, share_group, records, config, acl, user, quota, partition, txn):
     for _command in _module.COMMANDS:
         root.add_command(_command)
 

@@ -15,6 +15,7 @@ from .client import Admin, rdkafka_log
 from .errors import EXIT_FAILED, AdminError
 from .output import FORMATS, Output
 from .settings import client_properties
+from .wire import Wire
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -25,12 +26,24 @@ class Session:
         self.timeout = timeout
         self.out = out
         self._admin: Admin | None = None
+        self._wire: Wire | None = None
 
     @property
     def admin(self) -> Admin:
         if self._admin is None:
             self._admin = Admin(self.props, self.timeout)
         return self._admin
+
+    @property
+    def wire(self) -> Wire:
+        """The client for the Admin APIs librdkafka lacks (pykbroker's codec on a socket)."""
+        if self._wire is None:
+            self._wire = Wire(self.props, self.timeout)
+        return self._wire
+
+    def close(self) -> None:
+        if self._wire is not None:
+            self._wire.close()
 
     @property
     def bootstrap(self) -> str:
@@ -61,11 +74,15 @@ def connection_options(f: F) -> F:
                 fmt: str, timeout: float, verbose: bool, **kwargs: Any) -> Any:
         out = Output(fmt)
         _librdkafka_logging(verbose)
+        session: Session | None = None
         try:
             session = Session(client_properties(bootstrap, config_file, overrides), timeout, out)
             return f(*args, session=session, **kwargs)
         except AdminError as e:
             fail(out, e)
+        finally:
+            if session is not None:
+                session.close()
     for option in reversed(options):
         wrapper = option(wrapper)
     return wrapper  # type: ignore[return-value]

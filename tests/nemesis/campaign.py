@@ -198,8 +198,14 @@ def run(seed: int, duration: float, base: Path, out_dir: Path | None = None, *, 
         ended = time.monotonic() - t0
     anomalies = check(writer.acked, {r.name: r.polls for r in readers}, {r.name: r.commits for r in readers}, final)
     anomalies.merge(side.check())
+    if anomalies.total and out_dir is not None:  # the brokers' logs (still in the run's directory), to see why
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for i, b in cluster.brokers.items():
+            (out_dir / f"broker{i}.log").write_text(b.log())
     report: dict[str, Any] = {
         "seed": seed, "duration": duration, "wall_time": round(ended, 1), "topic": topic,
+        # time.monotonic() when the faults' clock started: the observations' times are on that clock
+        "t0_monotonic": round(t0, 3),
         "faults": applied, "anomalies": anomalies.as_dict(), "anomaly_total": anomalies.total,
         "sent": writer.sent, "acknowledged": len(writer.acked), "unreported": unreported,
         "producer_errors": writer.errors[:20], "producer_error_count": len(writer.errors),

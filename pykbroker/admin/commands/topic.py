@@ -35,7 +35,8 @@ def create(names: tuple[str, ...], partitions: int, replication_factor: int, con
 
     assignment = parse_assignment(replica_assignment) if replica_assignment else None
     config = key_values(configs, "-c")
-    shape: dict[str, Any] = ({"replica_assignment": assignment} if assignment else
+    # librdkafka takes the partition count with an assignment (-1 there means "the broker's default", refused).
+    shape: dict[str, Any] = ({"num_partitions": len(assignment), "replica_assignment": assignment} if assignment else
                              {"num_partitions": partitions, "replication_factor": replication_factor})
     new = [NewTopic(n, config=config, **shape) for n in names]
     admin = session.admin
