@@ -1,14 +1,12 @@
 """The admin commands served by pykbroker's own wire client (the Admin APIs librdkafka lacks): quotas, client-metrics
 configs, transactions, share groups, partition moves and elections, API versions, and SASL/SCRAM logins; each run as
-the real CLI in a subprocess against broker subprocesses."""
+the CLI's click app against broker subprocesses."""
 
 from __future__ import annotations
 
 import itertools
 import json
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,19 +17,18 @@ from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from tests.integration.conftest import BrokerFactory, admin_for, create_topic, unique_topic
+from tests.support.admin_cli import run
 from tests.support.broker import BrokerProcess, free_port
 from tests.support.certs import Pki, make_pki
 from tests.support.cluster import Cluster
 
 SCRAM_USER, SCRAM_PASSWORD = "wire-admin", "wire-secret-0xc0ffee"
-CLI_TIMEOUT = 60
 
 
 def cli(*args: str, stdin: str | None = None, expect: int = 0) -> subprocess.CompletedProcess[str]:
-    """``pykbroker ARGS`` as an operator runs it; its exit code checked."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYKBROKER_")}
-    done = subprocess.run([sys.executable, "-m", "pykbroker", *args, "--timeout", "20"], input=stdin,
-                          capture_output=True, text=True, timeout=CLI_TIMEOUT, env=env)
+    """``pykbroker ARGS`` (the click app in this process, tests/support/admin_cli.py); its exit code checked."""
+    ran = run([*args, "--timeout", "20"], stdin)
+    done = subprocess.CompletedProcess(ran.args, ran.returncode, ran.stdout.decode(), ran.stderr.decode())
     assert done.returncode == expect, (done.returncode, done.stdout, done.stderr)
     return done
 
