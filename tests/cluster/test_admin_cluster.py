@@ -3,8 +3,29 @@ changes made through one broker are seen through the others."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from tests.integration.conftest import unique_topic
 from tests.integration.test_admin_cli import cli, unique
+from tests.integration.test_admin_records import cli as records_cli
+from tests.integration.test_admin_records import cli_json as records_json
+from tests.integration.test_admin_records import new_topic, produce_json
+from tests.integration.test_admin_wire import cli as wire_cli
+from tests.integration.test_admin_wire import doc as wire_doc
 from tests.support.cluster import Cluster, wait_for
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Three brokers for this module; no automatic preferred-leader elections, which would race the
+    elections the tests ask for."""
+    with Cluster(tmp_path_factory.mktemp("admin-cluster"), 3,
+                 overrides={"auto.leader.rebalance.enable": "false"}) as c:
+        yield c
 
 
 def test_cluster_info_shows_every_broker_and_the_controller(cluster: Cluster) -> None:
@@ -49,3 +70,42 @@ def test_a_broker_config_set_on_one_broker(cluster: Cluster) -> None:
               bootstrap=cluster.broker(broker_id).bootstrap).doc
     assert got["configs"][0]["value"] == "3" and got["configs"][0]["source"] == "DYNAMIC_BROKER_CONFIG"
     cli("config", "delete", "broker", str(broker_id), "log.cleaner.threads", bootstrap=b)
+
+
+def test_group_describe_on_three_brokers(cluster: Cluster, tmp_path: Path) -> None:
+    b = cluster.bootstrap
+    topic = new_topic(b, partitions=3, rf=3)
+    group = unique("g")
+    produce_json(b, topic, [{"value": f"v{i}", "partition": i % 3} for i in range(6)])
+    assert sorted(records_cli(b, "consume", topic, "-g", group, "--to", "end").stdout.splitlines()) == \
+        [b"v0", b"v1", b"v2", b"v3", b"v4", b"v5"]
+    doc = records_json(b, "group", "describe", group)[0]
+    assert doc["coordinator"] in (1, 2, 3) and doc["state"] == "Empty" and doc["total_lag"] == 0
+    assert [(p["partition"], p["committed_offset"], p["log_end_offset"]) for p in doc["partitions"]] == \
+        [(0, 2, 2), (1, 2, 2), (2, 2, 2)]
+
+
+def test_partition_move_wait_status_and_elect(cluster: Cluster, tmp_path: Path) -> None:
+    b = cluster.bootstrap
+    topic = unique_topic("mv")
+    wire_cli("topic", "create", topic, "--replica-assignment", "1:2", "-b", b)  # librdkafka's partition count
+    producer = Producer({"bootstrap.servers": b, "broker.address.family": "v4"})
+    for i in range(50):
+        producer.produce(topic, b"m%d" % i)
+    assert producer.flush(20) == 0
+    assert wire_doc("partition", "move", topic, "0", "--replicas", "3,2", "--wait", "-b", b) == {
+        "topic": topic, "partition": 0, "replicas": [3, 2], "state": "done"}
+    assert wire_doc("partition", "status", topic, "-b", b) == []
+    [p] = wire_doc("topic", "describe", topic, "-b", b)[0]["partitions"]
+    assert p["replicas"] == [3, 2] and p["end_offset"] == 50
+
+    # The preferred replica (3) leads after a preferred election, whoever led before.
+    elected = wire_doc("partition", "elect", topic, "-b", b)
+    assert [(e["topic"], e["partition"], e["error"]) for e in elected] == [(topic, 0, None)]
+    assert elected[0]["result"] in ("elected", "already-elected")
+    assert wire_doc("topic", "describe", topic, "-b", b)[0]["partitions"][0]["leader"] == 3
+    assert wire_doc("partition", "elect", topic, "0", "-b", b) == [
+        {"topic": topic, "partition": 0, "result": "already-elected", "error": None}]
+    refused = wire_cli("partition", "move", topic, "0", "--replicas", "3,9", "-b", b, expect=1)
+    assert "INVALID_REPLICA_ASSIGNMENT" in refused.stderr or "BROKER_NOT_AVAILABLE" in refused.stderr
+    assert len(wire_doc("cluster", "info", "-b", b)["brokers"]) == 3

@@ -8,7 +8,6 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +15,6 @@ from confluent_kafka import Consumer, Producer
 
 from tests.support.admin_cli import run
 from tests.support.broker import BrokerProcess
-from tests.support.cluster import Cluster
 
 
 @pytest.fixture(scope="module")
@@ -265,22 +263,3 @@ def test_isolation_levels(broker: BrokerProcess) -> None:
     assert [(r["offset"], r["value"]) for r in json_lines(committed.stdout)] == [(0, "committed")]
     uncommitted = cli(b, "consume", topic, "--to", "end", "--format", "json")
     assert [(r["offset"], r["value"]) for r in json_lines(uncommitted.stdout)] == [(0, "committed"), (2, "aborted")]
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with Cluster(tmp_path_factory.mktemp("admin-records-cluster"), 3) as c:
-        yield c
-
-
-def test_group_describe_on_three_brokers(cluster: Cluster, tmp_path: Path) -> None:
-    b = cluster.bootstrap
-    topic = new_topic(b, partitions=3, rf=3)
-    group = f"g-{uuid.uuid4().hex[:8]}"
-    produce_json(b, topic, [{"value": f"v{i}", "partition": i % 3} for i in range(6)])
-    assert sorted(cli(b, "consume", topic, "-g", group, "--to", "end").stdout.splitlines()) == \
-        [b"v0", b"v1", b"v2", b"v3", b"v4", b"v5"]
-    doc = cli_json(b, "group", "describe", group)[0]
-    assert doc["coordinator"] in (1, 2, 3) and doc["state"] == "Empty" and doc["total_lag"] == 0
-    assert [(p["partition"], p["committed_offset"], p["log_end_offset"]) for p in doc["partitions"]] == \
-        [(0, 2, 2), (1, 2, 2), (2, 2, 2)]

@@ -9,7 +9,6 @@ import json
 import subprocess
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +19,6 @@ from tests.integration.conftest import BrokerFactory, admin_for, create_topic, u
 from tests.support.admin_cli import run
 from tests.support.broker import BrokerProcess, free_port
 from tests.support.certs import Pki, make_pki
-from tests.support.cluster import Cluster
 
 SCRAM_USER, SCRAM_PASSWORD = "wire-admin", "wire-secret-0xc0ffee"
 
@@ -228,39 +226,6 @@ def test_sasl_scram_login(broker: tuple[BrokerProcess, str, str]) -> None:
     assert "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512" in gssapi.stderr
     # Nothing listens: exit 3.
     assert cli("quota", "list", "-b", f"127.0.0.1:{free_port()}", expect=3).stderr.startswith("error: no broker")
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("wire-cluster"), 3, overrides={"auto.leader.rebalance.enable": "false"})
-    with c:
-        yield c
-
-
-def test_partition_move_wait_status_and_elect(cluster: Cluster, tmp_path: Path) -> None:
-    b = cluster.bootstrap
-    topic = unique_topic("mv")
-    cli("topic", "create", topic, "--replica-assignment", "1:2", "-b", b)  # librdkafka's partition count
-    producer = Producer({"bootstrap.servers": b, "broker.address.family": "v4"})
-    for i in range(50):
-        producer.produce(topic, b"m%d" % i)
-    assert producer.flush(20) == 0
-    assert doc("partition", "move", topic, "0", "--replicas", "3,2", "--wait", "-b", b) == {
-        "topic": topic, "partition": 0, "replicas": [3, 2], "state": "done"}
-    assert doc("partition", "status", topic, "-b", b) == []
-    [p] = doc("topic", "describe", topic, "-b", b)[0]["partitions"]
-    assert p["replicas"] == [3, 2] and p["end_offset"] == 50
-
-    # The preferred replica (3) leads after a preferred election, whoever led before.
-    elected = doc("partition", "elect", topic, "-b", b)
-    assert [(e["topic"], e["partition"], e["error"]) for e in elected] == [(topic, 0, None)]
-    assert elected[0]["result"] in ("elected", "already-elected")
-    assert doc("topic", "describe", topic, "-b", b)[0]["partitions"][0]["leader"] == 3
-    assert doc("partition", "elect", topic, "0", "-b", b) == [
-        {"topic": topic, "partition": 0, "result": "already-elected", "error": None}]
-    refused = cli("partition", "move", topic, "0", "--replicas", "3,9", "-b", b, expect=1)
-    assert "INVALID_REPLICA_ASSIGNMENT" in refused.stderr or "BROKER_NOT_AVAILABLE" in refused.stderr
-    assert len(doc("cluster", "info", "-b", b)["brokers"]) == 3
 
 
 def test_tls_with_client_certificate(broker: tuple[BrokerProcess, str, str], pki: Pki) -> None:

@@ -158,6 +158,10 @@ class Network:
         return self
 
     def _build(self) -> None:
+        # Nothing addressed to the private range ever leaves the host: where no network's /24 route (more
+        # specific) matches, for example while another process sets one up or after its link is gone, the
+        # root namespace answers "unreachable" instead of sending it out of its default route.
+        _run(IP, "route", "replace", "unreachable", f"{_SUBNETS}.0.0/16")
         hub = self.hub
         _run(IP, "netns", "add", hub)
         _run(IP, "-n", hub, "link", "set", "lo", "up")
