@@ -109,3 +109,31 @@ def test_partition_move_wait_status_and_elect(cluster: Cluster, tmp_path: Path) 
     refused = wire_cli("partition", "move", topic, "0", "--replicas", "3,9", "-b", b, expect=1)
     assert "INVALID_REPLICA_ASSIGNMENT" in refused.stderr or "BROKER_NOT_AVAILABLE" in refused.stderr
     assert len(wire_doc("cluster", "info", "-b", b)["brokers"]) == 3
+
+
+def test_the_other_commands_through_any_broker(cluster: Cluster) -> None:
+    """Users, ACLs, quotas, records, transactions and share groups on three brokers: each asked through one
+    broker and checked through another, since the answer must be the cluster's, not one broker's."""
+    one, other = cluster.broker(2).bootstrap, cluster.broker(3).bootstrap
+    name = unique("ops")
+    cli("user", "create", name, "--password-stdin", stdin="ops-secret\n", bootstrap=one)
+    assert wait_for(lambda: cli("user", "list", name, "-o", "json", bootstrap=other, expect=None).code == 0 or None,
+                    timeout=30, what="the user seen through another broker")
+    cli("user", "delete", name, bootstrap=other)
+
+    cli("quota", "set", "--client-id", name, "producer_byte_rate=2048", bootstrap=one)
+    assert wait_for(lambda: cli("quota", "list", "--client-id", name, "--strict", "-o", "json", bootstrap=other).doc
+                    or None, timeout=30, what="the quota seen through another broker") == \
+        [{"entity": {"client-id": name}, "quotas": {"producer_byte_rate": 2048.0}}]
+    cli("quota", "set", "--client-id", name, "--delete", "producer_byte_rate", bootstrap=other)
+
+    t = unique("ops-records")
+    cli("topic", "create", t, "-p", "2", "-r", "3", bootstrap=one)
+    cluster.wait_leaders(t, 2)
+    produced = cli("produce", t, "-k", ":", "-o", "json", stdin="a:1\nb:2\nc:3\n", bootstrap=one).doc
+    assert produced["delivered"] == 3 and produced["failed"] == 0
+    consumed = cli("consume", t, "--to", "end", "-k", ":", bootstrap=other).stdout.splitlines()
+    assert sorted(consumed) == ["a:1", "b:2", "c:3"]
+    assert cli("txn", "list", "-o", "json", bootstrap=other).doc is not None
+    assert isinstance(cli("share-group", "list", "-o", "json", bootstrap=one).doc, list)
+    assert cli("partition", "status", "-o", "json", bootstrap=other).doc == []
