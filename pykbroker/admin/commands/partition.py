@@ -33,19 +33,26 @@ def _replicas(text: str) -> list[int]:
     return ids
 
 
-def _ongoing(session: Session, topics: list[tuple[str, list[int]]] | None) -> list[dict[str, Any]]:
-    """The reassignments in progress (of ``topics``' partitions; None: all of them)."""
+def _at_controller(session: Session, api_key: int, body: dict[str, Any], what: str, minimum: int = 0) -> Any:
+    """One request to the controller, again (to the new one) while it answers NOT_CONTROLLER or is busy, until
+    the command's timeout; then the top-level error, if any, as an AdminError."""
     wire = session.wire
-    body = {"timeout": int(session.timeout * 1000),
-            "topics": None if topics is None else [{"name": t, "partition_indexes": ps} for t, ps in topics]}
 
     def call() -> Any:
-        _, response = wire.controller().request(LIST_REASSIGNMENTS, body)
+        _, response = wire.controller().request(api_key, body, minimum=minimum)
         retriable(response.error_code)
         return response
 
-    response = wire.retrying("ListPartitionReassignments", call)
-    check(response.error_code, "ListPartitionReassignments", response.error_message)
+    response = wire.retrying(what, call)
+    check(response.error_code, what, getattr(response, "error_message", None))
+    return response
+
+
+def _ongoing(session: Session, topics: list[tuple[str, list[int]]] | None) -> list[dict[str, Any]]:
+    """The reassignments in progress (of ``topics``' partitions; None: all of them)."""
+    body = {"timeout": int(session.timeout * 1000),
+            "topics": None if topics is None else [{"name": t, "partition_indexes": ps} for t, ps in topics]}
+    response = _at_controller(session, LIST_REASSIGNMENTS, body, "ListPartitionReassignments")
     return sorted(({"topic": t.name, "partition": int(p.partition_index), "replicas": list(p.replicas),
                     "adding": list(p.adding_replicas), "removing": list(p.removing_replicas)}
                    for t in response.topics for p in t.partitions), key=lambda d: (d["topic"], d["partition"]))
@@ -61,17 +68,9 @@ def _ongoing(session: Session, topics: list[tuple[str, list[int]]] | None) -> li
 def move(topic: str, partition_index: int, replicas: str, wait: bool, session: Session) -> None:
     """Move a partition's replicas to other brokers (AlterPartitionReassignments)."""
     target = _replicas(replicas)
-    wire = session.wire
     body = {"timeout": int(session.timeout * 1000), "allow_replication_factor_change": True,
             "topics": [{"name": topic, "partitions": [{"partition_index": partition_index, "replicas": target}]}]}
-
-    def call() -> Any:
-        _, response = wire.controller().request(ALTER_REASSIGNMENTS, body)
-        retriable(response.error_code)
-        return response
-
-    response = wire.retrying("AlterPartitionReassignments", call)
-    check(response.error_code, "AlterPartitionReassignments", response.error_message)
+    response = _at_controller(session, ALTER_REASSIGNMENTS, body, "AlterPartitionReassignments")
     for t in response.responses:
         for p in t.partitions:
             check(p.error_code, f"move {t.name}/{p.partition_index}", p.error_message)
@@ -141,14 +140,7 @@ def elect(election: str, topic: str | None, partitions: tuple[int, ...], session
         topic_partitions = [{"topic": topic, "partitions": pids}]
     body = {"election_type": ELECTION_TYPES[election], "topic_partitions": topic_partitions,
             "timeout": int(session.timeout * 1000)}
-
-    def call() -> Any:
-        _, response = wire.controller().request(ELECT_LEADERS, body, minimum=1)
-        retriable(response.error_code)
-        return response
-
-    response = wire.retrying("ElectLeaders", call)
-    check(response.error_code, "ElectLeaders")
+    response = _at_controller(session, ELECT_LEADERS, body, "ElectLeaders", minimum=1)
     docs: list[dict[str, Any]] = []
     errors: dict[str, AdminError] = {}
     for t in response.replica_election_results:
