@@ -415,6 +415,15 @@ class ClusterClient:
             ResourceType,
         )
 
+        # librdkafka's DescribeAcls gives an empty list where the broker refused it: ask first whether this user
+        # may describe the cluster, so that a refusal does not read as "no ACLs".
+        cluster = self.admin.wait(self.admin.client.describe_cluster(include_authorized_operations=True,
+                                                                     request_timeout=self.timeout),
+                                  "DescribeCluster")
+        allowed = cluster.authorized_operations or []  # librdkafka gives None for no operations at all
+        if not {AclOperation.DESCRIBE, AclOperation.ALL} & set(allowed):
+            raise AdminError("DescribeAcls: CLUSTER_AUTHORIZATION_FAILED: listing ACLs needs DESCRIBE on the "
+                             "cluster", error="CLUSTER_AUTHORIZATION_FAILED")
         anything: Any = None  # the filter's "any name, principal and host"
         flt = AclBindingFilter(ResourceType.ANY, anything, ResourcePatternType.ANY, anything, anything,
                                AclOperation.ANY, AclPermissionType.ANY)
