@@ -31,6 +31,8 @@ class Sparkline:
     height: int
     last: float
     peak: float
+    last_x: float  # where the newest sample is drawn
+    last_y: float
 
 
 class MessagesInRate:
@@ -63,8 +65,8 @@ class MessagesInRate:
             return None
         values = list(self.rates)
         peak = max(values) or 1.0
-        step = width / max(1, SAMPLES - 1)
-        offset = width - step * (len(values) - 1)
-        points = " ".join(f"{offset + i * step:.1f},{height - 2 - (v / peak) * (height - 4):.1f}"
-                          for i, v in enumerate(values))
-        return Sparkline(points, width, height, values[-1], max(values))
+        step = (width - 6) / max(1, SAMPLES - 1)
+        offset = width - 3 - step * (len(values) - 1)
+        xy = [(offset + i * step, height - 3 - (v / peak) * (height - 6)) for i, v in enumerate(values)]
+        points = " ".join(f"{x:.1f},{y:.1f}" for x, y in xy)
+        return Sparkline(points, width, height, values[-1], max(values), round(xy[-1][0], 1), round(xy[-1][1], 1))
