@@ -34,6 +34,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from pykbroker.admin.errors import AdminError
+from pykbroker.logsetup import fields
 
 from .cluster import ClusterClient, LoginFailed, login, render
 from .rates import MessagesInRate
@@ -195,7 +196,7 @@ class Console:
                 try:
                     client = await anyio.to_thread.run_sync(self.try_login, user, password)
                 except LoginFailed as e:
-                    log.info("console login refused", extra={"user": user, "reason": str(e)})
+                    log.info("console login refused", extra=fields(user=user, reason=str(e)))
                     return PlainTextResponse("login refused\n", status_code=401,
                                              headers={"WWW-Authenticate": 'Basic realm="pykbroker console"'})
                 self.basic.add(key, user, client)
@@ -229,7 +230,7 @@ class Console:
         try:
             client = await anyio.to_thread.run_sync(self.try_login, user, password)
         except LoginFailed as e:
-            log.info("console login refused", extra={"user": user, "reason": str(e)})
+            log.info("console login refused", extra=fields(user=user, reason=str(e)))
             return self.page(request, "login.html", "", status=401, next=nxt,
                              error="Login refused by the broker: wrong user name or password.")
         old = request.session.get("sid")
@@ -238,7 +239,7 @@ class Console:
         request.session.clear()  # a new session id and CSRF token after a login
         request.session["sid"] = sid
         self.sessions.add(sid, user, client)
-        log.info("console login", extra={"user": user})
+        log.info("console login", extra=fields(user=user))
         return RedirectResponse(nxt, status_code=303)
 
     async def logout(self, request: Request) -> Response:
@@ -373,7 +374,7 @@ class Console:
         if not _TOPIC.fullmatch(name) or name in (".", ".."):
             return _back("/topics", error=f"invalid topic name {name!r}")
         await self._run(client.create_topic, name, partitions, rf)
-        log.info("console created a topic", extra={"user": user, "topic": name})
+        log.info("console created a topic", extra=fields(user=user, topic=name))
         return _back(f"/topics/{quote(name)}", message=f"created topic {name}")
 
     async def delete_topic(self, request: Request, user: str, client: ClusterClient, form: FormData) -> Response:
@@ -381,7 +382,7 @@ class Console:
         if str(form.get("confirm", "")) != name:
             return _back(f"/topics/{quote(name)}", error="type the topic's name to confirm its deletion")
         await self._run(client.delete_topic, name)
-        log.info("console deleted a topic", extra={"user": user, "topic": name})
+        log.info("console deleted a topic", extra=fields(user=user, topic=name))
         return _back("/topics", message=f"deleted topic {name}")
 
     async def produce(self, request: Request, user: str, client: ClusterClient, form: FormData) -> Response:
@@ -405,7 +406,7 @@ class Console:
         if to not in ("earliest", "latest"):
             return _back(f"/groups/{quote(group_id)}", error="reset to earliest or latest")
         count = await self._run(client.reset_offsets, group_id, to)
-        log.info("console reset a group's offsets", extra={"user": user, "group": group_id, "to": to})
+        log.info("console reset a group's offsets", extra=fields(user=user, group=group_id, to=to))
         return _back(f"/groups/{quote(group_id)}", message=f"reset {count} partition(s) to {to}")
 
 

@@ -17,6 +17,7 @@ import anyio.to_thread
 import uvicorn
 
 from pykbroker.config import BrokerConfig, parse_console_listener
+from pykbroker.logsetup import fields
 from pykbroker.server.extra_services import BoundListener, StartedBroker
 
 from .app import Access, Console, build_app
@@ -87,7 +88,7 @@ class ConsoleService:
             logging.getLogger(name).addHandler(logging.NullHandler())
         url = f"http://{f'[{self.host}]' if ':' in self.host else self.host}:{self.port}/"
         log.info("web console listening on %(url)s", {"url": url},
-                 extra={"listener": lst.name, "read_only": self.read_only})
+                 extra=fields(listener=lst.name, read_only=self.read_only))
         if not access.needs_login:
             log.warning("the web console at %(url)s is open to anyone who reaches it: the broker has no "
                         "SASL_PLAINTEXT listener with PLAIN or SCRAM to log its users in, so it acts as ANONYMOUS "
