@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pykbroker.admin.client import Admin, librdkafka_config
-from pykbroker.admin.errors import AdminError
+from pykbroker.admin.errors import AdminError, from_kafka
 
 # librdkafka's own log lines (retries, a refused login) would repeat what the page already says.
 rdkafka_log = logging.getLogger("pykbroker.console.rdkafka")
@@ -220,7 +220,9 @@ class ClusterClient:
     """One user's clients (an AdminClient, and a Producer once needed), all on the broker's listener."""
 
     def __init__(self, props: dict[str, str], timeout: float) -> None:
-        self.props = dict(props)
+        # Looking at a topic must not create it: librdkafka's Metadata request for one topic asks the broker to
+        # create it when auto.create.topics.enable is on, unless told not to.
+        self.props = {**props, "allow.auto.create.topics": "false"}
         self.timeout = timeout
         self.admin = Admin({**self.props}, timeout)
         self._producer: Any = None
@@ -325,6 +327,15 @@ class ClusterClient:
                limit: int = 20, wait_s: float = 3.0) -> tuple[list[Record], int | None]:
         """At most ``limit`` records of one partition from an offset (negative: that many before the end) or
         from the first record at or after a timestamp; the offset it started at. Never commits."""
+        from confluent_kafka import KafkaException
+
+        try:
+            return self._browse(topic, partition, offset, timestamp_ms, limit, wait_s)
+        except KafkaException as e:
+            raise from_kafka(e, f"fetch {topic}-{partition}") from e
+
+    def _browse(self, topic: str, partition: int, offset: int | None, timestamp_ms: int | None, limit: int,
+                wait_s: float) -> tuple[list[Record], int | None]:
         from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
         limit = max(1, min(limit, MAX_MESSAGES))

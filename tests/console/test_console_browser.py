@@ -284,6 +284,13 @@ def test_topic_detail_shows_partitions_offsets_and_configs(open_console: Console
         assert page.locator(f"{row} td").nth(1).inner_text() == "0"  # the leader
     expect(page.locator("#configs tr[data-config='retention.ms'] td").nth(1)).to_have_text("604800000")
     shot(page, "topic")
+    # A page of a topic that does not exist says so, and does not create it (the broker auto-creates topics).
+    page.goto(open_console.url + "/topics/no-such-topic")
+    expect(page.locator("#error")).to_contain_text("UNKNOWN_TOPIC_OR_PART")
+    page.goto(open_console.url + "/topics/no-such-topic/messages?partition=0")
+    expect(page.locator("#error")).to_contain_text("UNKNOWN_TOPIC_OR_PART")
+    admin = AdminClient({"bootstrap.servers": open_console.broker.bootstrap})
+    assert "no-such-topic" not in admin.list_topics(timeout=TIMEOUT).topics
 
 
 def test_a_produced_message_shows_up_in_the_browser(open_console: Console, page: Page) -> None:
