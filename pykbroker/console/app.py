@@ -264,10 +264,10 @@ class Console:
         q = request.query_params.get("q", "").strip()
         internal = request.query_params.get("internal") == "1"
         try:
-            rows = await self._run(client.topic_names)
+            rows, md = await self._run(client.topic_names)
             rows = [r for r in rows if (internal or not r.internal) and q.lower() in r.name.lower()]
             shown, page = paginate(rows, _int(request.query_params.get("page"), 1), PAGE_SIZE)
-            await self._run(client.count_messages, shown)
+            await self._run(client.count_messages, shown, md)
         except AdminError as e:
             return self.page(request, "topics.html", user, rows=[], page=None, q=q, internal=internal, error=str(e))
         return self.page(request, "topics.html", user, rows=shown, page=page, q=q, internal=internal)

@@ -22,6 +22,7 @@ rdkafka_log.propagate = False
 rdkafka_log.addHandler(logging.NullHandler())
 
 MAX_MESSAGES = 100  # the message browser's cap per request
+COUNTED_PARTITIONS = 2000  # the topics page reads offsets of at most this many partitions
 SENSITIVE = "[hidden]"
 
 
@@ -250,7 +251,8 @@ class ClusterClient:
                    for b in sorted(md.brokers.values(), key=lambda b: b.id)]
         return Overview(md.cluster_id, md.controller_id, brokers, len(md.topics), partitions, under, offline)
 
-    def topic_names(self) -> list[TopicRow]:
+    def topic_names(self) -> tuple[list[TopicRow], Any]:
+        """Every topic as a row, and the metadata they came from (for count_messages)."""
         md = self.admin.metadata()
         rows = []
         for name in sorted(md.topics):
@@ -259,23 +261,28 @@ class ClusterClient:
             rf = max((len(p.replicas) for p in parts), default=0)
             error = t.error.name() if t.error is not None else None
             rows.append(TopicRow(name, len(parts), rf, name.startswith("__"), error=error))
-        return rows
+        return rows, md
 
-    def count_messages(self, rows: Iterable[TopicRow]) -> None:
-        """Each row's message count: end minus start offset over its partitions (one ListOffsets pair)."""
-        md = self.admin.metadata()
+    def count_messages(self, rows: Iterable[TopicRow], md: Any = None) -> None:
+        """Each row's message count: end minus start offset over its partitions (one ListOffsets pair), for at
+        most COUNTED_PARTITIONS partitions a page: a topic beyond that is left uncounted (its page has the
+        offsets of each partition), so that a page of wide topics stays quick."""
+        md = md if md is not None else self.admin.metadata()
         wanted: list[tuple[str, int]] = []
+        counted: list[TopicRow] = []
         for row in rows:
             t = md.topics.get(row.name)
-            if t is not None:
-                wanted += [(row.name, p) for p in t.partitions]
+            if t is None or len(wanted) + len(t.partitions) > COUNTED_PARTITIONS:
+                continue
+            wanted += [(row.name, p) for p in t.partitions]
+            counted.append(row)
         offsets = self.offsets(wanted)
-        for row in rows:
-            total = 0
-            for (topic, _), (start, end) in offsets.items():
-                if topic == row.name and start is not None and end is not None:
-                    total += end - start
-            row.messages = total
+        totals = {row.name: 0 for row in counted}
+        for (topic, _), (start, end) in offsets.items():
+            if start is not None and end is not None:
+                totals[topic] += end - start
+        for row in counted:
+            row.messages = totals[row.name]
 
     def topic(self, name: str) -> list[PartitionRow]:
         md = self.admin.metadata(name)

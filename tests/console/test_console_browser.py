@@ -312,6 +312,11 @@ def test_a_produced_message_shows_up_in_the_browser(open_console: Console, page:
     assert "\n  " in value  # pretty-printed
     expect(row.locator("pre.hex").first).to_have_text("00 ff 6b 65 79")  # a key that is not text
     expect(row.locator(".header")).to_contain_text(f"trace: {marker}")
+    # From a time: the first record at or after it is the marker's.
+    page.fill("#offset", "")
+    page.fill("#timestamp", str(delivered[0][1].timestamp()[1]))
+    page.click("#show")
+    expect(page.locator("#records tbody tr").first).to_have_attribute("data-offset", str(offset))
     # The newest records when no offset is given: the marker is among them.
     page.goto(f"{open_console.url}/topics/{ORDERS}/messages?partition=1&limit=5")
     expect(page.locator("#records")).to_contain_text(marker)
