@@ -435,13 +435,7 @@ class ClusterClient:
 
         # librdkafka's DescribeAcls gives an empty list where the broker refused it: ask first whether this user
         # may describe the cluster, so that a refusal does not read as "no ACLs".
-        cluster = self.admin.wait(self.admin.client.describe_cluster(include_authorized_operations=True,
-                                                                     request_timeout=self.timeout),
-                                  "DescribeCluster")
-        allowed = cluster.authorized_operations or []  # librdkafka gives None for no operations at all
-        if not {AclOperation.DESCRIBE, AclOperation.ALL} & set(allowed):
-            raise AdminError("DescribeAcls: CLUSTER_AUTHORIZATION_FAILED: listing ACLs needs DESCRIBE on the "
-                             "cluster", error="CLUSTER_AUTHORIZATION_FAILED")
+        self._require_cluster_describe("DescribeAcls", "listing ACLs")
         anything: Any = None  # the filter's "any name, principal and host"
         flt = AclBindingFilter(ResourceType.ANY, anything, ResourcePatternType.ANY, anything, anything,
                                AclOperation.ANY, AclPermissionType.ANY)
@@ -451,7 +445,23 @@ class ClusterClient:
                               b.operation.name, b.permission_type.name) for b in bindings),
                       key=lambda r: (r.resource_type, r.name, r.principal, r.operation))
 
+    def _require_cluster_describe(self, what: str, doing: str) -> None:
+        """CLUSTER_AUTHORIZATION_FAILED unless this user may DESCRIBE the cluster (from DescribeCluster's
+        authorized operations), before a call whose refusal librdkafka mishandles."""
+        from confluent_kafka.admin import AclOperation
+
+        cluster = self.admin.wait(self.admin.client.describe_cluster(include_authorized_operations=True,
+                                                                     request_timeout=self.timeout),
+                                  "DescribeCluster")
+        allowed = cluster.authorized_operations or []  # librdkafka gives None for no operations at all
+        if not {AclOperation.DESCRIBE, AclOperation.ALL} & set(allowed):
+            raise AdminError(f"{what}: CLUSTER_AUTHORIZATION_FAILED: {doing} needs DESCRIBE on the cluster",
+                             error="CLUSTER_AUTHORIZATION_FAILED")
+
     def users(self) -> list[UserRow]:
+        # librdkafka (2.x) frees memory it does not own when DescribeUserScramCredentials is refused as a whole,
+        # which would end the broker's process: never send it for a user the broker would refuse.
+        self._require_cluster_describe("DescribeUserScramCredentials", "listing SCRAM users")
         future: Any = self.admin.client.describe_user_scram_credentials(request_timeout=self.timeout)
         result = self.admin.wait(future, "DescribeUserScramCredentials")
         rows = []

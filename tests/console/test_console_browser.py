@@ -490,8 +490,26 @@ def test_read_only_console_offers_no_writes_and_refuses_them(secure_console: Con
 def test_http_basic_logs_in_too(secure_console: Console) -> None:
     ok = httpx.get(secure_console.url + "/", auth=("alice", "alice-secret"), timeout=TIMEOUT)
     assert ok.status_code == 200 and 'id="cluster-id"' in ok.text
+    # Every page as a user with next to no ACLs: answered (with the broker's refusals shown), the broker alive.
+    for path in ("/topics", "/topics/alice-topic", "/topics/secret-topic", "/topics/alice-topic/messages?partition=0",
+                 "/topics/secret-topic/messages?partition=0", "/groups", "/groups/some-group", "/acls", "/users",
+                 "/brokers"):
+        r = httpx.get(secure_console.url + path, auth=("alice", "alice-secret"), timeout=TIMEOUT)
+        assert r.status_code == 200, (path, r.status_code, r.text[-500:])
+    assert secure_console.broker.proc is not None and secure_console.broker.proc.poll() is None
     refused = httpx.get(secure_console.url + "/", auth=("alice", "wrong"), timeout=TIMEOUT)
     assert refused.status_code == 401 and refused.headers["www-authenticate"].startswith("Basic")
+    # A SCRAM user logs in the same way (the console tries the listener's mechanisms in turn).
+    admin = AdminClient({"bootstrap.servers": secure_console.broker.bootstrap})
+    for f in admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+            "scrammy", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"scram-secret")]).values():
+        f.result(TIMEOUT)
+    scram = httpx.get(secure_console.url + "/users", auth=("scrammy", "scram-secret"), timeout=TIMEOUT)
+    assert scram.status_code == 200 and 'id="user">scrammy<' in scram.text
+    # Listing SCRAM users needs DESCRIBE on the cluster: the page says so (and the broker keeps running).
+    assert "CLUSTER_AUTHORIZATION_FAILED" in scram.text
+    assert secure_console.broker.proc is not None and secure_console.broker.proc.poll() is None
+    assert httpx.get(secure_console.url + "/", auth=("scrammy", "alice-secret"), timeout=TIMEOUT).status_code == 401
     anonymous = httpx.get(secure_console.url + "/topics", timeout=TIMEOUT, follow_redirects=False)
     assert anonymous.status_code == 303 and anonymous.headers["location"] == "/login?next=/topics"
     assert not any("web console at" in x and "open to anyone" in x for x in secure_console.broker.log().splitlines())
