@@ -77,6 +77,10 @@ def _serve(args: argparse.Namespace) -> int:
         backend_options["use_uvloop"] = True
     try:
         broker = Broker(config)
+        if config["pykbroker.console.listener"]:  # the web console runs in the broker's task group
+            from pykbroker.console.service import ConsoleService
+
+            broker.extra_services.append(ConsoleService(config))
         anyio.run(broker.run, backend_options=backend_options)
     except (OSError, StartupError) as e:
         log.error("cannot start: %(error)s", {"error": e})

@@ -11,6 +11,7 @@ from pykbroker.config.parsing import (
     at_least,
     one_of,
     valid_authorizer_class,
+    valid_console_listener,
     valid_ibp_version,
     valid_ip_overrides,
     valid_listeners,
@@ -316,6 +317,11 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         # --- observability (pykbroker.observability) ---
         _D("pykbroker.metrics.listener", "string", "", "pykbroker: where the Prometheus endpoint listens, as "
            "http://host:port (path /metrics); empty turns it off.", valid_metrics_listener),
+        _D("pykbroker.console.listener", "string", "", "pykbroker: where the web console for operators listens, "
+           "as http://host:port; empty turns it off.", valid_console_listener),
+        _D("pykbroker.console.read.only", "bool", True, "pykbroker: the web console only shows the cluster; false "
+           "also lets its users create and delete topics, produce messages and reset a group's offsets (as far "
+           "as the broker's ACLs allow them)."),
         _D("pykbroker.metrics.partition.series", "bool", True, "pykbroker: export Kafka's per-partition log "
            "gauges (size, segments, start/end offsets, high watermark, under-replicated); false exports them "
            "summed per topic, for brokers with thousands of partitions (each sample costs scrape time)."),

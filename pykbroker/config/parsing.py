@@ -118,6 +118,26 @@ def parse_metrics_listener(value: str) -> tuple[str, int]:
     return parts.hostname, port
 
 
+def parse_console_listener(value: str) -> tuple[str, int]:
+    """``http://host:port`` (or ``host:port``) of the web console → (host, port). Raises ValueError, saying why."""
+    text = value.strip()
+    if "://" not in text:
+        text = "http://" + text
+    parts = urlsplit(text)
+    if parts.scheme != "http":
+        raise ValueError(f"pykbroker.console.listener must be http://host:port, not {value!r} (no TLS on the "
+                         "console; put a proxy in front if it needs one)")
+    if parts.path not in ("", "/") or parts.query:
+        raise ValueError(f"pykbroker.console.listener {value!r}: the console is served at /, give no path")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if port is None or not parts.hostname:
+        raise ValueError(f"pykbroker.console.listener {value!r} needs a host and a port, e.g. http://127.0.0.1:8080")
+    return parts.hostname, port
+
+
 def parse_ip_overrides(raw: str) -> dict[str, int]:
     """``host1:10,1.2.3.4:20`` into {host: count}; the last colon separates (so IPv6 works)."""
     out: dict[str, int] = {}
@@ -161,6 +181,16 @@ def valid_metrics_listener(value: Any) -> str | None:
         return None
     try:
         parse_metrics_listener(value)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def valid_console_listener(value: Any) -> str | None:
+    if not value:
+        return None
+    try:
+        parse_console_listener(value)
     except ValueError as e:
         return str(e)
     return None

@@ -29,6 +29,7 @@ from pykbroker.config import (
     BrokerConfig,
     ConfigError,
     Listener,
+    parse_console_listener,
     parse_listener,
     parse_metrics_listener,
 )
@@ -95,6 +96,7 @@ def plan_processes(config: BrokerConfig, processes: int, hostname: str) -> list[
     id_key = "node.id" if int(config["node.id"]) >= 0 else "broker.id"
     advertised = [parse_listener(x) for x in config["advertised.listeners"]]
     metrics = str(config["pykbroker.metrics.listener"]).strip()
+    console = str(config["pykbroker.console.listener"]).strip()
     rack = config["broker.rack"] if config["broker.rack"] is not None else hostname
     plans: list[ProcessPlan] = []
     for i in range(processes):
@@ -119,6 +121,17 @@ def plan_processes(config: BrokerConfig, processes: int, hostname: str) -> list[
                 raise ConfigError(f"configuration 'pykbroker.metrics.listener': port {port} + process index {i} "
                                   "is above 65535")
             overrides["pykbroker.metrics.listener"] = f"http://{f'[{host}]' if ':' in host else host}:{port + i}"
+            binds.append((host, port + i))
+        if console:
+            host, port = parse_console_listener(console)
+            if port == 0 and processes > 1:
+                raise ConfigError("configuration 'pykbroker.console.listener' has port 0: with --processes each "
+                                  "process serves its console on the configured port + its index; give a fixed "
+                                  "port")
+            if port + i > 65535:
+                raise ConfigError(f"configuration 'pykbroker.console.listener': port {port} + process index {i} "
+                                  "is above 65535")
+            overrides["pykbroker.console.listener"] = f"http://{f'[{host}]' if ':' in host else host}:{port + i}"
             binds.append((host, port + i))
         first = listeners[0]
         plans.append(ProcessPlan(i, broker_id, overrides, (_probe_host(first.host), first.port), tuple(binds)))

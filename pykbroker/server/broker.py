@@ -61,6 +61,7 @@ from pykbroker.server.allocator import RELEASE_INTERVAL_S, release_free_memory
 from pykbroker.server.connection_quotas import quotas_from_config
 from pykbroker.server.context import Services
 from pykbroker.server.dispatcher import Dispatcher
+from pykbroker.server.extra_services import BoundListener, ExtraService, StartedBroker
 from pykbroker.server.metrics_snapshot import take_snapshot
 from pykbroker.server.network import SocketServer, raise_nofile_limit
 from pykbroker.storage.cleaner import LogCleaner
@@ -182,6 +183,8 @@ class Broker:
         self._stop = anyio.Event()
         self.bound_ports: list[int] = []
         self.metrics_port: int | None = None  # the bound port of pykbroker.metrics.listener
+        # Registered by whoever starts the broker (the web console); run in the broker's task group.
+        self.extra_services: list[ExtraService] = []
         self._fatal: str | None = None  # why the broker must exit non-zero (all log dirs failed)
         self._dir_failure = anyio.Event()
 
@@ -427,6 +430,7 @@ class Broker:
                 self.store.close()
                 raise
         metrics = self._start_metrics()
+        await self._open_extra_services(listeners)
         async with anyio.create_task_group() as tg:
             serve_scope = anyio.CancelScope()
             serve_done = anyio.Event()
@@ -441,6 +445,8 @@ class Broker:
                     serve_done.set()
 
             tg.start_soon(serve_all)
+            for service in self.extra_services:
+                tg.start_soon(service.serve)
             tg.start_soon(self.groups.run)  # loads offsets partitions, fires group timers
             if self.shares is not None:
                 tg.start_soon(self.shares.run)  # replays __share_group_state, fires lock and session timers
@@ -477,6 +483,8 @@ class Broker:
             log.debug("shutting down")
             if metrics is not None:
                 await anyio.to_thread.run_sync(metrics.stop)
+            for service in self.extra_services:
+                await service.close()
             if self.cluster and self.config["controlled.shutdown.enable"]:
                 await self._controlled_shutdown()  # still serving: clients follow the moved leaders
             await self._stop_controller()
@@ -509,6 +517,20 @@ class Broker:
         if record is None:
             self.services.stats.forget_topic(name)
             self.replicas.replication_bytes_in.pop(name, None)
+
+    async def _open_extra_services(self, listeners: list[tuple[Any, Any]]) -> None:
+        """Tell the registered services where the broker listens; one that cannot open stops the start."""
+        if not self.extra_services:
+            return
+        protocols = self.config.security_protocols
+        started = StartedBroker(self.broker_id, self.store.cluster_id, tuple(
+            BoundListener(lst.name, protocols.get(lst.name, "PLAINTEXT"), lst.host, port)
+            for (lst, _), port in zip(listeners, self.bound_ports, strict=True)), self.metrics_port)
+        for service in self.extra_services:
+            try:
+                await service.open(started)
+            except (OSError, ValueError) as e:
+                raise StartupError(str(e)) from e
 
     def _start_metrics(self) -> MetricsEndpoint | None:
         """The Prometheus endpoint, when pykbroker.metrics.listener is set; scrapes read state on this loop."""
