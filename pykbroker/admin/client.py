@@ -77,10 +77,11 @@ class Admin:
                 out[key] = e
         return out
 
-    def metadata(self) -> Any:
-        """librdkafka's ClusterMetadata of every topic (brokers, controller, partitions, replicas and ISR). Never
-        of one topic by name: that Metadata request creates the topic where auto.create.topics.enable is on."""
+    def metadata(self, topic: str | None = None) -> Any:
+        """librdkafka's ClusterMetadata (brokers, controller, partitions, replicas and ISR) of every topic, or of
+        ``topic``: then the client must have ``allow.auto.create.topics=false``, or the request creates the topic
+        where the cluster has auto.create.topics.enable on."""
         try:
-            return self.client.list_topics(timeout=self.timeout)
+            return self.client.list_topics(topic=topic, timeout=self.timeout)
         except Exception as e:
             raise self._failure(e, "Metadata") from e
