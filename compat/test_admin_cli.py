@@ -59,7 +59,7 @@ def test_topic(admin_cli: AdminCli, helper: Client, new_topic) -> None:  # type:
     d = wait_until(changed, 30, interval=0.3, what="3 partitions and the altered configs")
     assert d["partitions"][1]["start_offset"] == 2, d
     missing = admin_cli.run("topic", "describe", t + "-none")
-    assert missing.returncode == 1 and "UNKNOWN_TOPIC_OR_PART" in missing.stderr, str(missing)
+    assert missing.returncode == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in missing.stderr, str(missing)
     assert admin_cli.json("topic", "delete", t) == [{"topic": t, "result": "deleted", "error": None}]
     wait_until(lambda: admin_cli.json("topic", "list", t) == [], 30, interval=0.3, what="the topic gone")
 

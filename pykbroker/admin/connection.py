@@ -16,23 +16,13 @@ from typing import Any
 
 from pykbroker.protocol.header import skip_tagged_fields
 
-from .errors import EXIT_FAILED, EXIT_UNREACHABLE, AdminError
+from .errors import EXIT_FAILED, EXIT_UNREACHABLE, AdminError, error_name
 
 API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
 CLIENT_ID = "pykbroker-admin"
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 UNSUPPORTED_VERSION = 35
 _MAX_FRAME = 100 * 1024 * 1024
-
-
-def error_name(code: int) -> str:
-    """Kafka's name of an error code (UNKNOWN_TOPIC_OR_PARTITION, ...)."""
-    from kio.schema.errors import ErrorCode
-
-    try:
-        return ErrorCode(code).name.upper()
-    except ValueError:
-        return f"UNKNOWN_ERROR_{code}"
 
 
 def check(code: Any, what: str, message: str | None = None) -> None:

@@ -20,19 +20,36 @@ class AdminError(Exception):
     def __init__(self, message: str, exit_code: int = EXIT_FAILED, *, error: str | None = None) -> None:
         super().__init__(message)
         self.exit_code = exit_code
-        self.error = error  # Kafka's error name (UNKNOWN_TOPIC_OR_PART...), when the cluster gave one
+        self.error = error  # Kafka's error name (UNKNOWN_TOPIC_OR_PARTITION...), when the cluster gave one
 
     def as_json(self) -> dict[str, Any]:
         return {"error": self.error or "ERROR", "message": str(self)}
 
 
+def error_name(code: int) -> str:
+    """Kafka's name of an error code (UNKNOWN_TOPIC_OR_PARTITION, ...)."""
+    from kio.schema.errors import ErrorCode
+
+    try:
+        return ErrorCode(code).name.upper()
+    except ValueError:
+        return f"UNKNOWN_ERROR_{code}"
+
+
 def from_kafka(exc: BaseException, what: str) -> AdminError:
-    """An AdminError from confluent-kafka's KafkaException (or anything else raised by a request)."""
+    """An AdminError from confluent-kafka's KafkaException (or anything else raised by a request). A broker's
+    error keeps Kafka's name for its code (librdkafka abbreviates some: UNKNOWN_TOPIC_OR_PART), so the CLI
+    names an error the same whichever client asked; librdkafka's own errors keep theirs (_TRANSPORT, ...)."""
     err = exc.args[0] if exc.args else None
-    name = getattr(err, "name", None)
-    if err is not None and callable(name):
-        code_name = str(name())
-        text = str(err.str()) if hasattr(err, "str") else str(err)
-        exit_code = EXIT_UNREACHABLE if code_name in _UNREACHABLE else EXIT_FAILED
-        return AdminError(f"{what}: {code_name}: {text}", exit_code, error=code_name.lstrip("_"))
+    if err is not None and callable(getattr(err, "name", None)):
+        return kafka_error(err, what)
     return AdminError(f"{what}: {exc}", EXIT_FAILED)
+
+
+def kafka_error(err: Any, what: str) -> AdminError:
+    """An AdminError from a confluent-kafka KafkaError (a failed call's, or a topic's in Metadata)."""
+    code_name = str(err.name())
+    code = err.code()
+    exit_code = EXIT_UNREACHABLE if code_name in _UNREACHABLE else EXIT_FAILED
+    kafka_name = error_name(int(code)) if isinstance(code, int) and code > 0 else code_name.lstrip("_")
+    return AdminError(f"{what}: {kafka_name}: {err.str()}", exit_code, error=kafka_name)

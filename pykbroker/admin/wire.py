@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from .connection import Connection, error_name
-from .errors import EXIT_FAILED, EXIT_UNREACHABLE, AdminError
+from .connection import Connection
+from .errors import EXIT_FAILED, EXIT_UNREACHABLE, AdminError, error_name
 
 METADATA, FIND_COORDINATOR = 3, 10
 GROUP, TRANSACTION = 0, 1  # FindCoordinator's key types

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pykbroker.admin.client import Admin, librdkafka_config
-from pykbroker.admin.errors import AdminError, from_kafka
+from pykbroker.admin.errors import AdminError, from_kafka, kafka_error
 
 # librdkafka's own log lines (retries, a refused login) would repeat what the page already says.
 rdkafka_log = logging.getLogger("pykbroker.console.rdkafka")
@@ -288,9 +288,9 @@ class ClusterClient:
         md = self.admin.metadata(name)
         t = md.topics.get(name)
         if t is None:
-            raise AdminError(f"topic {name}: UNKNOWN_TOPIC_OR_PART", error="UNKNOWN_TOPIC_OR_PART")
+            raise AdminError(f"topic {name}: UNKNOWN_TOPIC_OR_PARTITION", error="UNKNOWN_TOPIC_OR_PARTITION")
         if t.error is not None:
-            raise AdminError(f"topic {name}: {t.error.name()}: {t.error.str()}", error=t.error.name())
+            raise kafka_error(t.error, f"topic {name}")
         return [PartitionRow(p.id, p.leader, list(p.replicas), list(p.isrs))
                 for p in sorted(t.partitions.values(), key=lambda p: p.id)]
 

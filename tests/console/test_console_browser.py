@@ -286,9 +286,9 @@ def test_topic_detail_shows_partitions_offsets_and_configs(open_console: Console
     shot(page, "topic")
     # A page of a topic that does not exist says so, and does not create it (the broker auto-creates topics).
     page.goto(open_console.url + "/topics/no-such-topic")
-    expect(page.locator("#error")).to_contain_text("UNKNOWN_TOPIC_OR_PART")
+    expect(page.locator("#error")).to_contain_text("UNKNOWN_TOPIC_OR_PARTITION")
     page.goto(open_console.url + "/topics/no-such-topic/messages?partition=0")
-    expect(page.locator("#error")).to_contain_text("UNKNOWN_TOPIC_OR_PART")
+    expect(page.locator("#error")).to_contain_text("UNKNOWN_TOPIC_OR_PARTITION")
     admin = AdminClient({"bootstrap.servers": open_console.broker.bootstrap})
     assert "no-such-topic" not in admin.list_topics(timeout=TIMEOUT).topics
 

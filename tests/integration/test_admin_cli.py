@@ -113,10 +113,10 @@ def test_partial_failures_exit_1_and_say_which(brokers: tuple[BrokerProcess, str
 
     both = cli("topic", "delete", t, missing, "-o", "json", bootstrap=b, expect=1)
     assert both.doc == [{"topic": t, "result": "deleted", "error": None},
-                        {"topic": missing, "result": "failed", "error": "UNKNOWN_TOPIC_OR_PART"}]
+                        {"topic": missing, "result": "failed", "error": "UNKNOWN_TOPIC_OR_PARTITION"}]
     assert cli("topic", "delete", missing, "--if-exists", bootstrap=b).code == 0
     described = cli("topic", "describe", missing, bootstrap=b, expect=1)
-    assert "UNKNOWN_TOPIC_OR_PART" in described.stderr
+    assert "UNKNOWN_TOPIC_OR_PARTITION" in described.stderr
 
 
 def test_usage_and_unreachable_exit_codes(tmp_path: Path) -> None:
@@ -159,7 +159,7 @@ def test_configs_of_brokers_topics_and_groups(brokers: tuple[BrokerProcess, str]
     group = cli("config", "get", "group", g, "consumer.session.timeout.ms", "-o", "json", bootstrap=b).doc
     assert group["configs"][0]["value"] == "50000"
     refused = cli("config", "set", "topic", unique("absent"), "retention.ms=1", bootstrap=b, expect=1)
-    assert "UNKNOWN_TOPIC_OR_PART" in refused.stderr
+    assert "UNKNOWN_TOPIC_OR_PARTITION" in refused.stderr
     bad = cli("config", "set", "topic", "__consumer_offsets", "no.such.config=1", bootstrap=b, expect=1)
     assert "INVALID_CONFIG" in bad.stderr or "INVALID_REQUEST" in bad.stderr
 
@@ -173,6 +173,11 @@ def test_acls_gate_a_sasl_user_through_a_client_config_file(brokers: tuple[Broke
     prefix = unique("alice")
     refused = cli("topic", "create", f"{prefix}-1", "-F", str(props), "-o", "json", expect=1)
     assert refused.doc[0]["error"] == "TOPIC_AUTHORIZATION_FAILED"
+    # A user who may not describe the cluster is told so, not shown an empty list (librdkafka's answer to a
+    # refused DescribeAcls), and listing users does not crash (librdkafka's, on a refused
+    # DescribeUserScramCredentials).
+    assert cli("acl", "list", "-F", str(props), "-o", "json", expect=1).doc["error"] == "CLUSTER_AUTHORIZATION_FAILED"
+    assert cli("user", "list", "-F", str(props), "-o", "json", expect=1).doc["error"] == "CLUSTER_AUTHORIZATION_FAILED"
 
     acl = ["--resource-type", "topic", "--resource-name", prefix, "--pattern", "prefixed",
            "--principal", "User:alice", "--operation", "create"]

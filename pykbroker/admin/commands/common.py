@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ..errors import EXIT_FAILED, EXIT_USAGE, AdminError
+from ..errors import EXIT_FAILED, EXIT_USAGE, AdminError, kafka_error
 from ..session import Session
 
 
@@ -56,12 +56,12 @@ def offsets_of(session: Session, topic: str, partitions: Iterable[int], spec: st
 
 
 def existing_topic(session: Session, topic: str) -> Any:
-    """The topic's metadata, or UNKNOWN_TOPIC_OR_PART; asked in a Metadata request for all topics, which (unlike
+    """The topic's metadata, or UNKNOWN_TOPIC_OR_PARTITION; asked in a Metadata request for all topics, which (unlike
     one naming the topic) never creates it on a cluster with auto.create.topics.enable."""
     md = session.admin.metadata().topics.get(topic)
     if md is None:
         raise AdminError(f"topic {topic}: Broker: Unknown topic or partition", EXIT_FAILED,
-                         error="UNKNOWN_TOPIC_OR_PART")
+                         error="UNKNOWN_TOPIC_OR_PARTITION")
     if md.error is not None:
-        raise AdminError(f"topic {topic}: {md.error.str()}", EXIT_FAILED, error=str(md.error.name()).lstrip("_"))
+        raise kafka_error(md.error, f"topic {topic}")
     return md

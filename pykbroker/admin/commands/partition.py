@@ -8,8 +8,8 @@ from typing import Any
 
 import click
 
-from ..connection import check, error_name
-from ..errors import EXIT_FAILED, EXIT_UNREACHABLE, EXIT_USAGE, AdminError
+from ..connection import check
+from ..errors import EXIT_FAILED, EXIT_UNREACHABLE, EXIT_USAGE, AdminError, error_name
 from ..session import Session, connection_options, partial_failure
 from ..wire import retriable
 

@@ -159,7 +159,7 @@ def delete(names: tuple[str, ...], if_exists: bool, session: Session) -> None:
     errors: dict[str, AdminError] = {}
     rows: list[list[Any]] = []
     for name, r in results.items():
-        if isinstance(r, AdminError) and not (if_exists and r.error == "UNKNOWN_TOPIC_OR_PART"):
+        if isinstance(r, AdminError) and not (if_exists and r.error == "UNKNOWN_TOPIC_OR_PARTITION"):
             errors[name] = r
             rows.append([name, "failed", r.error])
         else:
