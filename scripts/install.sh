@@ -125,11 +125,10 @@ if [ $WANT_TEST -eq 1 ]; then
     # a broker's wall clock (tests/support/faketime.py); libfuse2 (with fuse3's /dev/fuse) serves the
     # power-loss filesystem (tests/support/lazyfs.py, fusepy).
     apt_install kcat ca-certificates zookeeper libfaketime libfuse2
-    # Prometheus and headless Chromium for the dashboard test (tests/integration/test_dashboard.py).
+    # Prometheus and headless Chromium for the dashboard test (tests/integration/test_dashboard.py) and the web
+    # console's browser tests (tests/console, driven by Playwright from the test extras, which never downloads
+    # browsers of its own).
     apt_install prometheus chromium-headless-shell
-    # Debian's chromium for the web console's browser tests (tests/console), driven by Playwright from the test
-    # extras (pyproject.toml), which never downloads browsers of its own.
-    apt_install chromium
     # The test starts its own Prometheus; Debian's package also enables a system one (port 9090): stop it.
     if [ -d /run/systemd/system ] && systemctl is-enabled prometheus >/dev/null 2>&1; then
         $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true

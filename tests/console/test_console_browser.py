@@ -1,5 +1,5 @@
-"""The web console in a real browser (Debian's chromium driven by Playwright) against broker subprocesses under
-load from confluent-kafka clients: what an operator sees on each page, checked against what the clients see.
+"""The web console in a real browser (Debian's chromium-headless-shell driven by Playwright) against broker
+subprocesses under load from confluent-kafka clients: what an operator sees on each page, checked against what the clients see.
 
 Two brokers: an open one (PLAINTEXT only, writable console, metrics on) and a secured one (an ACL authorizer,
 a SASL_PLAINTEXT listener, the default read-only console). Screenshots go to build/artifacts/console/."""
@@ -41,7 +41,7 @@ from tests.support.cluster import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "build" / "artifacts" / "console"
-CHROMIUM = "/usr/bin/chromium"
+CHROMIUM = "/usr/bin/chromium-headless-shell"
 TIMEOUT = 20.0
 PAGE_TIMEOUT_MS = 20_000
 ORDERS, LAG_GROUP, LIVE_GROUP = "orders", "lag-group", "live-group"
