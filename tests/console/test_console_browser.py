@@ -1,5 +1,6 @@
 """The web console in a real browser (Debian's chromium-headless-shell driven by Playwright) against broker
-subprocesses under load from confluent-kafka clients: what an operator sees on each page, checked against what the clients see.
+subprocesses under load from confluent-kafka clients: what an operator sees on each page, checked against
+what the clients see.
 
 Two brokers: an open one (PLAINTEXT only, writable console, metrics on) and a secured one (an ACL authorizer,
 a SASL_PLAINTEXT listener, the default read-only console). Screenshots go to build/artifacts/console/."""
