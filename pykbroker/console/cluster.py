@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pykbroker.admin.client import Admin, librdkafka_config
+from pykbroker.admin.describe import describe_acls, describe_scram_users
 from pykbroker.admin.errors import AdminError, from_kafka, kafka_error
+from pykbroker.admin.wire import Wire
 
 # librdkafka's own log lines (retries, a refused login) would repeat what the page already says.
 rdkafka_log = logging.getLogger("pykbroker.console.rdkafka")
@@ -226,10 +228,16 @@ class ClusterClient:
         self.props = {**props, "allow.auto.create.topics": "false"}
         self.timeout = timeout
         self.admin = Admin({**self.props}, timeout)
+        # DescribeAcls and DescribeUserScramCredentials go over pykbroker's own client (pykbroker.admin.describe):
+        # librdkafka mishandles their refusals, one of them by crashing the process, which here is the broker's.
+        self._wire = Wire(self.props, timeout)
+        self._wire_lock = threading.Lock()
         self._producer: Any = None
         self._lock = threading.Lock()
 
     def close(self) -> None:
+        with self._wire_lock:
+            self._wire.close()
         with self._lock:
             if self._producer is not None:
                 self._producer.flush(self.timeout)
@@ -425,50 +433,27 @@ class ClusterClient:
         return detail
 
     def acls(self) -> list[AclRow]:
-        from confluent_kafka.admin import (
-            AclBindingFilter,
-            AclOperation,
-            AclPermissionType,
-            ResourcePatternType,
-            ResourceType,
-        )
-
-        # librdkafka's DescribeAcls gives an empty list where the broker refused it: ask first whether this user
-        # may describe the cluster, so that a refusal does not read as "no ACLs".
-        self._require_cluster_describe("DescribeAcls", "listing ACLs")
-        anything: Any = None  # the filter's "any name, principal and host"
-        flt = AclBindingFilter(ResourceType.ANY, anything, ResourcePatternType.ANY, anything, anything,
-                               AclOperation.ANY, AclPermissionType.ANY)
-        bindings = self.admin.wait(self.admin.client.describe_acls(flt, request_timeout=self.timeout),
-                                   "DescribeAcls")
-        return sorted((AclRow(b.restype.name, b.name, b.resource_pattern_type.name, b.principal, b.host,
-                              b.operation.name, b.permission_type.name) for b in bindings),
+        """Every ACL binding this user may see; none where the broker has no authorizer (SECURITY_DISABLED)."""
+        try:
+            with self._wire_lock:
+                bindings = describe_acls(self._wire)
+        except AdminError as e:
+            if e.error == "SECURITY_DISABLED":
+                return []
+            raise
+        return sorted((AclRow(b["resource_type"].upper().replace("-", "_"), b["resource_name"], b["pattern"].upper(),
+                              b["principal"], b["host"], b["operation"].upper().replace("-", "_"),
+                              b["permission"].upper()) for b in bindings),
                       key=lambda r: (r.resource_type, r.name, r.principal, r.operation))
 
-    def _require_cluster_describe(self, what: str, doing: str) -> None:
-        """CLUSTER_AUTHORIZATION_FAILED unless this user may DESCRIBE the cluster (from DescribeCluster's
-        authorized operations), before a call whose refusal librdkafka mishandles."""
-        from confluent_kafka.admin import AclOperation
-
-        cluster = self.admin.wait(self.admin.client.describe_cluster(include_authorized_operations=True,
-                                                                     request_timeout=self.timeout),
-                                  "DescribeCluster")
-        allowed = cluster.authorized_operations or []  # librdkafka gives None for no operations at all
-        if not {AclOperation.DESCRIBE, AclOperation.ALL} & set(allowed):
-            raise AdminError(f"{what}: CLUSTER_AUTHORIZATION_FAILED: {doing} needs DESCRIBE on the cluster",
-                             error="CLUSTER_AUTHORIZATION_FAILED")
-
     def users(self) -> list[UserRow]:
-        # librdkafka (2.x) frees memory it does not own when DescribeUserScramCredentials is refused as a whole,
-        # which would end the broker's process: never send it for a user the broker would refuse.
-        self._require_cluster_describe("DescribeUserScramCredentials", "listing SCRAM users")
-        future: Any = self.admin.client.describe_user_scram_credentials(request_timeout=self.timeout)
-        result = self.admin.wait(future, "DescribeUserScramCredentials")
+        with self._wire_lock:
+            described = describe_scram_users(self._wire, None)
         rows = []
-        for user, desc in sorted(result.items()):
-            creds = [f"{str(c.mechanism).rsplit('.', 1)[-1]} ({c.iterations} iterations)"
-                     for c in desc.scram_credential_infos]
-            rows.append(UserRow(user, creds))
+        for user, creds in sorted(described.items()):
+            if isinstance(creds, AdminError):
+                raise creds
+            rows.append(UserRow(user, [f"{c['mechanism']} ({c['iterations']} iterations)" for c in creds]))
         return rows
 
     # --- writes (only offered when the console is not read-only) ---

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from ..connection import check
+from ..describe import describe_acls
 from ..session import Session, connection_options
 
 RESOURCE_TYPES = ("any", "topic", "group", "cluster", "transactional-id", "delegation-token", "user")
@@ -82,37 +82,11 @@ def acl() -> None:
     """ACL bindings: who may do what on which resource."""
 
 
-# Kafka's codes of the DescribeAcls filter (librdkafka's describe_acls answers a refusal with an empty list,
-# which would read as "no ACLs", so listing asks over pykbroker's own wire client).
-DESCRIBE_ACLS = 29
-_RESOURCE_CODES = {"any": 1, "topic": 2, "group": 3, "cluster": 4, "transactional-id": 5, "delegation-token": 6,
-                   "user": 7}
-_PATTERN_CODES = {"any": 1, "match": 2, "literal": 3, "prefixed": 4}
-_OPERATION_CODES = {name: i + 1 for i, name in enumerate(OPERATIONS)}
-_PERMISSION_CODES = {"any": 1, "deny": 2, "allow": 3}
-
-
-def _described(session: Session, a: dict[str, Any]) -> list[dict[str, Any]]:
-    body = {"resource_type_filter": _RESOURCE_CODES[a["resource_type"]], "resource_name_filter": a["name"],
-            "pattern_type_filter": _PATTERN_CODES[a["pattern"]], "principal_filter": a["principal"],
-            "host_filter": a["host"], "operation": _OPERATION_CODES[a["operation"]],
-            "permission_type": _PERMISSION_CODES[a["permission"]]}
-    _, response = session.wire.any().request(DESCRIBE_ACLS, body, minimum=1)
-    check(response.error_code, "describe ACLs", response.error_message)
-    names = {code: name for name, code in _RESOURCE_CODES.items()}
-    patterns = {code: name for name, code in _PATTERN_CODES.items()}
-    operations = {code: name for name, code in _OPERATION_CODES.items()}
-    permissions = {code: name for name, code in _PERMISSION_CODES.items()}
-    return [{"principal": acl.principal, "host": acl.host, "operation": operations.get(int(acl.operation), "unknown"),
-             "permission": permissions.get(int(acl.permission_type), "unknown"),
-             "resource_type": names.get(int(r.resource_type), "unknown"), "resource_name": r.resource_name,
-             "pattern": patterns.get(int(r.pattern_type), "unknown")}
-            for r in response.resources for acl in r.acls]
-
-
 def _list(session: Session, **kw: Any) -> None:
     """ACL bindings matching the options (all by default)."""
-    _emit(session, _described(session, _args(kw)))
+    a = _args(kw)
+    _emit(session, describe_acls(session.wire, a["resource_type"], a["name"], a["pattern"], a["principal"],
+                                 a["host"], a["operation"], a["permission"]))
 
 
 def _create(session: Session, **kw: Any) -> None:

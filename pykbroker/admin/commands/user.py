@@ -8,8 +8,8 @@ from typing import Any
 
 import click
 
-from ..connection import check
-from ..errors import EXIT_USAGE, AdminError, error_name
+from ..describe import describe_scram_users
+from ..errors import EXIT_USAGE, AdminError
 from ..session import Session, connection_options, partial_failure
 
 MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -25,7 +25,7 @@ def user() -> None:
 @connection_options
 def list_(names: tuple[str, ...], session: Session) -> None:
     """Users and their mechanisms and iterations (never a password or salt)."""
-    described = _described(session, list(names) or None)
+    described = describe_scram_users(session.wire, list(names) or None)
     errors = {n: d for n, d in described.items() if isinstance(d, AdminError)}
     docs: list[dict[str, Any]] = []
     rows: list[list[Any]] = []
@@ -64,36 +64,13 @@ def delete(name: str, mechanisms: tuple[str, ...], session: Session) -> None:
     from confluent_kafka.admin import ScramMechanism, UserScramCredentialDeletion
 
     if not mechanisms:
-        described = _described(session, [name])[name]
+        described = describe_scram_users(session.wire, [name])[name]
         if isinstance(described, AdminError):
             raise described
         mechanisms = tuple(c["mechanism"] for c in described)
     _alter(session, [UserScramCredentialDeletion(name, ScramMechanism[m.replace("-", "_")]) for m in mechanisms],
            name)
     session.out.emit({"user": name, "deleted": list(mechanisms)}, ["USER", "DELETED"], [[name, list(mechanisms)]])
-
-
-# DescribeUserScramCredentials over pykbroker's own wire client: librdkafka 2.16 crashes the process
-# ("free(): invalid size") on the answer to a user who may not describe the cluster.
-DESCRIBE_USER_SCRAM_CREDENTIALS = 50
-_MECHANISM_NAMES = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
-
-
-def _described(session: Session, names: list[str] | None) -> dict[str, list[dict[str, Any]] | AdminError]:
-    """Each user's credentials (mechanism and iterations), or the AdminError of a user the cluster refused."""
-    body = {"users": None if names is None else [{"name": n} for n in names]}
-    _, response = session.wire.any().request(DESCRIBE_USER_SCRAM_CREDENTIALS, body)
-    check(response.error_code, "describe users", response.error_message)
-    out: dict[str, list[dict[str, Any]] | AdminError] = {}
-    for r in response.results:
-        if int(r.error_code) != 0:
-            name = error_name(int(r.error_code))
-            out[r.user] = AdminError(f"describe user {r.user}: {name}" + (f": {r.error_message}" if r.error_message
-                                                                             else ""), error=name)
-        else:
-            out[r.user] = [{"mechanism": _MECHANISM_NAMES.get(int(c.mechanism), f"UNKNOWN-{c.mechanism}"),
-                            "iterations": int(c.iterations)} for c in r.credential_infos]
-    return out
 
 
 def _alter(session: Session, alterations: list[Any], name: str) -> None:
