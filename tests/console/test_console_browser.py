@@ -356,7 +356,7 @@ def test_acls_users_and_broker_config_pages(open_console: Console, page: Page) -
             user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"pw-" + user.encode())]).values():
         f.result(TIMEOUT)
     page.goto(open_console.url + "/users")
-    expect(page.locator(f"#users tr[data-user='{user}']")).to_contain_text("SCRAM_SHA_256 (4096 iterations)")
+    expect(page.locator(f"#users tr[data-user='{user}']")).to_contain_text("SCRAM-SHA-256 (4096 iterations)")
     page.click("nav a:text-is('ACLs')")
     expect(page.locator("#acls tbody")).to_have_text("no ACLs")  # no authorizer here (see the secured broker)
     page.click("nav a:text-is('Broker configs')")
