@@ -335,6 +335,26 @@ class Console:
         return self.page(request, "group.html", user, group_id=group_id, detail=detail, parts=shown, page=page,
                          members=members, total_lag=total_lag)
 
+    async def share_groups(self, request: Request, user: str, client: ClusterClient) -> Response:
+        try:
+            rows = await self._run(client.share_groups)
+        except AdminError as e:
+            return self.page(request, "share_groups.html", user, rows=[], page=None, error=str(e))
+        shown, page = paginate(rows, _int(request.query_params.get("page"), 1), PAGE_SIZE)
+        return self.page(request, "share_groups.html", user, rows=shown, page=page)
+
+    async def share_group(self, request: Request, user: str, client: ClusterClient) -> Response:
+        group_id = request.path_params["group"]
+        try:
+            detail = await self._run(client.share_group, group_id)
+        except AdminError as e:
+            return self.page(request, "share_group.html", user, group_id=group_id, detail=None, error=str(e))
+        shown, page = paginate(detail["offsets"], _int(request.query_params.get("page"), 1), PARTITION_PAGE_SIZE)
+        members, _ = paginate(detail["members"], 1, PARTITION_PAGE_SIZE)
+        total_lag = sum(o["lag"] or 0 for o in detail["offsets"])
+        return self.page(request, "share_group.html", user, group_id=group_id, detail=detail, parts=shown,
+                         page=page, members=members, total_lag=total_lag)
+
     async def acls(self, request: Request, user: str, client: ClusterClient) -> Response:
         try:
             rows = await self._run(client.acls)
@@ -530,6 +550,8 @@ def build_app(console: Console) -> Starlette:
         Route("/groups", read(console.groups)),
         Route("/groups/{group}", read(console.group), methods=["GET"]),
         Route("/groups/{group}/reset", write(console.reset_group), methods=["POST"]),
+        Route("/share-groups", read(console.share_groups)),
+        Route("/share-groups/{group}", read(console.share_group), methods=["GET"]),
         Route("/acls", read(console.acls)),
         Route("/users", read(console.users)),
         Route("/brokers", read(console.brokers)),

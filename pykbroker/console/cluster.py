@@ -16,6 +16,7 @@ from typing import Any
 from pykbroker.admin.client import Admin, librdkafka_config
 from pykbroker.admin.describe import describe_acls, describe_scram_users
 from pykbroker.admin.errors import AdminError, from_kafka, kafka_error
+from pykbroker.admin.share_groups import describe_share_group, list_share_groups
 from pykbroker.admin.wire import Wire
 
 # librdkafka's own log lines (retries, a refused login) would repeat what the page already says.
@@ -431,6 +432,20 @@ class ClusterClient:
         detail.partitions = [GroupPartition(t, p, offsets.get((t, p)), ends[(t, p)][1], owner.get((t, p)))
                              for t, p in keys]
         return detail
+
+    def share_groups(self) -> list[dict[str, Any]]:
+        """Every share group (KIP-932): ``{"group", "state", "coordinator"}``."""
+        with self._wire_lock:
+            return list_share_groups(self._wire)
+
+    def share_group(self, group: str) -> dict[str, Any]:
+        """Members, assignments and, per partition, start offset, end offset and lag (pykbroker.admin's shape)."""
+
+        def ends(partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
+            return {tp: end for tp, (_, end) in self.offsets(partitions).items()}
+
+        with self._wire_lock:
+            return describe_share_group(self._wire, group, ends)
 
     def acls(self) -> list[AclRow]:
         """Every ACL binding this user may see; none where the broker has no authorizer (SECURITY_DISABLED)."""

@@ -21,12 +21,15 @@ from typing import Any
 
 import httpx
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import AcknowledgeType, Consumer, Producer, ShareConsumer, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
     AclPermissionType,
     AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
     NewTopic,
     ResourcePatternType,
     ResourceType,
@@ -131,7 +134,7 @@ def open_console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     """A PLAINTEXT broker with a writable console, its metrics endpoint on, and client load."""
     c = _start(tmp_path_factory.mktemp("console-open"), {
         "pykbroker.console.read.only": "false", "pykbroker.metrics.listener": f"http://127.0.0.1:{free_port()}",
-        "num.partitions": "1"})
+        "num.partitions": "1", "group.share.enable": "true"})
     try:
         admin = AdminClient({"bootstrap.servers": c.broker.bootstrap})
         for f in admin.create_topics([NewTopic(ORDERS, 3, 1), NewTopic("load", 1, 1)]).values():
@@ -341,12 +344,64 @@ def test_group_lag_in_the_browser_equals_the_clients(open_console: Console, page
         assert cell(page, row, "committed") == str(offsets[p])
         assert cell(page, row, "end") == str(marks[p][1])
         assert cell(page, row, "lag") == str(lag)
+        # the chart's bar for the partition carries the same lag
+        expect(page.locator(f"#lag-chart g[data-tp='{ORDERS}-{p}']")).to_have_attribute("data-lag", str(lag))
     assert total > 0
     expect(page.locator("#total-lag")).to_have_text(str(total))
     shot(page, "group")
     page.goto(f"{open_console.url}/groups/{LIVE_GROUP}")
     expect(page.locator("#members tbody tr")).to_have_count(1)
     expect(page.locator("#members")).to_contain_text(f"{ORDERS}-0")
+
+
+def test_share_group_members_and_lag_in_the_browser(open_console: Console, page: Page) -> None:
+    """A share group with a ShareConsumer that acquired ten records and accepted none: its member, assignment and
+    a lag of ten (the share-partition starts at 0) on the page, then five after accepting five."""
+    b = open_console.broker.bootstrap
+    topic, group = f"jobs-{uuid.uuid4().hex[:6]}", f"workers-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": b})
+    for f in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+        f.result(TIMEOUT)
+    resource = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(timeout=TIMEOUT)
+    p = Producer({"bootstrap.servers": b})
+    for i in range(10):
+        p.produce(topic, b"job-%d" % i)
+    assert p.flush(TIMEOUT) == 0
+    c = ShareConsumer({"bootstrap.servers": b, "group.id": group, "client.id": "console-worker",
+                       "share.acknowledgement.mode": "explicit"})
+    try:
+        c.subscribe([topic])
+        got: list[Any] = []
+        deadline = time.monotonic() + TIMEOUT
+        while len(got) < 10 and time.monotonic() < deadline:
+            got += [m for m in c.poll(0.5) if m.error() is None]
+        assert len(got) == 10
+        page.goto(open_console.url + "/share-groups")
+        expect(page.locator(f"#share-groups tr[data-group='{group}']")).to_contain_text("Stable")
+        page.click(f"#share-groups a:text-is('{group}')")
+        expect(page.locator("#group-id")).to_have_text(group)
+        expect(page.locator("#members")).to_contain_text("console-worker")
+        expect(page.locator("#members")).to_contain_text(f"{topic}-0")
+        row = f"#offsets tr[data-tp='{topic}-0']"
+        assert (cell(page, row, "start"), cell(page, row, "end"), cell(page, row, "lag")) == ("0", "10", "10")
+        expect(page.locator(f"#lag-chart g[data-tp='{topic}-0']")).to_have_attribute("data-lag", "10")
+        shot(page, "share-group")
+        for m in got[:5]:
+            c.acknowledge(m, AcknowledgeType.ACCEPT)
+        for m in got[5:]:
+            c.acknowledge(m, AcknowledgeType.RELEASE)
+        c.commit_sync()
+
+        def lag_five() -> bool | None:
+            page.reload()
+            return cell(page, row, "lag") == "5" or None
+
+        wait_for(lag_five, timeout=TIMEOUT, what="the share group's lag down to 5 after accepting 5")
+        assert cell(page, row, "start") == "5"
+    finally:
+        c.close()
 
 
 def test_acls_users_and_broker_config_pages(open_console: Console, page: Page) -> None:
