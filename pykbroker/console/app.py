@@ -36,13 +36,14 @@ from starlette.templating import Jinja2Templates
 from pykbroker.admin.errors import AdminError
 from pykbroker.logsetup import fields
 
-from .cluster import ClusterClient, LoginFailed, login, render
+from .cluster import SEARCH_SCAN, ClusterClient, LoginFailed, login, render
 from .rates import MessagesInRate
 
 log = logging.getLogger("pykbroker.console")
 HERE = Path(__file__).parent
 PAGE_SIZE = 50
 PARTITION_PAGE_SIZE = 100
+SEARCH_WAIT_S = 10.0  # a search's longest wait for records (it scans at most cluster.SEARCH_SCAN of them)
 SESSION_IDLE_S = 3600.0
 MAX_SESSIONS = 1000
 T = TypeVar("T")
@@ -296,8 +297,9 @@ class Console:
         partition = _int(qp.get("partition"), 0)
         limit = min(max(1, _int(qp.get("limit"), 20)), 100)
         offset_text, ts_text = qp.get("offset", "").strip(), qp.get("timestamp", "").strip()
+        contains = qp.get("contains", "")
         ctx: dict[str, Any] = dict(name=name, partition=partition, limit=limit, offset=offset_text,
-                                   timestamp=ts_text, records=None, start=None)
+                                   timestamp=ts_text, contains=contains, scan=SEARCH_SCAN, records=None, start=None)
         try:
             parts = await self._run(client.topic, name)
             ctx["partitions"] = [p.partition for p in parts]
@@ -305,9 +307,11 @@ class Console:
                 timestamp = _timestamp_ms(ts_text) if ts_text else None
                 offset = int(offset_text) if offset_text and timestamp is None else None
                 if offset is None and timestamp is None:
-                    offset = -limit  # the newest records
+                    # the newest records; a search looks back over as many as it may scan
+                    offset = -SEARCH_SCAN if contains else -limit
+                search: dict[str, Any] = {"wait_s": SEARCH_WAIT_S, "contains": contains.encode()} if contains else {}
                 records, start = await self._run(client.browse, name, partition, offset=offset,
-                                                 timestamp_ms=timestamp, limit=limit)
+                                                 timestamp_ms=timestamp, limit=limit, **search)
                 ctx.update(records=records, start=start)
         except ValueError as e:
             ctx["error"] = f"bad offset or timestamp: {e}"

@@ -25,6 +25,7 @@ rdkafka_log.propagate = False
 rdkafka_log.addHandler(logging.NullHandler())
 
 MAX_MESSAGES = 100  # the message browser's cap per request
+SEARCH_SCAN = 10_000  # the records a search looks at, at most, from where it starts
 COUNTED_PARTITIONS = 2000  # the topics page reads offsets of at most this many partitions
 SENSITIVE = "[hidden]"
 
@@ -220,6 +221,11 @@ def _is_number(text: str) -> bool:
     return True
 
 
+def _holds(needle: bytes, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]]) -> bool:
+    """The record's key, value or a header value contains ``needle`` (bytes, so that hex and text both match)."""
+    return any(needle in part for part in (key, value, *(v for _, v in headers)) if part is not None)
+
+
 class ClusterClient:
     """One user's clients (an AdminClient, and a Producer once needed), all on the broker's listener."""
 
@@ -340,18 +346,22 @@ class ClusterClient:
         return rows
 
     def browse(self, topic: str, partition: int, *, offset: int | None = None, timestamp_ms: int | None = None,
-               limit: int = 20, wait_s: float = 3.0) -> tuple[list[Record], int | None]:
+               limit: int = 20, wait_s: float = 3.0, contains: bytes | None = None,
+               scan: int = SEARCH_SCAN) -> tuple[list[Record], int | None]:
         """At most ``limit`` records of one partition from an offset (negative: that many before the end) or
-        from the first record at or after a timestamp; the offset it started at. Never commits."""
+        from the first record at or after a timestamp; the offset it started at. Never commits. With
+        ``contains``, only records whose key, value or a header value holds those bytes, looking at no more
+        than ``scan`` records (the search is bounded, like the page)."""
         from confluent_kafka import KafkaException
 
         try:
-            return self._browse(topic, partition, offset, timestamp_ms, limit, wait_s)
+            return self._browse(topic, partition, offset, timestamp_ms, limit, wait_s, contains, scan)
         except KafkaException as e:
             raise from_kafka(e, f"fetch {topic}-{partition}") from e
 
     def _browse(self, topic: str, partition: int, offset: int | None, timestamp_ms: int | None, limit: int,
-                wait_s: float) -> tuple[list[Record], int | None]:
+                wait_s: float, contains: bytes | None = None,
+                scan: int = SEARCH_SCAN) -> tuple[list[Record], int | None]:
         from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
         limit = max(1, min(limit, MAX_MESSAGES))
@@ -379,9 +389,11 @@ class ClusterClient:
                     return [], start_offset
             consumer.assign([TopicPartition(topic, partition, start_offset if start_offset >= 0 else OFFSET_END)])
             records: list[Record] = []
+            scanned = 0
             deadline = time.monotonic() + wait_s
-            while len(records) < limit and time.monotonic() < deadline:
-                batch: list[Any] = consumer.consume(limit - len(records), timeout=0.2)
+            while len(records) < limit and scanned < scan and time.monotonic() < deadline:
+                want = limit - len(records) if contains is None else min(500, scan - scanned)
+                batch: list[Any] = consumer.consume(want, timeout=0.2)
                 eof = False
                 for m in batch:
                     if m.error() is not None:
@@ -390,9 +402,15 @@ class ClusterClient:
                             continue
                         raise AdminError(f"fetch {topic}-{partition}: {m.error().name()}: {m.error().str()}",
                                          error=m.error().name())
-                    headers = [(k, render(v)) for k, v in (m.headers() or [])]
+                    scanned += 1
+                    raw_headers = m.headers() or []
+                    if contains is not None and not _holds(contains, m.key(), m.value(), raw_headers):
+                        continue
+                    headers = [(k, render(v)) for k, v in raw_headers]
                     records.append(Record(m.partition(), m.offset(), m.timestamp()[1], render(m.key()),
                                           render(m.value()), headers))
+                    if len(records) >= limit:
+                        break
                 if eof:
                     break
             return records[:limit], start_offset

@@ -327,6 +327,23 @@ def test_a_produced_message_shows_up_in_the_browser(open_console: Console, page:
     shot(page, "messages")
 
 
+def test_message_search_finds_the_records_holding_the_text(open_console: Console, page: Page) -> None:
+    """Order 42 went to partition 0 as its 15th record (offset 14): a search for it from the partition's start
+    finds that record alone; a search for text no record holds finds none, within the bounded scan."""
+    page.goto(f"{open_console.url}/topics/{ORDERS}/messages")
+    page.select_option("#partition", "0")
+    page.fill("#offset", "0")
+    page.fill("#contains", '"order": 42}')
+    page.click("#show")
+    expect(page.locator("#records tbody tr")).to_have_count(1)
+    expect(page.locator("#records tbody tr")).to_have_attribute("data-offset", "14")
+    expect(page.locator("#found")).to_contain_text("containing")
+    page.fill("#contains", "no-record-holds-this")
+    page.click("#show")
+    expect(page.locator("#found")).to_contain_text("0 record(s)")
+    expect(page.locator("#records tbody tr")).to_have_count(0)
+
+
 def test_group_lag_in_the_browser_equals_the_clients(open_console: Console, page: Page) -> None:
     b = open_console.broker.bootstrap
     marks = watermarks(b, ORDERS, 3)
