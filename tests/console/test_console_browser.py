@@ -40,6 +40,7 @@ from confluent_kafka.admin import (
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
 from tests.integration.test_security_sasl import sasl_overrides
+from tests.support.admin_cli import run
 from tests.support.broker import BrokerProcess, free_port
 from tests.support.cluster import wait_for
 
@@ -348,6 +349,9 @@ def test_group_lag_in_the_browser_equals_the_clients(open_console: Console, page
     b = open_console.broker.bootstrap
     marks = watermarks(b, ORDERS, 3)
     offsets = committed(b, LAG_GROUP, ORDERS, 3)
+    # and the admin CLI's view of the same group (pykbroker group describe -o json)
+    cli = json.loads(run(["group", "describe", LAG_GROUP, "-o", "json", "-b", b]).stdout)[0]
+    assert {p["partition"]: p["lag"] for p in cli["partitions"]} == {p: marks[p][1] - offsets[p] for p in range(3)}
     page.goto(open_console.url + "/groups")
     expect(page.locator(f"#groups tr[data-group='{LAG_GROUP}']")).to_contain_text("EMPTY")
     expect(page.locator(f"#groups tr[data-group='{LIVE_GROUP}']")).to_contain_text("STABLE")
@@ -365,6 +369,7 @@ def test_group_lag_in_the_browser_equals_the_clients(open_console: Console, page
         expect(page.locator(f"#lag-chart g[data-tp='{ORDERS}-{p}']")).to_have_attribute("data-lag", str(lag))
     assert total > 0
     expect(page.locator("#total-lag")).to_have_text(str(total))
+    assert total == cli["total_lag"]
     shot(page, "group")
     page.goto(f"{open_console.url}/groups/{LIVE_GROUP}")
     expect(page.locator("#members tbody tr")).to_have_count(1)
