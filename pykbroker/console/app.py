@@ -147,6 +147,7 @@ class Console:
         self.templates.env.globals["read_only"] = read_only
         self.templates.env.globals["needs_login"] = access.needs_login
         self.templates.env.filters["time"] = _format_ms
+        self.templates.env.filters["bytes"] = _format_bytes
 
     # --- sessions, logins, CSRF ---
 
@@ -269,6 +270,7 @@ class Console:
             rows = [r for r in rows if (internal or not r.internal) and q.lower() in r.name.lower()]
             shown, page = paginate(rows, _int(request.query_params.get("page"), 1), PAGE_SIZE)
             await self._run(client.count_messages, shown, md)
+            await self._run(client.measure_sizes, shown, md)
         except AdminError as e:
             return self.page(request, "topics.html", user, rows=[], page=None, q=q, internal=internal, error=str(e))
         return self.page(request, "topics.html", user, rows=shown, page=page, q=q, internal=internal)
@@ -460,6 +462,16 @@ def _timestamp_ms(text: str) -> int:
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return int(when.timestamp() * 1000)
+
+
+def _format_bytes(n: int) -> str:
+    """1536 -> "1.5 KiB": sizes as people read them (the exact count is in the cell's data-bytes)."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
 
 
 def _format_ms(ms: int) -> str:

@@ -21,10 +21,12 @@ from pykbroker.admin.wire import Wire
 
 # librdkafka's own log lines (retries, a refused login) would repeat what the page already says.
 rdkafka_log = logging.getLogger("pykbroker.console.rdkafka")
+log = logging.getLogger("pykbroker.console")
 rdkafka_log.propagate = False
 rdkafka_log.addHandler(logging.NullHandler())
 
 MAX_MESSAGES = 100  # the message browser's cap per request
+DESCRIBE_LOG_DIRS = 35
 SEARCH_SCAN = 10_000  # the records a search looks at, at most, from where it starts
 COUNTED_PARTITIONS = 2000  # the topics page reads offsets of at most this many partitions
 SENSITIVE = "[hidden]"
@@ -84,6 +86,7 @@ class TopicRow:
     replication_factor: int
     internal: bool
     messages: int | None = None  # end - start offsets summed, when read
+    size: int | None = None  # bytes of one copy (each partition's largest replica), when the user may see it
     error: str | None = None
 
 
@@ -298,6 +301,37 @@ class ClusterClient:
                 totals[topic] += end - start
         for row in counted:
             row.messages = totals[row.name]
+
+    def measure_sizes(self, rows: Iterable[TopicRow], md: Any = None) -> None:
+        """Each counted row's size: per partition the largest of its replicas' sizes (DescribeLogDirs of the
+        page's topics, asked of every broker), summed. Left unknown where DescribeLogDirs is refused (it needs
+        DESCRIBE on the cluster) or a broker does not answer."""
+        md = md if md is not None else self.admin.metadata()
+        topics = [{"topic": r.name, "partitions": sorted(md.topics[r.name].partitions)}
+                  for r in rows if r.messages is not None and r.name in md.topics]
+        if not topics:
+            return
+        largest: dict[tuple[str, int], int] = {}
+        try:
+            with self._wire_lock:
+                for _, address in sorted(self._wire.brokers().items()):
+                    _, response = self._wire.connect(address).request(DESCRIBE_LOG_DIRS, {"topics": topics},
+                                                                      minimum=1)
+                    for d in response.results:
+                        for t in d.topics if int(d.error_code) == 0 else []:
+                            for p in t.partitions:
+                                if not p.is_future_key:
+                                    tp = (str(t.name), int(p.partition_index))
+                                    largest[tp] = max(largest.get(tp, 0), int(p.partition_size))
+        except AdminError as e:
+            log.debug("no topic sizes: %s", e)
+            return
+        sizes: dict[str, int] = {}
+        for (topic, _), size in largest.items():
+            sizes[topic] = sizes.get(topic, 0) + size
+        for r in rows:
+            if r.name in sizes:
+                r.size = sizes[r.name]
 
     def topic(self, name: str) -> list[PartitionRow]:
         md = self.admin.metadata(name)

@@ -274,6 +274,12 @@ def test_topics_page_filters_and_counts_messages(open_console: Console, page: Pa
     expect(row.locator("td").nth(2)).to_have_text("1")
     marks = watermarks(open_console.broker.bootstrap, ORDERS, 3)
     expect(row.locator("td.messages")).to_have_text(str(sum(hi - lo for lo, hi in marks)))
+    # the size is the bytes of the partitions' segment files (one replica each here)
+    on_disk = sum(f.stat().st_size for p in range(3)
+                  for f in (open_console.broker.data_dir / "logs" / f"{ORDERS}-{p}").glob("*.log"))
+    assert on_disk > 0
+    expect(row.locator("td.size")).to_have_attribute("data-bytes", str(on_disk))
+    expect(row.locator("td.size")).to_contain_text("KiB")
     shot(page, "topics")
 
 
