@@ -98,44 +98,38 @@ class ConfigDef:
 LOCAL_ENDPOINTS = "pykbroker.local.broker.endpoints"
 
 
-def parse_metrics_listener(value: str) -> tuple[str, int]:
-    """``http://host:port`` (or ``host:port``) → (host, port). Raises ValueError, saying why."""
+def _parse_http_listener(key: str, value: str, *, paths: tuple[str, ...], no_tls: str, path_rule: str,
+                         example: str) -> tuple[str, int]:
+    """``http://host:port`` (or ``host:port``) of an HTTP endpoint the broker serves → (host, port)."""
     text = value.strip()
     if "://" not in text:
         text = "http://" + text
     parts = urlsplit(text)
     if parts.scheme != "http":
-        raise ValueError(f"pykbroker.metrics.listener must be http://host:port, not {value!r} (no TLS on the "
-                         "metrics endpoint; put a proxy in front if it needs one)")
-    if parts.path not in ("", "/", "/metrics") or parts.query:
-        raise ValueError(f"pykbroker.metrics.listener {value!r}: the path is always /metrics")
+        raise ValueError(f"{key} must be http://host:port, not {value!r} (no TLS on the {no_tls}; put a proxy in "
+                         "front if it needs one)")
+    if parts.path not in paths or parts.query:
+        raise ValueError(f"{key} {value!r}: {path_rule}")
     try:
         port = parts.port
     except ValueError:
         port = None
     if port is None or not parts.hostname:
-        raise ValueError(f"pykbroker.metrics.listener {value!r} needs a host and a port, e.g. http://0.0.0.0:9404")
+        raise ValueError(f"{key} {value!r} needs a host and a port, e.g. {example}")
     return parts.hostname, port
+
+
+def parse_metrics_listener(value: str) -> tuple[str, int]:
+    """``http://host:port`` (or ``host:port``) → (host, port). Raises ValueError, saying why."""
+    return _parse_http_listener("pykbroker.metrics.listener", value, paths=("", "/", "/metrics"),
+                                no_tls="metrics endpoint", path_rule="the path is always /metrics",
+                                example="http://0.0.0.0:9404")
 
 
 def parse_console_listener(value: str) -> tuple[str, int]:
     """``http://host:port`` (or ``host:port``) of the web console → (host, port). Raises ValueError, saying why."""
-    text = value.strip()
-    if "://" not in text:
-        text = "http://" + text
-    parts = urlsplit(text)
-    if parts.scheme != "http":
-        raise ValueError(f"pykbroker.console.listener must be http://host:port, not {value!r} (no TLS on the "
-                         "console; put a proxy in front if it needs one)")
-    if parts.path not in ("", "/") or parts.query:
-        raise ValueError(f"pykbroker.console.listener {value!r}: the console is served at /, give no path")
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    if port is None or not parts.hostname:
-        raise ValueError(f"pykbroker.console.listener {value!r} needs a host and a port, e.g. http://127.0.0.1:8080")
-    return parts.hostname, port
+    return _parse_http_listener("pykbroker.console.listener", value, paths=("", "/"), no_tls="console",
+                                path_rule="the console is served at /, give no path", example="http://127.0.0.1:8080")
 
 
 def parse_ip_overrides(raw: str) -> dict[str, int]:

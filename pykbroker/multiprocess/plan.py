@@ -112,27 +112,19 @@ def plan_processes(config: BrokerConfig, processes: int, hostname: str) -> list[
             overrides["advertised.listeners"] = ",".join(
                 _render(_shift(a, i, "advertised.listeners")) for a in advertised)
         binds = [(lst.host, lst.port) for lst in listeners]
-        if metrics:
-            host, port = parse_metrics_listener(metrics)
-            if port == 0 and processes > 1:
-                raise ConfigError("configuration 'pykbroker.metrics.listener' has port 0: with --processes each "
-                                  "process serves metrics on the configured port + its index; give a fixed port")
-            if port + i > 65535:
-                raise ConfigError(f"configuration 'pykbroker.metrics.listener': port {port} + process index {i} "
-                                  "is above 65535")
-            overrides["pykbroker.metrics.listener"] = f"http://{f'[{host}]' if ':' in host else host}:{port + i}"
-            binds.append((host, port + i))
-        if console:
-            host, port = parse_console_listener(console)
-            if port == 0 and processes > 1:
-                raise ConfigError("configuration 'pykbroker.console.listener' has port 0: with --processes each "
-                                  "process serves its console on the configured port + its index; give a fixed "
-                                  "port")
-            if port + i > 65535:
-                raise ConfigError(f"configuration 'pykbroker.console.listener': port {port} + process index {i} "
-                                  "is above 65535")
-            overrides["pykbroker.console.listener"] = f"http://{f'[{host}]' if ':' in host else host}:{port + i}"
-            binds.append((host, port + i))
+        for key, value, parse, serves in (("pykbroker.metrics.listener", metrics, parse_metrics_listener,
+                                           "serves metrics"),
+                                          ("pykbroker.console.listener", console, parse_console_listener,
+                                           "serves its console")):
+            if value:
+                host, port = parse(value)
+                if port == 0 and processes > 1:
+                    raise ConfigError(f"configuration '{key}' has port 0: with --processes each process {serves} "
+                                      "on the configured port + its index; give a fixed port")
+                if port + i > 65535:
+                    raise ConfigError(f"configuration '{key}': port {port} + process index {i} is above 65535")
+                overrides[key] = f"http://{f'[{host}]' if ':' in host else host}:{port + i}"
+                binds.append((host, port + i))
         first = listeners[0]
         plans.append(ProcessPlan(i, broker_id, overrides, (_probe_host(first.host), first.port), tuple(binds)))
     _refuse_shared_binds(plans)
