@@ -142,6 +142,8 @@ ENTITY_RESOURCES = (BROKER_RESOURCE, CLIENT_METRICS_RESOURCE, GROUP_RESOURCE)
 
 # A client quota entity (KIP-546): (entity type, entity name or None for the default), sorted by type.
 QuotaEntity = tuple[tuple[str, str | None], ...]
+# A partition being reassigned: its replicas, the replicas being added and those being removed.
+Reassignment = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
 
 
 class MetadataStore(ABC):
@@ -245,6 +247,22 @@ class MetadataStore(ABC):
         In-memory stores have no lag."""
         rec = self.topic(name)
         return None if rec is None else dict(rec.configs)
+
+    def read_reassignments(self, names: list[str]) -> dict[str, dict[int, Reassignment]]:
+        """The partitions of ``names`` being reassigned, as (replicas, adding, removing), read from the source
+        of truth (a topic that does not exist is left out).
+
+        Why: a reassignment written a moment ago (through this broker or another) must show in
+        ListPartitionReassignments at once, as Kafka's controller answers it; a cached store may not have it
+        yet, and a tool that waits for the move to finish would take that for done. In-memory stores have no
+        lag."""
+        out: dict[str, dict[int, Reassignment]] = {}
+        for name in names:
+            rec = self.topic(name)
+            if rec is not None:
+                out[name] = {i: (tuple(a.replicas), tuple(a.adding_replicas), tuple(a.removing_replicas))
+                             for i, a in rec.partitions.items() if a.adding_replicas or a.removing_replicas}
+        return out
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicRecord | None:
         # An index checked against topics() on every hit, so it cannot serve a deleted or

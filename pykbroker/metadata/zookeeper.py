@@ -49,6 +49,7 @@ from pykbroker.metadata.store import (
     MetadataStore,
     PartitionAssignment,
     QuotaEntity,
+    Reassignment,
     StaleState,
     StoreUnavailable,
     TopicRecord,
@@ -874,6 +875,24 @@ class ZkMetadataStore(MetadataStore):
         with self._unavailable():
             self.zk.create(zl.ELECTION_PREFIX, zl.encode_election_request(partitions, election_type),
                            sequence=True, makepath=True)
+
+    def read_reassignments(self, names: list[str]) -> dict[str, dict[int, Reassignment]]:
+        # The assignment znodes as ZooKeeper has them after a sync (see MetadataStore.read_reassignments).
+        out: dict[str, dict[int, Reassignment]] = {}
+        with self._unavailable():
+            self.zk.sync(zl.BROKER_TOPICS)  # one sync: this session then reads at least what was written before
+            for name in names:
+                try:
+                    assignment, _ = read_assignment(self.zk, name)
+                except UnknownTopic:
+                    continue
+                moving = set(assignment.adding_replicas) | set(assignment.removing_replicas)
+                out[name] = {i: (tuple(assignment.partitions.get(i, [])),
+                                 tuple(assignment.adding_replicas.get(i, [])),
+                                 tuple(assignment.removing_replicas.get(i, [])))
+                             for i in sorted(moving)
+                             if assignment.adding_replicas.get(i) or assignment.removing_replicas.get(i)}
+        return out
 
     def alter_reassignments(self, moves: dict[tuple[str, int], list[int] | None]) -> None:
         """Write KIP-455 reassignments into the assignment znodes (None cancels one).

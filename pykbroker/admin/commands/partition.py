@@ -76,27 +76,40 @@ def move(topic: str, partition_index: int, replicas: str, wait: bool, session: S
             check(p.error_code, f"move {t.name}/{p.partition_index}", p.error_message)
     state = "started"
     if wait:
-        _wait_done(session, topic, partition_index)
+        _wait_done(session, topic, partition_index, target)
         state = "done"
     doc = {"topic": topic, "partition": partition_index, "replicas": target, "state": state}
     session.out.emit(doc, ["TOPIC", "PARTITION", "REPLICAS", "STATE"], [[topic, partition_index, target, state]])
 
 
-def _wait_done(session: Session, topic: str, index: int) -> None:
-    """Until the partition is no longer being reassigned, showing how many new replicas have caught up."""
+def _replicas_now(session: Session, topic: str, index: int) -> list[int] | None:
+    """The partition's replicas in a broker's Metadata answer (None: not shown)."""
+    md = session.wire.metadata([topic])
+    for t in md.topics:
+        for p in t.partitions if t.name == topic else []:
+            if int(p.partition_index) == index:
+                return [int(r) for r in p.replica_nodes]
+    return None
+
+
+def _wait_done(session: Session, topic: str, index: int, target: list[int]) -> None:
+    """Until the partition is no longer being reassigned and has the target replicas (as
+    kafka-reassign-partitions --verify checks), showing how many new replicas have caught up. Both, because a
+    reassignment not yet listed is not a finished one."""
     deadline = time.monotonic() + session.timeout
     total: int | None = None
     with session.out.progress(f"moving {topic}/{index}", None) as bar:
         for _ in range(int(session.timeout / 0.1) + 2):
             ongoing = [d for d in _ongoing(session, [(topic, [index])])
                        if d["topic"] == topic and d["partition"] == index]
-            if not ongoing:
+            if not ongoing and sorted(_replicas_now(session, topic, index) or []) == sorted(target):
                 if total is not None:
                     bar.update(total, total)
                 return
-            adding = len(ongoing[0]["adding"])
-            total = max(total or 0, adding)
-            bar.update(total - adding, total)
+            if ongoing:
+                adding = len(ongoing[0]["adding"])
+                total = max(total or 0, adding)
+                bar.update(total - adding, total)
             if time.monotonic() > deadline:
                 break
             time.sleep(0.1)

@@ -483,15 +483,16 @@ async def handle_list_partition_reassignments(svc: Services, ctx: RequestContext
         wanted = dict.fromkeys(sorted(svc.store.topics()))
     else:
         wanted = {t.name: {int(i) for i in t.partition_indexes} for t in req.topics}
+    try:
+        moving = await run_store(svc.store, svc.store.read_reassignments, list(wanted))
+    except StoreUnavailable:
+        return {"throttle_time": 0, "error_code": ErrorCode.request_timed_out,
+                "error_message": "the metadata store did not answer", "topics": []}
     for name, indexes in wanted.items():
-        rec = svc.store.topic(name)
-        if rec is None:
-            continue
         parts: list[OngoingPartitionReassignment] = [
-            {"partition_index": i, "replicas": tuple(a.replicas), "adding_replicas": tuple(a.adding_replicas),
-             "removing_replicas": tuple(a.removing_replicas)}
-            for i, a in sorted(rec.partitions.items())
-            if (a.adding_replicas or a.removing_replicas) and (indexes is None or i in indexes)]
+            {"partition_index": i, "replicas": replicas, "adding_replicas": adding, "removing_replicas": removing}
+            for i, (replicas, adding, removing) in sorted(moving.get(name, {}).items())
+            if indexes is None or i in indexes]
         if parts:
             topics.append({"name": name, "partitions": parts})
     return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "topics": topics}
