@@ -272,8 +272,10 @@ class Console:
             await self._run(client.count_messages, shown, md)
             await self._run(client.measure_sizes, shown, md)
         except AdminError as e:
-            return self.page(request, "topics.html", user, rows=[], page=None, q=q, internal=internal, error=str(e))
-        return self.page(request, "topics.html", user, rows=shown, page=page, q=q, internal=internal)
+            return self.page(request, "topics.html", user, rows=[], page=None, q=q, internal=internal, error=str(e),
+                             rates=self.rates)
+        return self.page(request, "topics.html", user, rows=shown, page=page, q=q, internal=internal,
+                         rates=self.rates)
 
     async def topic(self, request: Request, user: str, client: ClusterClient) -> Response:
         name = request.path_params["name"]

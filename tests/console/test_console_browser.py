@@ -265,6 +265,14 @@ def test_overview_shows_the_cluster_and_its_message_rate(open_console: Console, 
 def test_topics_page_filters_and_counts_messages(open_console: Console, page: Page) -> None:
     page.goto(open_console.url + "/topics")
     expect(page.locator("#topics tr[data-topic='load']")).to_have_count(1)
+
+    def load_rate() -> float | None:  # the producer under load keeps writing to "load"
+        page.reload()
+        text = cell(page, "#topics tr[data-topic='load']", "rate-in")
+        return float(text) if text not in ("-", "0.0") else None
+
+    assert wait_for(load_rate, timeout=TIMEOUT, interval=1.0, what="a messages-in rate for the loaded topic") > 0
+    assert float(cell(page, "#topics tr[data-topic='load']", "bytes-in")) > 0
     expect(page.locator("#topics tr[data-topic='__consumer_offsets']")).to_have_count(0)  # internal: opt in
     page.fill("#filter", "orde")
     page.click("form.filter button")
