@@ -349,13 +349,24 @@ async function transactionalOffsets (r) {
   try {
     const txn = await producer.transaction()
     await txn.send({ topic: r.topic, messages: r.msgs.map(kafkaMessage), acks: -1 })
-    await txn.sendOffsets({
+    const offsets = {
       consumerGroupId: r.group,
       topics: [{
         topic: r.offsets_topic,
         partitions: Object.entries(r.offsets).map(([p, o]) => ({ partition: Number(p), offset: String(o) })),
       }],
-    })
+    }
+    // The group's coordinator may be moving or loading (a busy 3-broker Kafka answered COORDINATOR_NOT_AVAILABLE
+    // past kafkajs's own retries): ask again, as an application would, at most 10 times.
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await txn.sendOffsets(offsets)
+        break
+      } catch (e) {
+        if (attempt >= 10 || ![14, 15, 16].includes(errorCode(e))) throw e
+        await sleep(300 * attempt)
+      }
+    }
     if (r.commit) await txn.commit()
     else await txn.abort()
   } finally {
