@@ -25,6 +25,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from compat.admin_cli import CLIENT as ADMIN_CLI
 from compat.clients import CLIENT_NAMES
 from compat.tools import PREFIX as TOOLS_PREFIX
 from compat.wire import api_name
@@ -40,9 +41,11 @@ CLIENT_IDS = [("compat-confluent", "confluent-kafka"), ("compat-kcat", "kcat"), 
 HARNESS_IDS = ("compat-probe",)
 
 def client_names(results: list[dict[str, Any]]) -> list[str]:
-    """The client libraries, then Kafka's command-line tools of each release line that ran."""
+    """The client libraries, then Kafka's command-line tools of each release line that ran, then pykbroker's admin
+    CLI when it ran."""
     tools = sorted({r["client"] for r in results if r["client"].startswith(TOOLS_PREFIX)})
-    return [*CLIENT_NAMES, *tools]
+    cli = [ADMIN_CLI] if any(r["client"] == ADMIN_CLI for r in results) else []
+    return [*CLIENT_NAMES, *tools, *cli]
 
 
 CELL = {"pass": "✅", "fail": "❌", "skipped": "skip"}
@@ -130,8 +133,9 @@ def render(doc: dict[str, Any], source: str, compared_with: list[str] | None = N
         "",
         "The compatibility suite (`compat/`, see [compat/README.md](../compat/README.md)) runs the same scenarios",
         f"with {_count_word(len([c for c in clients if c in CLIENT_NAMES]))} independent implementations of the "
-        "Kafka protocol" + (", and Kafka's own command-line tools" if any(c not in CLIENT_NAMES for c in clients)
-                            else "") + ". Scenarios assert Kafka's documented",
+        "Kafka protocol" + (", Kafka's own command-line tools" if any(c.startswith(TOOLS_PREFIX) for c in clients)
+                            else "")
+        + (" and pykbroker's admin CLI" if ADMIN_CLI in clients else "") + ". Scenarios assert Kafka's documented",
         "behaviour only. This table comes from a real run:",
         "",
         f"- **Broker under test:** {b['label']}" + (" (started by the suite)" if b.get("managed") else ""),
