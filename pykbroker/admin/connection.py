@@ -4,17 +4,15 @@ goes at the highest version both sides know, and every socket operation bounded 
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
-import secrets
 import socket
 import ssl
 import struct
 from collections.abc import Mapping
 from typing import Any
 
-from pykbroker.protocol.header import skip_tagged_fields
+from pykbroker.protocol.framing import encode_frame
+from pykbroker.protocol.header import encode_request_header, skip_tagged_fields
+from pykbroker.security.sasl.scram import SaslFailure, ScramClient
 
 from .errors import EXIT_FAILED, EXIT_UNREACHABLE, AdminError, error_name
 
@@ -117,14 +115,10 @@ class Connection:
     def _round_trip(self, api_key: int, version: int, body: bytes, flexible_header: bool) -> tuple[bytes, int]:
         """Send one request; the response frame and where its header ends."""
         self._correlation += 1
-        cid = CLIENT_ID.encode()
-        header = struct.pack(">hhih", api_key, version, self._correlation, len(cid)) + cid
-        if flexible_header:
-            header += b"\x00"  # request header v2: no tagged fields
-        payload = header + body
+        payload = encode_request_header(api_key, version, self._correlation, CLIENT_ID, flexible_header) + body
         what = f"{api_name(api_key)} to {self.address}"
         try:
-            self.sock.sendall(struct.pack(">i", len(payload)) + payload)
+            self.sock.sendall(encode_frame(payload))
             (size,) = struct.unpack(">i", self._recv_exact(4))
             if not 4 <= size <= _MAX_FRAME:
                 raise ConnectionError(f"a response of {size} bytes")
@@ -212,7 +206,14 @@ class Connection:
         if mechanism == "PLAIN":
             self._sasl_step(b"\x00" + user.encode() + b"\x00" + password.encode())
             return
-        _Scram(mechanism, user, password).run(self._sasl_step)
+        # The broker's own SCRAM client (sans-I/O; its inter-broker logins use it too).
+        scram = ScramClient(mechanism, user, password)
+        try:
+            server_first = self._sasl_step(scram.first_message())
+            scram.verify_server_final(self._sasl_step(scram.final_message(server_first)))
+        except (SaslFailure, KeyError, ValueError) as e:
+            raise AdminError(f"{mechanism} login to {self.address}: {e}", EXIT_UNREACHABLE,
+                             error="SASL_AUTHENTICATION_FAILED") from e
 
     def _sasl_step(self, token: bytes) -> bytes:
         _, response = self.request(SASL_AUTHENTICATE, {"auth_bytes": token})
@@ -222,38 +223,3 @@ class Connection:
                              + (f": {response.error_message}" if response.error_message else ""),
                              EXIT_UNREACHABLE, error=name)
         return bytes(response.auth_bytes or b"")
-
-
-class _Scram:
-    """The client side of SCRAM (RFC 5802) as Kafka uses it: no channel binding, the server's proof checked."""
-
-    def __init__(self, mechanism: str, user: str, password: str) -> None:
-        self.hash = "sha256" if mechanism == "SCRAM-SHA-256" else "sha512"
-        self.mechanism = mechanism
-        self.user = user.replace("=", "=3D").replace(",", "=2C")
-        self.password = password.encode()
-        self.nonce = base64.b64encode(secrets.token_bytes(24)).decode()
-
-    def _hmac(self, key: bytes, msg: bytes) -> bytes:
-        return hmac.new(key, msg, self.hash).digest()
-
-    def run(self, step: Any) -> None:
-        first_bare = f"n={self.user},r={self.nonce}"
-        server_first = step(f"n,,{first_bare}".encode()).decode()
-        fields = dict(item.split("=", 1) for item in server_first.split(",") if "=" in item)
-        nonce, salt, iterations = fields.get("r", ""), fields.get("s", ""), int(fields.get("i", "0") or 0)
-        if not nonce.startswith(self.nonce) or not salt or iterations < 1:
-            raise AdminError(f"{self.mechanism}: the broker's first message is not valid SCRAM", EXIT_UNREACHABLE,
-                             error="SASL_AUTHENTICATION_FAILED")
-        salted = hashlib.pbkdf2_hmac(self.hash, self.password, base64.b64decode(salt), iterations)
-        client_key = self._hmac(salted, b"Client Key")
-        stored_key = hashlib.new(self.hash, client_key).digest()
-        final_bare = f"c=biws,r={nonce}"
-        auth_message = f"{first_bare},{server_first},{final_bare}".encode()
-        signature = self._hmac(stored_key, auth_message)
-        proof = base64.b64encode(bytes(a ^ b for a, b in zip(client_key, signature, strict=True))).decode()
-        server_final = step(f"{final_bare},p={proof}".encode()).decode()
-        expected = base64.b64encode(self._hmac(self._hmac(salted, b"Server Key"), auth_message)).decode()
-        if not hmac.compare_digest(server_final, f"v={expected}"):
-            raise AdminError(f"{self.mechanism}: the broker did not prove it knows the credentials",
-                             EXIT_UNREACHABLE, error="SASL_AUTHENTICATION_FAILED")

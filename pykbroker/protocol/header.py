@@ -90,3 +90,10 @@ def finish_flexible_header(frame: bytes, header: RequestHeader) -> RequestHeader
 def encode_response_header(correlation_id: int, flexible: bool) -> bytes:
     """Response header v0 (correlation id) or v1 (plus empty tagged fields)."""
     return struct.pack(">i", correlation_id) + (b"\x00" if flexible else b"")
+
+
+def encode_request_header(api_key: int, version: int, correlation_id: int, client_id: str, flexible: bool) -> bytes:
+    """Request header v1 (API key and version, correlation id, client id) or v2 (plus empty tagged fields): what
+    pykbroker's own clients (the admin CLI's wire client, the test harness) send."""
+    cid = client_id.encode()
+    return _FIXED.pack(api_key, version, correlation_id, len(cid)) + cid + (b"\x00" if flexible else b"")

@@ -12,6 +12,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from pykbroker.protocol.framing import encode_frame
+from pykbroker.protocol.header import encode_request_header
+
 API_VERSIONS, METADATA, CREATE_TOPICS, DELETE_TOPICS = 18, 3, 19, 20
 # Versions every pykbroker answers; each is flexible (request header v2, response header v1).
 METADATA_VERSION, CREATE_TOPICS_VERSION, DELETE_TOPICS_VERSION = 12, 5, 4
@@ -57,13 +60,12 @@ def request(address: str, api_key: int, version: int, body: Mapping[str, Any], t
     # Loaded on the first request, not when the pytest plugin is imported: the codec (kio) takes a while.
     from pykbroker.protocol import codec
 
-    cid = client_id.encode()
     correlation_id = 1
-    header = struct.pack(">hhih", api_key, version, correlation_id, len(cid)) + cid + b"\x00"
-    payload = header + codec.encode_entity(codec.build(codec.request_class(api_key, version), body))
+    body_bytes = codec.encode_entity(codec.build(codec.request_class(api_key, version), body))
+    payload = encode_request_header(api_key, version, correlation_id, client_id, True) + body_bytes
     with socket.create_connection(split_address(address), timeout=timeout) as sock:
         sock.settimeout(timeout)
-        sock.sendall(struct.pack(">i", len(payload)) + payload)
+        sock.sendall(encode_frame(payload))
         (size,) = struct.unpack(">i", recv_exact(sock, 4))
         frame = recv_exact(sock, size)
     (answered,) = struct.unpack_from(">i", frame, 0)
@@ -77,11 +79,11 @@ def request(address: str, api_key: int, version: int, body: Mapping[str, Any], t
 
 def api_versions_ok(address: str, timeout: float = 1.0) -> bool:
     """An ApiVersions v0 round trip answered with no error: the broker reads and answers requests."""
-    request_bytes = struct.pack(">hhih", API_VERSIONS, 0, 1, len(CLIENT_ID)) + CLIENT_ID.encode()
+    request_bytes = encode_request_header(API_VERSIONS, 0, 1, CLIENT_ID, False)
     try:
         with socket.create_connection(split_address(address), timeout=timeout) as sock:
             sock.settimeout(timeout)
-            sock.sendall(struct.pack(">i", len(request_bytes)) + request_bytes)
+            sock.sendall(encode_frame(request_bytes))
             (size,) = struct.unpack(">i", recv_exact(sock, 4))
             if not 10 <= size < 1 << 20:
                 return False

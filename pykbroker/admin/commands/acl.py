@@ -6,13 +6,13 @@ from typing import Any
 
 import click
 
-from ..describe import describe_acls
+from ..describe import OPERATION_CODES, PATTERN_CODES, RESOURCE_CODES, describe_acls
 from ..session import Session, connection_options
 
-RESOURCE_TYPES = ("any", "topic", "group", "cluster", "transactional-id", "delegation-token", "user")
-PATTERNS = ("any", "match", "literal", "prefixed")
-OPERATIONS = ("any", "all", "read", "write", "create", "delete", "alter", "describe", "cluster-action",
-              "describe-configs", "alter-configs", "idempotent-write", "create-tokens", "describe-tokens")
+# The options' choices: Kafka's names (lower case, dashes), "any" first.
+RESOURCE_TYPES = tuple(RESOURCE_CODES)
+PATTERNS = tuple(PATTERN_CODES)
+OPERATIONS = tuple(OPERATION_CODES)
 
 
 def _enum(cls: Any, text: str) -> Any:

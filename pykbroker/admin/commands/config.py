@@ -50,15 +50,6 @@ def _resource(entity_type: str, name: str) -> Any:
     return ConfigResource({"topic": ResourceType.TOPIC, "group": ResourceType.GROUP}[entity_type], name)
 
 
-def _source(entry: Any) -> str:
-    from confluent_kafka.admin import ConfigSource
-
-    try:
-        return str(ConfigSource(int(entry.source)).name)
-    except ValueError:
-        return str(entry.source)
-
-
 def current(session: Session, entity_type: str, name: str, everything: bool,
             keys: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """The configs of one entity: by default those set on it (not Kafka's or the brokers' defaults)."""
@@ -85,8 +76,9 @@ def _librdkafka_entries(session: Session, entity_type: str, name: str) -> dict[s
     resource = _resource(entity_type, name)
     futures = admin.client.describe_configs([resource], request_timeout=admin.timeout)
     entries = admin.wait(next(iter(futures.values())), f"describe configs of {entity_type} {name}")
-    return {key: {"name": key, "value": None if e.is_sensitive else e.value, "source": _source(e),
-                  "read_only": bool(e.is_read_only), "sensitive": bool(e.is_sensitive)} for key, e in entries.items()}
+    return {key: {"name": key, "value": None if e.is_sensitive else e.value,
+                  "source": SOURCES.get(int(e.source), str(e.source)), "read_only": bool(e.is_read_only),
+                  "sensitive": bool(e.is_sensitive)} for key, e in entries.items()}
 
 
 def _wire_entries(session: Session, resource: tuple[int, str], entity_type: str,

@@ -8,11 +8,11 @@ from typing import Any
 
 import click
 
-from ..describe import describe_scram_users
+from ..describe import MECHANISM_NAMES, describe_scram_users
 from ..errors import EXIT_USAGE, AdminError
 from ..session import Session, connection_options, partial_failure
 
-MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+MECHANISMS = tuple(MECHANISM_NAMES.values())
 
 
 @click.group("user")
