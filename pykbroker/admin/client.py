@@ -8,6 +8,8 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from confluent_kafka.admin import AdminClient
+
 from .errors import EXIT_UNREACHABLE, AdminError, from_kafka
 
 K = TypeVar("K")
@@ -28,8 +30,6 @@ class Admin:
     """One AdminClient per command; its calls bounded by ``timeout`` seconds."""
 
     def __init__(self, props: Mapping[str, str], timeout: float) -> None:
-        from confluent_kafka.admin import AdminClient
-
         self.timeout = timeout
         self._login_errors: list[Any] = []
         conf = librdkafka_config(props, timeout)

@@ -10,6 +10,7 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
+from pykbroker import __version__
 from pykbroker.protocol.framing import encode_frame
 from pykbroker.protocol.header import encode_request_header, skip_tagged_fields
 from pykbroker.security.sasl.scram import SaslFailure, ScramClient
@@ -23,6 +24,14 @@ UNSUPPORTED_VERSION = 35
 _MAX_FRAME = 100 * 1024 * 1024
 
 
+def _codec() -> Any:
+    """The codec, imported on the first request: importing kio takes about half a second, which the admin
+    commands' --help and shell completion should not pay."""
+    from pykbroker.protocol import codec
+
+    return codec
+
+
 def check(code: Any, what: str, message: str | None = None) -> None:
     """Raise Kafka's error for a non-zero error code."""
     if int(code) != 0:
@@ -32,9 +41,7 @@ def check(code: Any, what: str, message: str | None = None) -> None:
 
 def api_name(api_key: int) -> str:
     """Kafka's name of an API (DescribeClientQuotas)."""
-    from pykbroker.protocol import codec
-
-    name = codec.API_NAMES.get(api_key)
+    name = _codec().API_NAMES.get(api_key)
     return "".join(w.capitalize() for w in str(name).split("_")) if name else f"Api{api_key}"
 
 
@@ -137,8 +144,7 @@ class Connection:
         return frame, offset
 
     def _send(self, api_key: int, version: int, body: Mapping[str, Any]) -> Any:
-        from pykbroker.protocol import codec
-
+        codec = _codec()
         flexible = codec.is_flexible(api_key, version)
         encoded = codec.encode_entity(codec.build(codec.request_class(api_key, version), body))
         frame, offset = self._round_trip(api_key, version, encoded, flexible)
@@ -149,9 +155,7 @@ class Connection:
     def _negotiate(self) -> dict[int, tuple[int, int]]:
         """ApiVersions at the highest version we know. A broker that knows less answers UNSUPPORTED_VERSION in
         v0's layout, listing its own ApiVersions range, and is asked again at the version both know."""
-        from pykbroker import __version__
-        from pykbroker.protocol import codec
-
+        codec = _codec()
         version = codec.kio_versions(API_VERSIONS).stop - 1
         body = {"client_software_name": "pykbroker-admin", "client_software_version": __version__}
         for _ in range(2):
@@ -172,9 +176,7 @@ class Connection:
 
     def version(self, api_key: int, minimum: int = 0) -> int:
         """The highest version of ``api_key`` that both the broker and our codec know (at least ``minimum``)."""
-        from pykbroker.protocol import codec
-
-        ours = codec.kio_versions(api_key)
+        ours = _codec().kio_versions(api_key)
         theirs = self.api_versions.get(api_key)
         low = max(ours.start, minimum, theirs[0] if theirs else 0)
         high = min(ours.stop - 1, theirs[1] if theirs else -1)

@@ -28,6 +28,7 @@ class AdminError(Exception):
 
 def error_name(code: int) -> str:
     """Kafka's name of an error code (UNKNOWN_TOPIC_OR_PARTITION, ...)."""
+    # Imported on the first error: importing kio takes about half a second, which --help should not pay.
     from kio.schema.errors import ErrorCode
 
     try:

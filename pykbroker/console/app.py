@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -456,8 +457,6 @@ def _int(text: str | None, default: int) -> int:
 
 def _timestamp_ms(text: str) -> int:
     """Milliseconds since the epoch, or an ISO 8601 time (UTC unless it says otherwise)."""
-    from datetime import UTC, datetime
-
     if text.lstrip("-").isdigit():
         return int(text)
     when = datetime.fromisoformat(text)
@@ -477,8 +476,6 @@ def _format_bytes(n: int) -> str:
 
 
 def _format_ms(ms: int) -> str:
-    from datetime import UTC, datetime
-
     if ms is None or ms < 0:
         return ""
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -13,6 +13,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from confluent_kafka import OFFSET_END, Consumer, ConsumerGroupTopicPartitions, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic, OffsetSpec, ResourceType
+
 from pykbroker.admin.client import Admin, librdkafka_config
 from pykbroker.admin.describe import describe_acls, describe_scram_users
 from pykbroker.admin.errors import AdminError, from_kafka, kafka_error
@@ -41,8 +44,6 @@ def login(props: dict[str, str], timeout: float) -> None:
 
     librdkafka reports a refused login to its error callback and retries until the request's timeout, so the
     callback ends the wait at once rather than after the whole timeout."""
-    from confluent_kafka.admin import AdminClient
-
     refused: list[str] = []
     conf = librdkafka_config(props, timeout)
     conf["logger"] = rdkafka_log
@@ -208,8 +209,6 @@ def render(data: bytes | str | None) -> Rendered:
 
 
 def _source(entry: Any) -> str:
-    from confluent_kafka.admin import ConfigSource
-
     try:
         return str(ConfigSource(int(entry.source)).name)
     except ValueError:
@@ -345,9 +344,6 @@ class ClusterClient:
 
     def offsets(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int | None, int | None]]:
         """(start, end) per partition, None where the broker refused (an ACL, a moved leader)."""
-        from confluent_kafka import TopicPartition
-        from confluent_kafka.admin import OffsetSpec
-
         out: dict[tuple[str, int], tuple[int | None, int | None]] = {}
         if not partitions:
             return out
@@ -367,8 +363,6 @@ class ClusterClient:
         return out
 
     def configs(self, resource_type: str, name: str) -> list[ConfigRow]:
-        from confluent_kafka.admin import ConfigResource, ResourceType
-
         resource = ConfigResource(ResourceType[resource_type], name)
         result = self.admin.wait(self.admin.client.describe_configs([resource], request_timeout=self.timeout)
                                  [resource], f"DescribeConfigs {resource_type.lower()} {name}")
@@ -386,8 +380,6 @@ class ClusterClient:
         from the first record at or after a timestamp; the offset it started at. Never commits. With
         ``contains``, only records whose key, value or a header value holds those bytes, looking at no more
         than ``scan`` records (the search is bounded, like the page)."""
-        from confluent_kafka import KafkaException
-
         try:
             return self._browse(topic, partition, offset, timestamp_ms, limit, wait_s, contains, scan)
         except KafkaException as e:
@@ -396,8 +388,6 @@ class ClusterClient:
     def _browse(self, topic: str, partition: int, offset: int | None, timestamp_ms: int | None, limit: int,
                 wait_s: float, contains: bytes | None = None,
                 scan: int = SEARCH_SCAN) -> tuple[list[Record], int | None]:
-        from confluent_kafka import OFFSET_END, Consumer, TopicPartition
-
         limit = max(1, min(limit, MAX_MESSAGES))
         conf = librdkafka_config(self.props, self.timeout)
         conf.update({"group.id": f"pykbroker-console-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
@@ -459,8 +449,6 @@ class ClusterClient:
         return sorted(rows, key=lambda r: r.group_id)
 
     def group(self, group_id: str) -> GroupDetail:
-        from confluent_kafka import ConsumerGroupTopicPartitions
-
         desc = self.admin.wait(self.admin.client.describe_consumer_groups(
             [group_id], request_timeout=self.timeout)[group_id], f"DescribeGroups {group_id}")
         owner: dict[tuple[str, int], str] = {}
@@ -526,8 +514,6 @@ class ClusterClient:
     # --- writes (only offered when the console is not read-only) ---
 
     def create_topic(self, name: str, partitions: int, replication_factor: int) -> None:
-        from confluent_kafka.admin import NewTopic
-
         futures = self.admin.client.create_topics([NewTopic(name, partitions, replication_factor)],
                                                   request_timeout=self.timeout)
         self.admin.wait(futures[name], f"CreateTopics {name}")
@@ -539,8 +525,6 @@ class ClusterClient:
     def produce(self, topic: str, partition: int | None, key: bytes | None, value: bytes,
                 headers: list[tuple[str, bytes]]) -> tuple[int, int]:
         """One record, acknowledged by the broker; its partition and offset."""
-        from confluent_kafka import Producer
-
         with self._lock:
             if self._producer is None:
                 conf = librdkafka_config(self.props, self.timeout)
@@ -569,8 +553,6 @@ class ClusterClient:
     def reset_offsets(self, group_id: str, to: str) -> int:
         """Every committed partition of an empty group to its earliest or latest offset; refused while the
         group has members (their commits would overwrite it). The number of partitions reset."""
-        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-
         detail = self.group(group_id)
         if detail.members:
             raise AdminError(f"group {group_id} has {len(detail.members)} member(s): stop its consumers first "

@@ -26,6 +26,7 @@ class WireError(Exception):
     """A broker answered a request with an error code."""
 
     def __init__(self, what: str, code: int, message: str | None = None) -> None:
+        # Imported on the first error, as the codec below: importing kio takes about 0.4 s.
         from kio.schema.errors import ErrorCode
 
         self.code = code

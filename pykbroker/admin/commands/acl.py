@@ -5,6 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import click
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    ResourcePatternType,
+    ResourceType,
+)
 
 from ..describe import OPERATION_CODES, PATTERN_CODES, RESOURCE_CODES, describe_acls
 from ..session import Session, connection_options
@@ -22,15 +30,6 @@ def _enum(cls: Any, text: str) -> Any:
 def _filter(resource_type: str, name: str | None, pattern: str, principal: str | None, host: str | None,
             operation: str, permission: str, binding: bool) -> Any:
     """An AclBinding (create: every field concrete) or AclBindingFilter (list and delete: None matches any)."""
-    from confluent_kafka.admin import (
-        AclBinding,
-        AclBindingFilter,
-        AclOperation,
-        AclPermissionType,
-        ResourcePatternType,
-        ResourceType,
-    )
-
     cls: Any = AclBinding if binding else AclBindingFilter
     rtype = ResourceType.BROKER if resource_type == "cluster" else _enum(ResourceType, resource_type)
     if resource_type == "cluster" and binding:

@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import OffsetSpec
+
 from ..errors import EXIT_FAILED, EXIT_USAGE, AdminError, kafka_error
 from ..session import Session
 
@@ -35,9 +38,6 @@ def node_id(node: Any) -> int | None:
 def offsets_of(session: Session, topic: str, partitions: Iterable[int], spec: str | int) -> dict[int, int]:
     """ListOffsets of ``partitions``: ``spec`` is earliest, latest, max-timestamp or a timestamp in ms.
     A partition whose answer failed is left out (its leader may be moving)."""
-    from confluent_kafka import TopicPartition
-    from confluent_kafka.admin import OffsetSpec
-
     if spec == "earliest":
         offset_spec = OffsetSpec.earliest()
     elif spec == "latest":

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from ..connection import check
 from ..errors import EXIT_USAGE, AdminError
@@ -40,8 +41,6 @@ def _wire_resource(entity_type: str, name: str) -> tuple[int, str] | None:
 
 
 def _resource(entity_type: str, name: str) -> Any:
-    from confluent_kafka.admin import ConfigResource, ResourceType
-
     if entity_type == "broker":
         # Kafka's --entity-default: the empty name is the cluster-wide default of every broker.
         if name != "default" and not name.isdigit():
@@ -110,8 +109,6 @@ def _wire_alter(session: Session, resource: tuple[int, str], entity_type: str, n
 
 def alter(session: Session, entity_type: str, name: str, sets: dict[str, str], deletes: list[str]) -> None:
     """Set and delete configs of one entity in one IncrementalAlterConfigs, and show what was asked."""
-    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
-
     if not sets and not deletes:
         raise AdminError("nothing to change: give KEY=VALUE to set or KEY to delete", EXIT_USAGE)
     wire = _wire_resource(entity_type, name)

@@ -7,6 +7,7 @@ import datetime
 from typing import Any
 
 import click
+from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 
 from ..errors import EXIT_FAILED, EXIT_USAGE, AdminError, from_kafka
 from ..session import Session, connection_options, partial_failure
@@ -40,8 +41,6 @@ def group() -> None:
 @connection_options
 def list_(states: tuple[str, ...], session: Session) -> None:
     """List consumer groups: id, state, type, and whether it is a simple group (offsets only, no members)."""
-    from confluent_kafka import ConsumerGroupState, KafkaException
-
     wanted = {s.lower() for s in states}
     kwargs: dict[str, Any] = {"request_timeout": session.admin.timeout}
     if wanted:
@@ -64,8 +63,6 @@ def list_(states: tuple[str, ...], session: Session) -> None:
 
 def committed_offsets(session: Session, group_id: str) -> dict[tuple[str, int], int]:
     """The group's committed offsets (OffsetFetch of every partition it has one for)."""
-    from confluent_kafka import ConsumerGroupTopicPartitions
-
     admin = session.admin
     futures = admin.client.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group_id)],
                                                        request_timeout=admin.timeout)
@@ -261,8 +258,6 @@ def seek(group_id: str, topic: str, partitions: tuple[int, ...], to_earliest: bo
 
 
 def _alter(session: Session, group_id: str, topic: str, new: dict[int, int]) -> None:
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-
     admin = session.admin
     request = ConsumerGroupTopicPartitions(group_id, [TopicPartition(topic, p, o) for p, o in sorted(new.items())])
     futures = admin.client.alter_consumer_group_offsets([request], request_timeout=admin.timeout)

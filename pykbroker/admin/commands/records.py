@@ -15,9 +15,10 @@ from collections.abc import Iterator
 from typing import IO, Any
 
 import click
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from ..client import librdkafka_config
-from ..errors import EXIT_FAILED, EXIT_UNREACHABLE, EXIT_USAGE, AdminError
+from ..errors import EXIT_FAILED, EXIT_UNREACHABLE, EXIT_USAGE, AdminError, from_kafka
 from ..session import Session, connection_options
 from .common import existing_topic, offsets_of
 
@@ -124,8 +125,6 @@ def _delimiter(text: str | None) -> bytes | None:
 def produce(topic: str, path: str, key_delimiter: str | None, header_items: tuple[str, ...], partition: int | None,
             record_format: str, session: Session) -> None:
     """Produce records to TOPIC, one per line; print how many were written and where. Exit 1 if any failed."""
-    from confluent_kafka import KafkaError, Producer
-
     delimiter = _delimiter(key_delimiter)
     headers: list[tuple[str, bytes | None]] = []
     for item in header_items:
@@ -195,8 +194,6 @@ def _send(producer: Any, topic: str, kwargs: dict[str, Any], timeout: float) -> 
             producer.poll(0.1)
             continue
         except Exception as e:
-            from ..errors import from_kafka
-
             raise from_kafka(e, f"produce to {topic}") from e
         producer.poll(0)
         return
@@ -276,8 +273,6 @@ def consume(topic: str, partitions: tuple[int, ...], from_: str, to: str | None,
             session: Session) -> None:
     """Print TOPIC's records on stdout as they arrive; stop at --to, after --count records, or after --timeout
     seconds without a record. A summary goes to stderr."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
-
     delimiter = _delimiter(key_delimiter)
     start_kind, start_n = _parse_from(from_)
     to_kind, to_n = _parse_to(to)
@@ -371,8 +366,6 @@ def consume(topic: str, partitions: tuple[int, ...], from_: str, to: str | None,
             try:
                 consumer.commit(asynchronous=False)
             except Exception as e:
-                from ..errors import from_kafka
-
                 raise from_kafka(e, f"commit the offsets of group {group_id}") from e
     finally:
         consumer.close()

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import click
+from confluent_kafka import TopicCollection, TopicPartition
+from confluent_kafka.admin import NewPartitions, NewTopic
 
 from ..errors import AdminError
 from ..session import Session, connection_options, partial_failure
@@ -31,8 +33,6 @@ def topic() -> None:
 def create(names: tuple[str, ...], partitions: int, replication_factor: int, configs: tuple[str, ...],
            replica_assignment: str | None, if_not_exists: bool, validate_only: bool, session: Session) -> None:
     """Create topics."""
-    from confluent_kafka.admin import NewTopic
-
     assignment = parse_assignment(replica_assignment) if replica_assignment else None
     config = key_values(configs, "-c")
     # librdkafka takes the partition count with an assignment (-1 there means "the broker's default", refused).
@@ -84,8 +84,6 @@ def list_(internal: bool, pattern: str | None, session: Session) -> None:
 @connection_options
 def describe(names: tuple[str, ...], all_configs: bool, session: Session) -> None:
     """Partitions (leader, replicas, ISR, offsets) and configs of topics."""
-    from confluent_kafka import TopicCollection
-
     admin = session.admin
     described = admin.wait_each(admin.client.describe_topics(TopicCollection(list(names)),
                                                               request_timeout=admin.timeout),
@@ -137,8 +135,6 @@ def alter_config(name: str, sets: tuple[str, ...], deletes: tuple[str, ...], ses
 @connection_options
 def add_partitions(name: str, total: int, session: Session) -> None:
     """Grow a topic to --total partitions."""
-    from confluent_kafka.admin import NewPartitions
-
     admin = session.admin
     futures = admin.client.create_partitions([NewPartitions(name, total)], request_timeout=admin.timeout,
                                              operation_timeout=admin.timeout)
@@ -177,8 +173,6 @@ def delete(names: tuple[str, ...], if_exists: bool, session: Session) -> None:
 @connection_options
 def trim(name: str, partitions: tuple[int, ...], offset: int, session: Session) -> None:
     """Delete the records before an offset (DeleteRecords); the log start offset moves there."""
-    from confluent_kafka import TopicPartition
-
     admin = session.admin
     pids = list(partitions) or sorted(existing_topic(session, name).partitions)
     futures = admin.client.delete_records([TopicPartition(name, p, offset) for p in pids],

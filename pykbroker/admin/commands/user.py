@@ -7,6 +7,12 @@ import sys
 from typing import Any
 
 import click
+from confluent_kafka.admin import (
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
+)
 
 from ..describe import MECHANISM_NAMES, describe_scram_users
 from ..errors import EXIT_USAGE, AdminError
@@ -45,8 +51,6 @@ def list_(names: tuple[str, ...], session: Session) -> None:
 @connection_options
 def create(name: str, mechanism: str, iterations: int, password_stdin: bool, session: Session) -> None:
     """Create or replace a user's credentials for one mechanism."""
-    from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
-
     password = _password(password_stdin)
     info = ScramCredentialInfo(ScramMechanism[mechanism.replace("-", "_")], iterations)
     _alter(session, [UserScramCredentialUpsertion(name, info, password.encode())], name)
@@ -61,8 +65,6 @@ def create(name: str, mechanism: str, iterations: int, password_stdin: bool, ses
 @connection_options
 def delete(name: str, mechanisms: tuple[str, ...], session: Session) -> None:
     """Delete a user's credentials."""
-    from confluent_kafka.admin import ScramMechanism, UserScramCredentialDeletion
-
     if not mechanisms:
         described = describe_scram_users(session.wire, [name])[name]
         if isinstance(described, AdminError):
