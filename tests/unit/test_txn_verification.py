@@ -327,3 +327,30 @@ def test_a_marker_between_verification_and_append_refuses_the_commit(broker: Bro
     p = broker.replicas.partition("__consumer_offsets", 0)
     assert p is not None and p.last_stable_offset == p.high_watermark, "no transaction left open"
     assert fetch_stable(broker) == (ErrorCode.none, -1)
+
+
+def test_a_stale_marker_job_does_not_end_the_next_transaction(broker: Broker) -> None:
+    """A marker job taken while a transaction was prepared (the retry loop's list, a load) and run after that
+    transaction completed must write nothing: the producer's next transaction has the same producer id and epoch,
+    so a second commit marker would commit records the producer has not committed (an aborted read once the
+    producer aborts) and end its transactional offset commit early."""
+    pid, epoch = init(broker, "stale")
+    assert add_v3(broker, "stale", pid, epoch, {"t": [0]}) == {("t", 0): 0}
+    assert produce(broker, 5, "stale", 0, pid, epoch, seq=0).error_code == ErrorCode.none
+    prepared = broker.txn.sm.txns["stale"]
+    stale_job = broker.txn.sm._job(prepared.transition(TxnState.PREPARE_COMMIT, 0))
+    r = call(broker, 26, 4, {"transactional_id": "stale", "producer_id": pid, "producer_epoch": epoch,
+                             "committed": True})
+    assert r.error_code == ErrorCode.none
+    assert broker.txn.sm.txns["stale"].state == TxnState.COMPLETE_COMMIT
+    # The next transaction of the same producer: ongoing, its record not committed.
+    assert add_v3(broker, "stale", pid, epoch, {"t": [0]}) == {("t", 0): 0}
+    assert produce(broker, 5, "stale", 0, pid, epoch, seq=1).error_code == ErrorCode.none
+    partition = broker.replicas.partition("t", 0)
+    assert partition is not None
+    log = partition.log
+    end_before = log.log_end_offset
+    assert not anyio.run(broker.txn.finish, stale_job)
+    assert log.log_end_offset == end_before  # no marker written
+    assert log.producer_state.has_ongoing_transactions
+    assert broker.txn.sm.txns["stale"].state == TxnState.ONGOING

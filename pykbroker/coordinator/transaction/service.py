@@ -249,7 +249,7 @@ class TransactionCoordinator(PartitionLoader):
 
     async def finish(self, job: MarkerJob) -> bool:
         """Write the markers of a prepared transaction, then record it complete."""
-        if job.transactional_id in self._in_flight:
+        if job.transactional_id in self._in_flight or not self.sm.is_pending(job):
             return False
         self._in_flight.add(job.transactional_id)
         try:
@@ -266,6 +266,8 @@ class TransactionCoordinator(PartitionLoader):
                 log.warning("transaction %(transactional_id)s: its prepared state is not replicated (%(state)s); "
                             "markers will be retried",
                             {"transactional_id": job.transactional_id, "state": prepared.name})
+                return False
+            if not self.sm.is_pending(job):  # completed meanwhile (the flush awaited): nothing left to write
                 return False
             failed = await self.write_markers(job)
             if failed:

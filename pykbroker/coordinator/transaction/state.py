@@ -385,6 +385,14 @@ class TransactionStateMachine:
         self._store(md.transition(done, self.clock(), partitions=frozenset()))
         return True
 
+    def is_pending(self, job: MarkerJob) -> bool:
+        """Whether ``job`` is still the one its transaction waits for. A job taken earlier (the retry loop's
+        list, a load) whose transaction completed since must write nothing: the producer's next transaction
+        has the same producer id and epoch, so its markers would end that transaction instead (a commit marker
+        would commit records the producer never committed)."""
+        md = self.txns.get(job.transactional_id)
+        return md is not None and md.state in PREPARED and self._job(md) == job
+
     def prepared_jobs(self) -> list[MarkerJob]:
         """Marker jobs of every prepared transaction in an active partition (for retries)."""
         return [self._job(md) for t, md in self.txns.items()
