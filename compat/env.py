@@ -6,8 +6,8 @@ Called once per run by compat/conftest.py (and by compat/setup.sh).  Nothing pre
   snappy-java, zstd-jni) plus Jackson for the driver's JSON come from Maven Central:
   ``mvn dependency:copy-dependencies`` on ``compat/java/pom.xml`` copies them into ``compat/.cache/jars``
   (Maven keeps the artifacts in ``~/.m2``);
-* ``compat/java/CompatDriver.java`` is compiled with the machine's JDK into
-  ``compat/.cache/java/<source hash>/``;
+* ``compat/java/CompatDriver.java`` (and the fault campaign's ``tests/nemesis/java/NemesisClient.java``) is
+  compiled with the machine's JDK into ``compat/.cache/java/<program>/<source hash>/``;
 * kafkajs comes from npm (``npm ci`` in ``compat/js`` against the committed lock file);
 * the Go drivers (``compat/go/<client>/main.go``: franz-go, Sarama, kafka-go) are built with the machine's
   Go from the Go module proxy at the versions their committed ``go.mod``/``go.sum`` pin, into
@@ -106,20 +106,27 @@ def jars() -> list[Path]:
 
 def java_classpath() -> str:
     """Compile the Java driver (once per source version) and return the classpath to run it."""
+    return compile_java(JAVA_SRC)
+
+
+def compile_java(src: Path) -> str:
+    """Compile the one-file Java program ``src`` against the Java client's jars, once per source version, into
+    ``compat/.cache/java/<program>/<source hash>/``; the classpath to run it (its class is the file's stem)."""
     if not shutil.which("javac") or not shutil.which("java"):
         raise SetupError("the Java client needs a JDK (javac, java): apt-get install openjdk-17-jdk-headless")
     cp = os.pathsep.join(str(p) for p in jars())
-    digest = hashlib.sha256(JAVA_SRC.read_bytes()).hexdigest()[:16]
-    out = CACHE / "java" / digest
+    digest = hashlib.sha256(src.read_bytes()).hexdigest()[:16]
+    top = CACHE / "java" / src.stem
+    out = top / digest
     with dir_lock(CACHE, "javac"):
-        if not (out / "CompatDriver.class").exists():
-            tmp = CACHE / "java" / f"{digest}.tmp"
+        if not (out / f"{src.stem}.class").exists():
+            tmp = top / f"{digest}.tmp"
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
-            _run(["javac", "-nowarn", "-encoding", "UTF-8", "-cp", cp, "-d", str(tmp), str(JAVA_SRC)])
+            _run(["javac", "-nowarn", "-encoding", "UTF-8", "-cp", cp, "-d", str(tmp), str(src)])
             shutil.rmtree(out, ignore_errors=True)
             tmp.rename(out)
-            for old in (CACHE / "java").iterdir():  # builds of earlier versions of the driver
+            for old in top.iterdir():  # builds of earlier versions of the program
                 if old != out:
                     shutil.rmtree(old, ignore_errors=True)
     return os.pathsep.join([str(out), cp])

@@ -28,6 +28,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.cluster.steady import read_all
 from tests.nemesis.checker import check
 from tests.nemesis.host import HostFaults
+from tests.nemesis.java_workload import JavaWorkload
 from tests.nemesis.schedule import PARTITION_FAULTS, Fault, schedule
 from tests.nemesis.transactional import SHARE_OVERRIDES, SideLoad
 from tests.nemesis.workload import Reader, Writer
@@ -158,10 +159,13 @@ def run(seed: int, duration: float, base: Path, out_dir: Path | None = None, *, 
         admin.create_topics([NewTopic(topic, PARTITIONS, 3)])[topic].result(timeout=30)
         cluster.wait_leaders(topic, PARTITIONS, timeout=60)
         del admin
+        java = JavaWorkload(cluster.bootstrap, tag, max_seconds=duration + 600, log=base / "java-client.log",
+                            seed=seed)
         writer = Writer(cluster.bootstrap, topic, tag, rate=rate, max_seconds=duration + 600).start()
         readers = [Reader(cluster.bootstrap, topic, f"nemesis-{tag}", f"reader-{i}", max_seconds=duration + 600).start()
                    for i in (1, 2)]
         side = SideLoad(cluster.bootstrap, tag, seed, duration + 600).start()  # transactions and a share group
+        java.start()  # the Java client's producer and group, on a topic of their own
         t0 = time.monotonic()
         stuck: str | None = None
         try:
@@ -174,34 +178,37 @@ def run(seed: int, duration: float, base: Path, out_dir: Path | None = None, *, 
             time.sleep(max(0.0, t0 + duration - time.monotonic()))
             heal(cluster, topic, host)
             unreported = writer.stop_and_flush() + side.stop_feeds()
+            java_unreported = java.stop_and_flush()
             acknowledged = len(writer.acked)
             try:
-                wait_for(lambda: (sum(r.consumed() for r in readers) >= acknowledged and side.drained()) or None,
+                wait_for(lambda: (sum(r.consumed() for r in readers) >= acknowledged and side.drained()
+                                  and java.drained()) or None,
                          timeout=120, interval=0.5, what="the groups consuming everything acknowledged")
             except AssertionError as e:
                 # A stuck consumer is an anomaly of its own (the checks below say what was not read); the
-                # brokers' logs are kept with the report, and the campaign goes on with the next seed.
+                # logs are kept with the report, and the campaign goes on with the next seed.
                 stuck = (f"{e}: the group consumed {sum(r.consumed() for r in readers)} of {acknowledged}; "
-                         f"transactions and share group: {side.pending()}")
+                         f"transactions and share group: {side.pending()}; the Java client: {java.pending()}")
         finally:
             for r in readers:
                 r.stop()
             side.stop()
+            java.stop()
             # Every client gone before the cluster's network: once its link is deleted, the private addresses
             # would be routed out of the host's default route.
             writer.close()
         final = [(p, o, v) for v, places in read_all(cluster.bootstrap, topic, PARTITIONS, timeout=120).items()
                  for p, o in places]
         side.read_final()
+        java.read_final()
         ended = time.monotonic() - t0
     anomalies = check(writer.acked, {r.name: r.polls for r in readers}, {r.name: r.commits for r in readers}, final)
     anomalies.merge(side.check())
+    anomalies.merge(java.check(), prefix="java-")  # the same checks over the Java client's observations
     if stuck is not None:
         anomalies.add("stuck", stuck)
     if anomalies.total and out_dir is not None:  # the brokers' logs (still in the run's directory), to see why
-        out_dir.mkdir(parents=True, exist_ok=True)
-        for i, b in cluster.brokers.items():
-            (out_dir / f"broker{i}.log").write_text(b.log())
+        _write_logs(out_dir, cluster, base)
     report: dict[str, Any] = {
         "seed": seed, "duration": duration, "wall_time": round(ended, 1), "topic": topic,
         # time.monotonic() when the faults' clock started: the observations' times are on that clock
@@ -211,11 +218,21 @@ def run(seed: int, duration: float, base: Path, out_dir: Path | None = None, *, 
         "producer_errors": writer.errors[:20], "producer_error_count": len(writer.errors),
         "consumed": {r.name: r.consumed() for r in readers},
         "consumer_errors": {r.name: r.errors[:10] for r in readers}, "final_records": len(final),
-        **side.report(),
+        **side.report(), **java.report(), "java_unreported": java_unreported,
     }
     if out_dir is not None:
-        _write(out_dir, report, writer, readers, final, t0, side.observations())
+        _write(out_dir, report, writer, readers, final, t0, {**side.observations(), **java.observations()})
     return report
+
+
+def _write_logs(out_dir: Path, cluster: Cluster, base: Path) -> None:
+    """The brokers' logs and the Java client's stderr, to see why a run went wrong."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for i, b in cluster.brokers.items():
+        (out_dir / f"broker{i}.log").write_text(b.log())
+    java_log = base / "java-client.log"
+    if java_log.exists():
+        (out_dir / "java-client.log").write_bytes(java_log.read_bytes())
 
 
 def _write(out_dir: Path, report: dict[str, Any], writer: Writer, readers: list[Reader], final: list[Any],
@@ -286,8 +303,9 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix=f"nemesis-{seed}-") as tmp:
             report = run(seed, args.duration, Path(tmp), args.out / f"seed-{seed}", rate=args.rate)
         counts = report["anomalies"]["counts"]
-        print(f"seed {seed}: {len(report['faults'])} faults, {report['acknowledged']} acknowledged, "
-              f"{report['final_records']} in the log, anomalies {counts or 0}, wall {report['wall_time']} s",
+        print(f"seed {seed}: {len(report['faults'])} faults, {report['acknowledged']} acknowledged "
+              f"(Java client: {report['java_acknowledged']}), {report['final_records']} in the log "
+              f"({report['java_final_records']}), anomalies {counts or 0}, wall {report['wall_time']} s",
               flush=True)
         if report["anomaly_total"]:
             failed.append(seed)

@@ -1,10 +1,11 @@
 """Three short seeds of the fault campaign (the full one is ``python -m tests.nemesis.campaign --seeds 1-100``,
 docs/reliability.md): a 3-broker ZooKeeper cluster, each node in a network namespace of its own, under an
-idempotent producer and a consumer group, with read-process-write and key-value transactions and a share group
-beside them; random kills, restarts, pauses of a broker or of ZooKeeper, controlled restarts, preferred
-elections, wall-clock steps, a full disk and network partitions, then Jepsen's Kafka checks (with the
-transactional ones: G0, G1a, G1b, G1c, torn transactions, exactly-once) over what the clients saw. Each seed's
-report and observations go to build/artifacts/nemesis/seed-<seed>/."""
+idempotent producer and a consumer group of confluent-kafka and another pair of the Java client's (with its own
+read-process-write), with read-process-write and key-value transactions and a share group beside them; random
+kills, restarts, pauses of a broker or of ZooKeeper, controlled restarts, preferred elections, wall-clock steps,
+a full disk and network partitions, then Jepsen's Kafka checks (with the transactional ones: G0, G1a, G1b, G1c,
+torn transactions, exactly-once) over what the clients saw. Each seed's report and observations go to
+build/artifacts/nemesis/seed-<seed>/."""
 
 from __future__ import annotations
 
@@ -42,6 +43,14 @@ def test_short_seed_has_no_anomalies(seed: int, tmp_path: Path) -> None:
     assert report["acknowledged"] > 1000 and report["unreported"] == 0, report
     assert report["anomaly_total"] == 0, report["anomalies"]
     assert report["producer_error_count"] == 0, report["producer_errors"]
+    # The Java client's producer and group: every send acknowledged, every record read back, clients closed.
+    assert report["java_acknowledged"] > 1000 and report["java_unreported"] == 0, report
+    assert report["java_producer_error_count"] == 0, report["java_producer_errors"]
+    assert report["java_final_records"] == report["java_acknowledged"] == report["java_sent"], report
+    assert len(report["java_consumed"]) == 2 and report["java_closed_cleanly"], report
+    java_txns = report["java_transactions"].values()
+    assert len(java_txns) == 2 and all(n["committed"] > 5 for n in java_txns), report["java_transactions"]
+    assert report["java_output_records"] == report["java_acknowledged"], report
     # The transactional and share-group workloads did their part.
     assert report["input_acknowledged"] > 100, report
     # Each worker commits; a fifth of the transactions abort on purpose, so some abort (all four workers'

@@ -204,3 +204,69 @@ def test_an_acknowledgement_without_an_offset_is_checked_by_partition() -> None:
     assert dict(wrong.counts) == {"inconsistent-offset": 1}, wrong.as_dict()
     lost = check({b"d": (4, None)}, {}, {}, final)
     assert dict(lost.counts) == {"lost-write": 1}, lost.as_dict()
+
+
+def java_lines() -> list[str]:
+    """What tests/nemesis/java/NemesisClient.java prints for four records: sent, acknowledged, polled by one member
+    after its assignment and committed."""
+    import json
+
+    events: list[dict[str, object]] = [{"e": "assigned", "c": "java-reader-1", "partitions": [0, 1]}]
+    for n, (p, o) in enumerate([(0, 0), (1, 0), (0, 1), (1, 1)]):
+        v = f"t-java-{n:08d}"
+        events += [{"e": "send", "v": v}, {"e": "ack", "v": v, "p": p, "o": o}]
+    for n, (p, o) in enumerate([(0, 0), (1, 0), (0, 1), (1, 1)]):
+        events.append({"e": "poll", "c": "java-reader-1", "p": p, "o": o, "v": f"t-java-{n:08d}"})
+    events += [{"e": "commit", "c": "java-reader-1", "p": p, "o": 2} for p in (0, 1)]
+    events += [{"e": "producer-closed", "sent": 4, "unreported": 0}, {"e": "closed"}]
+    return [json.dumps(e) for e in events]
+
+
+def java_final() -> list[Record]:
+    return [(0, 0, b"t-java-00000000"), (1, 0, b"t-java-00000001"), (0, 1, b"t-java-00000002"),
+            (1, 1, b"t-java-00000003")]
+
+
+def java_check(lines: list[str], final: list[Record]) -> dict[str, int]:
+    """The Java client's observations through the campaign's checks, named as the campaign reports them."""
+    from tests.nemesis.java_workload import Observations
+
+    seen = Observations()
+    for line in lines:
+        seen.add(line + "\n")
+    out = Anomalies()
+    out.merge(seen.check(final), prefix="java-")
+    return counts(out)
+
+
+def test_the_java_clients_clean_history_passes() -> None:
+    from tests.nemesis.java_workload import Observations
+
+    seen = Observations()
+    for line in ["SLF4J: not an event", *java_lines()]:
+        seen.add(line + "\n")
+    assert len(seen.acked) == 4 and seen.consumed() == 4 and seen.unreported == 0 and seen.closed
+    assert seen.polls["java-reader-1"][0] == "assigned" and seen.noise == ["SLF4J: not an event"]
+    assert java_check(java_lines(), java_final()) == {}
+
+
+def test_an_acknowledged_java_record_missing_from_the_log_is_a_lost_write() -> None:
+    final = java_final()
+    del final[2]  # acknowledged at 0:1, not in the topic read back whole
+    lines = [x for x in java_lines() if '"t-java-00000002"' not in x or '"ack"' in x]  # nor polled
+    assert java_check(lines, final) == {"java-lost-write": 1}
+
+
+def test_java_polls_and_commits_out_of_order_are_found() -> None:
+    lines = java_lines()
+    polls = [i for i, x in enumerate(lines) if '"poll"' in x]
+    lines[polls[0]], lines[polls[2]] = lines[polls[2]], lines[polls[0]]  # 0:1 polled before 0:0
+    commit = '{"e": "commit", "c": "java-reader-1", "p": 0, "o": 1}'  # after 0:2 was committed
+    assert java_check([*lines, commit], java_final()) == {"java-nonmonotonic-poll": 1, "java-commit-backwards": 1}
+    # A rebalance between them allows a member to poll again from the committed offset.
+    rebalanced = [*java_lines(), '{"e": "revoked", "c": "java-reader-1", "partitions": [0, 1]}',
+                  '{"e": "poll", "c": "java-reader-1", "p": 0, "o": 1, "v": "t-java-00000002"}']
+    assert java_check(rebalanced, java_final()) == {}
+    skipped = [x for x in java_lines() if not ('"poll"' in x and '"t-java-00000002"' in x)]
+    extra = '{"e": "poll", "c": "java-reader-1", "p": 0, "o": 2, "v": "t-java-00000004"}'
+    assert java_check([*skipped, extra], [*java_final(), (0, 2, b"t-java-00000004")]) == {"java-poll-skip": 1}
