@@ -261,6 +261,13 @@ COMPATIBILITY = [
     ("sint32 to int32", P3 + "message M { sint32 n = 1; }", P3 + "message M { int32 n = 1; }", "BACKWARD", False),
     ("fixed32 to sfixed32", P3 + "message M { fixed32 n = 1; }", P3 + "message M { sfixed32 n = 1; }", "FULL", True),
     ("fixed32 to fixed64", P3 + "message M { fixed32 n = 1; }", P3 + "message M { fixed64 n = 1; }", "BACKWARD", False),
+    (
+        "field made proto3 optional",
+        P3 + "message M { string a = 1; }",
+        P3 + "message M { optional string a = 1; }",
+        "FULL",
+        True,
+    ),
     ("syntax changed", P2 + "message M { optional string a = 1; }", P3 + "message M { string a = 1; }", "FULL", True),
 ]
 
@@ -430,11 +437,20 @@ def test_proto_features_survive_the_round_trip() -> None:
     assert field.default_value == 'a "quoted" note\n'
 
 
+def test_proto3_optional_fields_get_synthetic_oneofs() -> None:
+    parsed = proto(P3 + "message M { optional string x = 1; oneof o { int32 y = 2; } optional int32 z = 3; }")
+    message = parsed.descriptor.message_type[0]
+    assert [o.name for o in message.oneof_decl] == ["o", "_x", "_z"]  # where protoc puts them
+    assert [f.oneof_index for f in message.field] == [1, 0, 2]
+    assert "  optional string x = 1;\n  oneof o {\n    int32 y = 2;\n  }\n  optional int32 z = 3;" in parsed.canonical()
+    assert proto(parsed.canonical()).descriptor == parsed.descriptor
+
+
 def test_serialized_format_feeds_the_python_deserializer() -> None:
     # What confluent-kafka's ProtobufDeserializer does with ?format=serialized: decode, add to a pool, build classes.
     parsed = proto(
-        P3 + "package demo; option (company.owner) = \"team-a\";\n"
-        'message User { string name = 1 [(company.pii) = true]; int64 id = 2; repeated string tags = 3; }'
+        P3 + 'package demo; option (company.owner) = "team-a";\n'
+        "message User { string name = 1 [(company.pii) = true]; int64 id = 2; repeated string tags = 3; }"
     )
     assert 'option (company.owner) = "team-a";' in parsed.canonical()
     assert "string name = 1 [(company.pii) = true];" in parsed.canonical()
@@ -495,6 +511,9 @@ def test_missing_import_is_an_invalid_reference() -> None:
         ('syntax = "proto4"; message M {}', "proto2"),
         (P3 + "message M { map<double, string> m = 1; }", "map key type"),
         (P3 + "message M { string a = 1; ", "not closed"),
+        ("  \n", "empty"),
+        (P3 + "message M { string a = 09; }", "bad integer"),
+        ('edition = "2023";', "editions are not supported"),
         (P3 + "message M { string a = 1 [no_such_option = true]; }", "no_such_option"),
     ],
 )

@@ -87,5 +87,4 @@ def check_compatibility(level: str, new: ParsedSchema, previous: Sequence[Parsed
             messages.extend(_pair(new, old, "the new schema"))
         if base in ("FORWARD", "FULL"):
             messages.extend(_pair(old, new, "the old schema"))
-    seen: set[str] = set()
-    return [m for m in messages if not (m in seen or seen.add(m))]
+    return list(dict.fromkeys(messages))

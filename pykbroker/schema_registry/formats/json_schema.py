@@ -170,7 +170,7 @@ def _load(text: str, what: str) -> Any:
 def _validator_for(document: Any) -> Any:
     if isinstance(document, dict) and "$schema" in document:
         uri = document["$schema"]
-        known = jsonschema.validators.validator_for({"$schema": uri}, default=None)  # type: ignore[call-overload]
+        known = jsonschema.validators.validator_for({"$schema": uri}, default=None)
         if known is None:
             raise InvalidSchema(f"Invalid schema: unknown $schema {uri!r}")
         return known

@@ -463,7 +463,7 @@ class _Parser:
     def field_rest(self, f: descriptor_pb2.FieldDescriptorProto) -> None:
         type_name = self.type_name()
         if type_name in SCALARS:
-            f.type = SCALARS[type_name]  # type: ignore[assignment]
+            f.type = SCALARS[type_name]
         else:
             f.type_name = type_name
         f.name = self.ident()
@@ -526,7 +526,7 @@ class _Parser:
             ef.label = FDP.LABEL_OPTIONAL
             ef.json_name = fname
             if ftype in SCALARS:
-                ef.type = SCALARS[ftype]  # type: ignore[assignment]
+                ef.type = SCALARS[ftype]
             else:
                 ef.type_name = ftype
         if key not in SCALARS or key in ("float", "double", "bytes"):
@@ -715,7 +715,7 @@ def set_option(
         return
     if len(name) == 1 and not name[0][1]:
         raise fail(f"Option {name[0][0]!r} unknown")
-    option = options.uninterpreted_option.add()  # type: ignore[attr-defined]
+    option = options.uninterpreted_option.add()
     for part, is_extension in name:
         piece = option.name.add()
         piece.name_part = part
@@ -822,7 +822,7 @@ def resolve_types(f: descriptor_pb2.FileDescriptorProto, types: dict[str, str], 
             field.type_name = "." + full
             kind = types[full]
             if not field.HasField("type") or field.type in (FDP.TYPE_MESSAGE, FDP.TYPE_ENUM):
-                field.type = FDP.TYPE_ENUM if kind == "enum" else FDP.TYPE_MESSAGE  # type: ignore[assignment]
+                field.type = FDP.TYPE_ENUM if kind == "enum" else FDP.TYPE_MESSAGE
         if field.extendee:
             full = _lookup(field.extendee, scope, types, packages)
             if full is None:

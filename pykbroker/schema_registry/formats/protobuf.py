@@ -205,6 +205,8 @@ class ProtobufSchema:
 
     @classmethod
     def parse(cls, text: str, references: Mapping[str, str]) -> ProtobufSchema:
+        if not text.strip():
+            raise InvalidSchema("Invalid schema: empty")
         loader = _Loader(references)
         fdp = loader.build(text, "")
         deps = loader.closure(fdp)
@@ -439,14 +441,14 @@ class _Diff:
         for number in dict.fromkeys([*orig_regular, *upd_regular]):
             fp = f"{path}/{number}"
             of, uf = orig_regular.get(number), upd_regular.get(number)
-            if uf is None:
+            if of is not None and uf is not None:
+                self.compare_field(of, uf, oinfo, uinfo, fp, in_oneof=False)
+            elif of is not None:
                 required = of.label == FDP.LABEL_REQUIRED
                 self.diffs.append(("REQUIRED_FIELD_REMOVED" if required else "FIELD_REMOVED", fp))
-            elif of is None:
+            elif uf is not None:
                 required = uf.label == FDP.LABEL_REQUIRED
                 self.diffs.append(("REQUIRED_FIELD_ADDED" if required else "FIELD_ADDED", fp))
-            else:
-                self.compare_field(of, uf, oinfo, uinfo, fp, in_oneof=False)
 
     def field_type(self, f: Any, types: dict[str, _TypeInfo]) -> _FieldType:
         if f.type in (FDP.TYPE_MESSAGE, FDP.TYPE_GROUP):
