@@ -446,6 +446,19 @@ def test_proto3_optional_fields_get_synthetic_oneofs() -> None:
     assert proto(parsed.canonical()).descriptor == parsed.descriptor
 
 
+def test_nested_types_keep_their_order() -> None:
+    # Confluent's wire format names the record's message by indexes into nested_type, map entries included.
+    text = P3 + "message M { message A { int32 a = 1; } map<string, A> m = 1; message B { int32 b = 1; } int32 n = 2; }"
+    parsed = proto(text)
+    assert [n.name for n in parsed.descriptor.message_type[0].nested_type] == ["A", "MEntry", "B"]
+    again = proto(parsed.canonical())
+    assert again.descriptor == parsed.descriptor
+    assert (
+        proto(parsed.normalized()).descriptor.message_type[0].nested_type
+        == parsed.descriptor.message_type[0].nested_type
+    )
+
+
 def test_serialized_format_feeds_the_python_deserializer() -> None:
     # What confluent-kafka's ProtobufDeserializer does with ?format=serialized: decode, add to a pool, build classes.
     parsed = proto(

@@ -8,7 +8,8 @@ by building it in a fresh protobuf DescriptorPool.
 
 Canonical form: the descriptor printed as .proto text by our printer (type names fully qualified, comments
 dropped, fixed element order), so the text and the descriptor of one file get one id. Normalized form: in addition
-fields ordered by number, nested messages and enums by name, imports sorted.
+fields ordered by number and imports sorted (messages keep their order, which the wire format's message indexes
+refer to).
 
 Compatibility: Confluent's Protobuf rules (its schema diff): incompatible are a changed package, a removed message,
 a field whose kind changes (scalar/enum vs message vs map), a scalar changed outside its wire-compatible group
@@ -291,23 +292,12 @@ def _normalize(fdp: descriptor_pb2.FileDescriptorProto) -> descriptor_pb2.FileDe
         fields = sorted(m.field, key=lambda f: f.number)
         del m.field[:]
         m.field.extend(fields)
-        nested = sorted(m.nested_type, key=lambda n: n.name)
-        del m.nested_type[:]
-        m.nested_type.extend(nested)
         for n in m.nested_type:
             sort_message(n)
-        enums = sorted(m.enum_type, key=lambda e: e.name)
-        del m.enum_type[:]
-        m.enum_type.extend(enums)
 
-    messages = sorted(out.message_type, key=lambda m: m.name)
-    del out.message_type[:]
-    out.message_type.extend(messages)
+    # Messages keep their order: Confluent's wire format names a message by its index in the file.
     for m in out.message_type:
         sort_message(m)
-    enums = sorted(out.enum_type, key=lambda e: e.name)
-    del out.enum_type[:]
-    out.enum_type.extend(enums)
     return out
 
 
