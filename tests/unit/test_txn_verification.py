@@ -16,6 +16,8 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from pykbroker.config import BrokerConfig
+from pykbroker.coordinator.group.serde import OffsetValue, encode_offset_key, encode_offset_value
+from pykbroker.coordinator.transaction.markers import append_internal, write_marker
 from pykbroker.coordinator.transaction.state import TxnState
 from pykbroker.protocol.records import build_batch
 from pykbroker.server.broker import Broker
@@ -354,3 +356,46 @@ def test_a_stale_marker_job_does_not_end_the_next_transaction(broker: Broker) ->
     assert log.log_end_offset == end_before  # no marker written
     assert log.producer_state.has_ongoing_transactions
     assert broker.txn.sm.txns["stale"].state == TxnState.ONGOING
+
+
+def test_a_regained_offsets_partition_forgets_what_was_pending_before(broker: Broker) -> None:
+    """A TxnOffsetCommit left pending when this broker stopped leading the group's offsets partition is settled
+    by the next leader (its marker lands there). When this broker leads the partition again, it must rebuild the
+    pending offsets from the log alone: an entry kept from before was applied by the producer's next commit
+    marker, and moved the group's committed offsets back (campaign seed 19)."""
+    pid, epoch = init(broker, "regain")
+    r = call(broker, 25, 4, {"transactional_id": "regain", "producer_id": pid, "producer_epoch": epoch,
+                             "group_id": "g"})
+    assert r.error_code == ErrorCode.none
+    assert txn_offset_commit(broker, 3, "regain", pid, epoch, offset=5) == ErrorCode.none
+    # The broker stops leading __consumer_offsets-0, as on a leadership change.
+    groups = broker.groups
+    groups.manager.unload(0)
+    for unloaded in groups.unload_listeners:
+        unloaded(0)
+    # Meanwhile, elsewhere: the transaction commits (its marker replicated here) and the group commits t-0 at 9.
+    offsets_partition = broker.replicas.partition("__consumer_offsets", 0)
+    assert offsets_partition is not None
+    assert write_marker(broker.replicas, "__consumer_offsets", 0, pid, epoch, True, 0) == ErrorCode.none
+    append_internal(offsets_partition, bytearray(build_batch(
+        [(encode_offset_key("g", "t", 0), encode_offset_value(OffsetValue(9)), [])], timestamp_ms=TS)))
+    code, job = broker.txn.sm.end_txn("regain", pid, epoch, True)
+    assert code == ErrorCode.none and job is not None and broker.txn.sm.complete(job)
+    # Leading it again: the group's offsets come from the log.
+    groups.manager.begin_loading(0)
+    anyio.run(groups._load, 0)
+    assert fetch_stable(broker) == (ErrorCode.none, 9)
+    # The producer's next transaction commits t-1 only; t-0 stays at 9.
+    r = call(broker, 25, 4, {"transactional_id": "regain", "producer_id": pid, "producer_epoch": epoch,
+                             "group_id": "g"})
+    assert r.error_code == ErrorCode.none
+    r = call(broker, 28, 3, {"transactional_id": "regain", "group_id": "g", "producer_id": pid,
+                             "producer_epoch": epoch, "generation_id": -1, "member_id": "", "group_instance_id": None,
+                             "topics": [{"name": "t", "partitions": [{
+                                 "partition_index": 1, "committed_offset": 3, "committed_leader_epoch": -1,
+                                 "committed_metadata": ""}]}]})
+    assert r.topics[0].partitions[0].error_code == ErrorCode.none
+    r = call(broker, 26, 4, {"transactional_id": "regain", "producer_id": pid, "producer_epoch": epoch,
+                             "committed": True})
+    assert r.error_code == ErrorCode.none
+    assert fetch_stable(broker) == (ErrorCode.none, 9)

@@ -37,6 +37,8 @@ class TxnOffsets(Protocol):
 
     def restore(self, partition: int, open_txns: dict[int, list[tuple[bytes | None, bytes | None]]]) -> None: ...
 
+    def unload(self, partition: int) -> None: ...
+
 log = logging.getLogger("pykbroker.groups")
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -130,6 +132,8 @@ class GroupCoordinator(PartitionLoader):
         for p in list(self.manager.partitions):
             if p not in led:
                 self.manager.unload(p)
+                if self.txn_offsets is not None:
+                    self.txn_offsets.unload(p)
                 for unloaded in self.unload_listeners:
                     unloaded(p)
         for p in led:
@@ -213,7 +217,7 @@ class GroupCoordinator(PartitionLoader):
                 log.exception("share group records of %(topic)s-%(partition)d not loaded",
                               {"topic": OFFSETS_TOPIC, "partition": partition})
         open_txns = self._txn_open.pop(partition, {})
-        if self.txn_offsets is not None and open_txns:
+        if self.txn_offsets is not None:
             self.txn_offsets.restore(partition, open_txns)
         self.manager.finish_loading(partition)
         if records:

@@ -235,8 +235,22 @@ class TxnOffsets:
             mgr.groups[group_id] = ClassicGroup(group_id, partition, state_timestamp=self.clock())
         mgr.offsets.setdefault(group_id, {}).update(values)
 
+    def unload(self, partition: int) -> None:
+        """This broker no longer leads the offsets ``partition``: the offsets pending there are the next leader's
+        to settle (their markers land there). Kept, the producer's next commit marker here, once this broker
+        leads the partition again, would apply them over what the log says since."""
+        mgr = self.groups.manager
+        for pid in list(self.pending):
+            by_group = self.pending[pid]
+            for gid in [g for g in by_group if mgr.partition_for(g) == partition]:
+                del by_group[gid]
+            if not by_group:
+                del self.pending[pid]
+
     def restore(self, partition: int, open_txns: dict[int, list[KV]]) -> None:
-        """After loading a partition: its transactional offsets still waiting for a marker."""
+        """After loading a partition: its transactional offsets still waiting for a marker (the log's word
+        alone: nothing of an earlier leadership is kept)."""
+        self.unload(partition)
         for pid, records in open_txns.items():
             for key, value in records:
                 if key is None or value is None:
