@@ -339,6 +339,9 @@ class Registry:
         if not isinstance(body, dict):
             raise e.RegistryError(422, 422, "The request body must be a JSON object")
         text = body.get("schema")
+        if text is not None and not isinstance(text, str):  # Confluent's answer to a body it cannot map
+            raise e.RegistryError(400, 400, "The schema must be given as a JSON string (the schema's text), not "
+                                            f"as a JSON {type(text).__name__}")
         if not isinstance(text, str) or not text.strip():
             raise e.invalid_schema("Empty schema")
         schema_type = body.get("schemaType") or "AVRO"

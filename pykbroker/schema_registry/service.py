@@ -191,12 +191,14 @@ class SchemaRegistryService:
             if self.registry.next_offset < hw:
                 await self._read(p, self.registry.next_offset, hw)
 
+    async def _ensure_topic(self) -> None:
+        """Cluster: create ``_schemas`` once enough brokers are live (until then writes answer 50004)."""
+        for _ in range(1_000_000_000):  # until the topic exists; one attempt a second
+            if await self.topic.ensure_async():
+                return
+            await anyio.sleep(TOPIC_RETRY_S)
+
     async def _keep_up(self) -> None:
-        if self.cluster:
-            for _ in range(1_000_000_000):  # until the topic exists; one attempt a second
-                if await self.topic.ensure_async():
-                    break
-                await anyio.sleep(TOPIC_RETRY_S)
         tps = [(self.topic.name, PARTITION)]
         waiters = self.replicas.fetch_waiters  # notified when the high watermark moves or the role changes
         for _ in range(1_000_000_000_000):  # the broker's lifetime; each round bounded by SYNC_WAIT_S
@@ -230,6 +232,8 @@ class SchemaRegistryService:
         logging.getLogger("uvicorn.error").setLevel(logging.WARNING)  # its start and stop lines repeat ours
         try:
             async with anyio.create_task_group() as tg:
+                if self.cluster:
+                    tg.start_soon(self._ensure_topic)
                 tg.start_soon(self._keep_up)
                 with anyio.move_on_after(60):  # a large _schemas: serve anyway after a minute, catching up
                     await self.ready.wait()

@@ -177,6 +177,7 @@ TABLE: list[tuple[str, str, Any, int, Any]] = [
     ("POST", "/subjects/x/versions", {"schema": S1, "schemaType": "XML"}, 422, 42201),
     ("POST", "/subjects/x/versions", {}, 422, 42201),
     ("POST", "/subjects/x/versions", [1, 2], 422, 422),
+    ("POST", "/subjects/x/versions", {"schema": {"type": "string"}}, 400, 400),  # a schema not as a string
     ("PUT", "/config", b"", 422, 422),
     ("GET", "/nothing/here", None, 404, 404),
     ("GET", "/schemas/ids/abc", None, 404, 404),
