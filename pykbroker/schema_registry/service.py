@@ -210,6 +210,12 @@ class SchemaRegistryService:
                 except e.RegistryError as exc:
                     log.warning("schema registry: cannot catch up with %(topic)s: %(error)s",
                                 {"topic": self.topic.name, "error": exc.message})
+                except Exception as exc:  # a failed log dir, a log truncated under the read: next round
+                    log.warning("schema registry: cannot catch up with %(topic)s: %(error)r",
+                                {"topic": self.topic.name, "error": exc})
+                    async with self._lock:  # replay from the start next time
+                        self.registry.reset()
+                        self._source, self._writer_epoch = None, None
                 self.ready.set()
                 with anyio.move_on_after(SYNC_WAIT_S):
                     await woken.wait()
