@@ -285,11 +285,25 @@ def test_missing_reference_is_invalid() -> None:
         ('{"type": "record", "name": "R"}', "fields"),
         (json.dumps({"type": "enum", "name": "E", "symbols": ["A", "A"]}), "unique"),
         (json.dumps({"type": "fixed", "name": "F"}), "size"),
+        (
+            json.dumps(record({"name": "e", "type": {"type": "enum", "name": "E", "symbols": ["A"]}, "default": "B"})),
+            "enum E",
+        ),
+        (json.dumps(record({"name": "a", "type": {"type": "array", "items": "int"}, "default": ["x"]})), "array"),
+        (json.dumps(record({"name": "r", "type": record(F1, name="In"), "default": {}})), "record In"),
+        (json.dumps(record({"name": "n", "type": "int", "default": 2**40})), "not a int"),
     ],
 )
 def test_invalid_schemas_say_why(text: str, reason: str) -> None:
     with pytest.raises(InvalidSchema, match=reason):
         avro(text)
+
+
+def test_defaults_of_nested_types_and_unions() -> None:
+    inner = record({"name": "q", "type": "int", "default": 1}, name="In")
+    avro(record({"name": "r", "type": inner, "default": {}}))  # the missing field has its own default
+    avro(record({"name": "u", "type": ["string", "null"], "default": None}))  # any branch, as Avro 1.12 reads it
+    avro(record({"name": "m", "type": {"type": "map", "values": "long"}, "default": {"a": 1}}))
 
 
 def test_what_the_python_serializer_registers_round_trips() -> None:

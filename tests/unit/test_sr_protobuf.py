@@ -18,7 +18,7 @@ from google.protobuf import (
 )
 
 from pykbroker.schema_registry.formats import InvalidReference, InvalidSchema, check_compatibility, parse
-from pykbroker.schema_registry.formats.protobuf import ProtobufSchema
+from pykbroker.schema_registry.formats.protobuf import CONFLUENT_BUILTIN, ProtobufSchema
 
 
 def proto(text: str, references: dict[str, str] | None = None) -> ProtobufSchema:
@@ -446,6 +446,19 @@ def test_proto3_optional_fields_get_synthetic_oneofs() -> None:
     assert proto(parsed.canonical()).descriptor == parsed.descriptor
 
 
+def test_nested_types_keep_their_order() -> None:
+    # Confluent's wire format names the record's message by indexes into nested_type, map entries included.
+    text = P3 + "message M { message A { int32 a = 1; } map<string, A> m = 1; message B { int32 b = 1; } int32 n = 2; }"
+    parsed = proto(text)
+    assert [n.name for n in parsed.descriptor.message_type[0].nested_type] == ["A", "MEntry", "B"]
+    again = proto(parsed.canonical())
+    assert again.descriptor == parsed.descriptor
+    assert (
+        proto(parsed.normalized()).descriptor.message_type[0].nested_type
+        == parsed.descriptor.message_type[0].nested_type
+    )
+
+
 def test_serialized_format_feeds_the_python_deserializer() -> None:
     # What confluent-kafka's ProtobufDeserializer does with ?format=serialized: decode, add to a pool, build classes.
     parsed = proto(
@@ -493,6 +506,24 @@ def test_references_resolve_imports() -> None:
     as_descriptor = b64(proto(other).descriptor.SerializeToString())
     same = proto(P3 + 'import "other.proto"; message M { other.Thing t = 1; }', {"other.proto": as_descriptor})
     assert same.canonical() == parsed.canonical()
+
+
+def test_confluent_types_need_no_reference() -> None:
+    # confluent-kafka's ProtobufSerializer never registers confluent/*.proto imports; the registry knows them, and
+    # its copies are the files the client ships.
+    from confluent_kafka.schema_registry.confluent import meta_pb2
+    from confluent_kafka.schema_registry.confluent.type import decimal_pb2
+
+    for module in (meta_pb2, decimal_pb2):
+        shipped = proto(b64(module.DESCRIPTOR.serialized_pb))
+        builtin = proto(P3 + f'import "{module.DESCRIPTOR.name}";').descriptor
+        assert builtin.dependency == [module.DESCRIPTOR.name]
+        assert shipped.canonical() == proto(CONFLUENT_BUILTIN[module.DESCRIPTOR.name]).canonical()
+    parsed = proto(
+        P3 + 'import "confluent/meta.proto"; import "confluent/type/decimal.proto";\n'
+        'message P { confluent.type.Decimal price = 1 [(confluent.field_meta).doc = "the price"]; }'
+    )
+    assert '.confluent.type.Decimal price = 1 [(confluent.field_meta).doc = "the price"];' in parsed.canonical()
 
 
 def test_missing_import_is_an_invalid_reference() -> None:

@@ -13,6 +13,9 @@ Normalized form (``?normalize=true``): the same content with every name written 
 attribute, aliases and references fully qualified) and other properties sorted by key, so that schemas that differ
 only in how names are qualified or in property order get one id.
 
+Validation: fastavro's parser, then every field default checked against its type in depth (records, arrays, maps,
+enums; a union's default may match any branch, as the Avro 1.12 specification reads it).
+
 Compatibility follows the Avro specification's schema resolution with the reader and writer of each check.
 """
 
@@ -261,6 +264,7 @@ class _Field:
     type: _Type
     has_default: bool
     aliases: tuple[str, ...]
+    default: Any = None
 
 
 class _Builder:
@@ -301,7 +305,9 @@ class _Builder:
         self.named[full] = node
         if node.kind == "record":
             node.fields = [
-                _Field(f["name"], self.build(f["type"], own), "default" in f, tuple(f.get("aliases", ())))
+                _Field(
+                    f["name"], self.build(f["type"], own), "default" in f, tuple(f.get("aliases", ())), f.get("default")
+                )
                 for f in schema["fields"]
             ]
         elif kind == "enum":
@@ -407,6 +413,36 @@ class _Resolution:
         return out
 
 
+_INT_RANGE = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
+
+
+def _valid_default(t: _Type, value: Any) -> bool:
+    """Whether a field default is a JSON value of the field's type (a union's default may match any branch)."""
+    kind = t.kind
+    if kind == "null":
+        return value is None
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if kind in _INT_RANGE:
+        low, high = _INT_RANGE[kind]
+        return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+    if kind in ("float", "double"):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind in ("string", "bytes", "fixed"):
+        return isinstance(value, str)
+    if kind == "enum":
+        return value in t.symbols
+    if kind == "array":
+        return isinstance(value, list) and all(_valid_default(t.children[0], v) for v in value)
+    if kind == "map":
+        return isinstance(value, dict) and all(_valid_default(t.children[0], v) for v in value.values())
+    if kind == "union":
+        return any(_valid_default(branch, value) for branch in t.children)
+    if not isinstance(value, dict):
+        return False
+    return all(_valid_default(f.type, value[f.name]) if f.name in value else f.has_default for f in t.fields)
+
+
 def _message(kind: str, description: str) -> str:
     return f"{kind}: {description}"
 
@@ -426,7 +462,15 @@ class AvroSchema:
         self._document = document
         self._defs = defs
         self._canonical = _dumps(_Printer(defs, normalized=False, inline_references=False).emit(document, None))
-        self._root = _Builder(defs).build(document, None)
+        builder = _Builder(defs)
+        self._root = builder.build(document, None)
+        for named in builder.named.values():
+            for f in named.fields:
+                if f.has_default and not _valid_default(f.type, f.default):
+                    raise InvalidSchema(
+                        f"Invalid schema: the default {_dumps(f.default)} of field {f.name!r} in {named.name} "
+                        f"is not a {f.type.describe()}"
+                    )
 
     @classmethod
     def parse(cls, text: str, references: Mapping[str, str]) -> AvroSchema:

@@ -972,35 +972,33 @@ class Printer:
         inner = depth + 1
         for item in _option_items(m.options):
             self.out(inner, f"option {item};")
+        # Fields and nested messages are interleaved so that reading the text back recreates nested_type in the
+        # same order (a map field creates its entry message where it stands): message indexes in Confluent's
+        # wire format count nested types, map entries included.
         entries = {n.name: n for n in m.nested_type if n.options.map_entry}
+        fields = list(m.field)
         done_oneofs: set[int] = set()
-        for field in m.field:
-            synthetic = field.proto3_optional
-            if field.HasField("oneof_index") and not synthetic:
-                index = field.oneof_index
-                if index in done_oneofs:
-                    continue
-                done_oneofs.add(index)
-                decl = m.oneof_decl[index]
-                self.out(inner, f"oneof {decl.name} {{")
-                for item in _option_items(decl.options):
-                    self.out(inner + 1, f"option {item};")
-                for member in m.field:
-                    if member.HasField("oneof_index") and member.oneof_index == index and not member.proto3_optional:
-                        self.out(inner + 1, self.field_line(member, in_oneof=True))
-                self.out(inner, "}")
-                continue
-            entry_name = field.type_name.rsplit(".", 1)[-1]
-            if field.label == FDP.LABEL_REPEATED and entry_name in entries and field.type == FDP.TYPE_MESSAGE:
-                entry = entries[entry_name]
-                key = self.type_of(entry.field[0])
-                value = self.type_of(entry.field[1])
-                self.out(inner, self.field_line(field, in_oneof=False, type_text=f"map<{key}, {value}>"))
-                continue
-            self.out(inner, self.field_line(field, in_oneof=False))
+        position = 0
+
+        def entry_of(field: descriptor_pb2.FieldDescriptorProto) -> descriptor_pb2.DescriptorProto | None:
+            name = field.type_name.rsplit(".", 1)[-1]
+            if field.label != FDP.LABEL_REPEATED or field.type != FDP.TYPE_MESSAGE or name not in entries:
+                return None
+            return entries[name] if field.type_name.endswith(f"{m.name}.{name}") else None
+
+        def emit_until(last: int) -> None:
+            nonlocal position
+            while position <= last:
+                self.member(m, fields[position], entry_of(fields[position]), done_oneofs, inner)
+                position += 1
+
         for nested in m.nested_type:
-            if not nested.options.map_entry:
+            if nested.options.map_entry:
+                owner = next((i for i, f in enumerate(fields) if entry_of(f) is nested), -1)
+                emit_until(owner)
+            else:
                 self.message(nested, inner)
+        emit_until(len(fields) - 1)
         for e in m.enum_type:
             self.enum(e, inner)
         for r in m.extension_range:
@@ -1011,6 +1009,34 @@ class Printer:
         self.extensions(m.extension, inner)
         self.reserved(m.reserved_range, m.reserved_name, inner, MAX_FIELD_NUMBER, exclusive=True)
         self.out(depth, "}")
+
+    def member(
+        self,
+        m: descriptor_pb2.DescriptorProto,
+        field: descriptor_pb2.FieldDescriptorProto,
+        entry: descriptor_pb2.DescriptorProto | None,
+        done_oneofs: set[int],
+        depth: int,
+    ) -> None:
+        """One field of a message; a oneof is printed whole where its first field stands."""
+        if field.HasField("oneof_index") and not field.proto3_optional:
+            index = field.oneof_index
+            if index in done_oneofs:
+                return
+            done_oneofs.add(index)
+            decl = m.oneof_decl[index]
+            self.out(depth, f"oneof {decl.name} {{")
+            for item in _option_items(decl.options):
+                self.out(depth + 1, f"option {item};")
+            for other in m.field:
+                if other.HasField("oneof_index") and other.oneof_index == index and not other.proto3_optional:
+                    self.out(depth + 1, self.field_line(other, in_oneof=True))
+            self.out(depth, "}")
+        elif entry is not None:
+            key, value = self.type_of(entry.field[0]), self.type_of(entry.field[1])
+            self.out(depth, self.field_line(field, in_oneof=False, type_text=f"map<{key}, {value}>"))
+        else:
+            self.out(depth, self.field_line(field, in_oneof=False))
 
     def reserved(self, ranges: Any, names: Any, depth: int, maximum: int, exclusive: bool) -> None:
         parts = []

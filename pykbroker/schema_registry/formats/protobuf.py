@@ -2,12 +2,14 @@
 
 Java and Go clients register .proto text; confluent-kafka's Python serializer registers base64 of the serialized
 ``FileDescriptorProto`` of the generated module and reads schemas back with ``?format=serialized``. Both inputs become
-one descriptor (imports resolved from the references, or from protobuf's own well-known google/protobuf/*.proto
-files), validated by building it in a fresh protobuf DescriptorPool.
+one descriptor (imports resolved from the references, or without one from protobuf's own well-known
+google/protobuf/*.proto files and Confluent's confluent/meta.proto and confluent/type/decimal.proto), validated
+by building it in a fresh protobuf DescriptorPool.
 
 Canonical form: the descriptor printed as .proto text by our printer (type names fully qualified, comments
 dropped, fixed element order), so the text and the descriptor of one file get one id. Normalized form: in addition
-fields ordered by number, nested messages and enums by name, imports sorted.
+fields ordered by number and imports sorted (messages keep their order, which the wire format's message indexes
+refer to).
 
 Compatibility: Confluent's Protobuf rules (its schema diff): incompatible are a changed package, a removed message,
 a field whose kind changes (scalar/enum vs message vs map), a scalar changed outside its wire-compatible group
@@ -67,6 +69,43 @@ WELL_KNOWN: dict[str, bytes] = {
     )
 }
 
+# Confluent's own types, which its registry knows without a reference (the Python serializer never registers them):
+# the Meta option attached by data contracts, and the Decimal message.
+CONFLUENT_BUILTIN: dict[str, str] = {
+    "confluent/meta.proto": """
+        syntax = "proto3";
+        package confluent;
+        import "google/protobuf/descriptor.proto";
+        option go_package = "../confluent";
+        message Meta {
+          string doc = 1;
+          map<string, string> params = 2;
+          repeated string tags = 3;
+          repeated Rule rules = 4;
+        }
+        message Rule {
+          string name = 1;
+          string doc = 2;
+          string expr = 3;
+          string sql = 4;
+        }
+        extend google.protobuf.FileOptions { Meta file_meta = 1088; }
+        extend google.protobuf.MessageOptions { Meta message_meta = 1088; }
+        extend google.protobuf.FieldOptions { Meta field_meta = 1088; }
+        extend google.protobuf.EnumOptions { Meta enum_meta = 1088; }
+        extend google.protobuf.EnumValueOptions { Meta enum_value_meta = 1088; }
+    """,
+    "confluent/type/decimal.proto": """
+        syntax = "proto3";
+        package confluent.type;
+        message Decimal {
+          bytes value = 1;
+          uint32 precision = 2;
+          int32 scale = 3;
+        }
+    """,
+}
+
 _BASE64_RE = re.compile(r"[A-Za-z0-9+/]+={0,2}")
 _VALIDATION_NAME = "__schema_registry_subject__.proto"
 
@@ -100,6 +139,8 @@ class _Loader:
         try:
             if path in self.references:
                 fdp = self.build(self.references[path], path)
+            elif path in CONFLUENT_BUILTIN:
+                fdp = self.build(CONFLUENT_BUILTIN[path], path)
             elif path in WELL_KNOWN:
                 fdp = descriptor_pb2.FileDescriptorProto.FromString(WELL_KNOWN[path])
                 for inner in fdp.dependency:
@@ -251,23 +292,12 @@ def _normalize(fdp: descriptor_pb2.FileDescriptorProto) -> descriptor_pb2.FileDe
         fields = sorted(m.field, key=lambda f: f.number)
         del m.field[:]
         m.field.extend(fields)
-        nested = sorted(m.nested_type, key=lambda n: n.name)
-        del m.nested_type[:]
-        m.nested_type.extend(nested)
         for n in m.nested_type:
             sort_message(n)
-        enums = sorted(m.enum_type, key=lambda e: e.name)
-        del m.enum_type[:]
-        m.enum_type.extend(enums)
 
-    messages = sorted(out.message_type, key=lambda m: m.name)
-    del out.message_type[:]
-    out.message_type.extend(messages)
+    # Messages keep their order: Confluent's wire format names a message by its index in the file.
     for m in out.message_type:
         sort_message(m)
-    enums = sorted(out.enum_type, key=lambda e: e.name)
-    del out.enum_type[:]
-    out.enum_type.extend(enums)
     return out
 
 
