@@ -125,3 +125,19 @@ def test_killing_the_writer_mid_stream_loses_and_reuses_no_id(cluster: tuple[Clu
                 doc = httpx.get(f"{url}/subjects/{subject}/versions/{v}?deleted=true", timeout=10).json()
                 by_id.setdefault(doc["id"], set()).add(doc["schema"])
         assert all(len(texts) == 1 for texts in by_id.values()), (broker_id, by_id)
+
+
+def test_brokers_without_a_replica_forward_every_request(tmp_path_factory: pytest.TempPathFactory) -> None:
+    urls = {i: f"http://127.0.0.1:{free_port()}" for i in (1, 2)}
+    c = Cluster(tmp_path_factory.mktemp("sr-rf1"), 2,
+                overrides={"pykbroker.schema.registry.topic.replication.factor": "1"},
+                broker_overrides={i: {"pykbroker.schema.registry.listener": u} for i, u in urls.items()})
+    with c:
+        writer = c.wait_leaders(TOPIC, 1, timeout=90)[0]
+        other = next(i for i in urls if i != writer)  # holds no replica of _schemas
+        r = register(urls[other], "rf1-value", schema(1))
+        assert r.status_code == 200, r.text
+        assert httpx.get(f"{urls[other]}/subjects", timeout=10).json() == ["rf1-value"]
+        assert httpx.get(f"{urls[other]}/config", timeout=10).json() == {"compatibilityLevel": "BACKWARD"}
+        got = httpx.get(f"{urls[other]}/subjects/rf1-value/versions/1", timeout=10).json()
+        assert got["id"] == r.json()["id"]
