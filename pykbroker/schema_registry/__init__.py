@@ -1,1 +1,2 @@
-"""Confluent's Schema Registry REST API served by the broker, stored in the compacted `_schemas` topic."""
+"""Confluent's Schema Registry REST API served by the broker, stored in the compacted topic ``_schemas``
+(docs/schema-registry.md)."""
