@@ -19,7 +19,9 @@ from pykbroker.config.parsing import (
     ENV_PREFIX,
     LISTENER_CONFIGS,
     LISTENER_PREFIX,
+    SCHEMA_REGISTRY_LISTENER,
     SECURITY_PROTOCOLS,
+    SSL_CONFIGS,
     ConfigError,
     Listener,
     check_supported,
@@ -209,6 +211,11 @@ class BrokerConfig:
             raise ConfigError("configuration 'listeners' has port 0 (an ephemeral port), which cannot be registered "
                               "in ZooKeeper for other brokers and clients: give each listener its port")
         for listener, key in self._listener_values:
+            if listener == SCHEMA_REGISTRY_LISTENER:
+                if key not in SSL_CONFIGS:
+                    raise ConfigError(f"configuration 'listener.name.{listener.lower()}.{key}': only ssl.* "
+                                      "settings apply to the schema registry's https listener")
+                continue
             if listener not in names:
                 raise ConfigError(f"configuration 'listener.name.{listener.lower()}.{key}' names a listener "
                                   "not in 'listeners'")
