@@ -57,7 +57,9 @@ from pykbroker.config.parsing import (
     parse_local_endpoints,
     parse_metrics_listener,
     parse_protocol_map,
+    parse_schema_registry_listener,
     parse_zk_connect,
+    schema_registry_advertised_url,
     settings_from_env,
 )
 from pykbroker.config.topic import (
@@ -115,7 +117,9 @@ __all__ = [
     "parse_metrics_listener",
     "parse_properties",
     "parse_protocol_map",
+    "parse_schema_registry_listener",
     "parse_zk_connect",
+    "schema_registry_advertised_url",
     "settings_from_env",
     "topic_config_default",
     "validate_client_metrics_configs",

@@ -20,6 +20,7 @@ from pykbroker.config.parsing import (
     valid_metrics_listener,
     valid_policy,
     valid_protocol_map,
+    valid_schema_registry_listener,
     valid_security_protocol,
     valid_super_users,
     valid_topic_name_or_empty,
@@ -383,6 +384,28 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         _D("pykbroker.delay.topic.min.isr", "int", 2,
            "pykbroker: min.insync.replicas of __delayed_records (capped at its replication factor).", at_least(1)),
         # --- end delayed delivery ---
+        # --- schema registry (pykbroker/schema_registry; docs/schema-registry.md) ---
+        _D("pykbroker.schema.registry.listener", "string", "",
+           "pykbroker: where the Confluent-compatible schema registry listens, as http://host:port or "
+           "https://host:port; empty turns it off. In a ZooKeeper cluster, set it on every broker.",
+           valid_schema_registry_listener),
+        _D("pykbroker.schema.registry.advertised.listener", "string", "",
+           "pykbroker: the registry URL other brokers forward writes to; empty: the listener, a wildcard host "
+           "replaced as in advertised.listeners.", valid_schema_registry_listener),
+        _D("pykbroker.schema.registry.topic", "string", "_schemas",
+           "pykbroker: the compacted topic (one partition) holding the registry's schemas, configs and modes.",
+           lambda v: valid_topic_name_or_empty(v) if v else "value must be a legal topic name"),
+        _D("pykbroker.schema.registry.topic.replication.factor", "int", 3,
+           "pykbroker: replication factor of the registry's topic; with embedded metadata capped at 1; in a "
+           "cluster, creation waits until this many brokers are live, as offsets.topic.replication.factor.",
+           at_least(1)),
+        _D("pykbroker.schema.registry.compatibility.level", "string", "BACKWARD",
+           "pykbroker: the registry's compatibility level while none is set through PUT /config.",
+           one_of("NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL",
+                  "FULL_TRANSITIVE")),
+        _D("pykbroker.schema.registry.max.request.bytes", "int", 4194304,
+           "pykbroker: the largest request body the registry reads; larger ones get HTTP 413.", at_least(1024)),
+        # --- end schema registry ---
         _D("pykbroker.fault.drop.produce.response", "int", 0,
            "Testing hook: drop the connection after appending but before answering this many Produce "
            "requests (0 disables)."),

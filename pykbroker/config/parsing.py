@@ -132,6 +132,39 @@ def parse_console_listener(value: str) -> tuple[str, int]:
                                 path_rule="the console is served at /, give no path", example="http://127.0.0.1:8080")
 
 
+def parse_schema_registry_listener(value: str, key: str = "pykbroker.schema.registry.listener"
+                                   ) -> tuple[str, str, int]:
+    """``http://host:port`` or ``https://host:port`` of the schema registry → (scheme, host, port). Raises
+    ValueError, saying why."""
+    text = value.strip()
+    if "://" not in text:
+        text = "http://" + text
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"{key} must be http://host:port or https://host:port, not {value!r}")
+    if parts.path not in ("", "/") or parts.query:
+        raise ValueError(f"{key} {value!r}: the registry is served at /, give no path")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if port is None or not parts.hostname:
+        raise ValueError(f"{key} {value!r} needs a host and a port, e.g. http://0.0.0.0:8081")
+    return parts.scheme, parts.hostname, port
+
+
+def schema_registry_advertised_url(listener: str, advertised: str) -> str:
+    """The registry URL other brokers forward writes to: the advertised listener, else the listener with a
+    wildcard host replaced as the broker's advertised listeners replace it."""
+    if advertised.strip():
+        scheme, host, port = parse_schema_registry_listener(advertised, "pykbroker.schema.registry.advertised.listener")
+    else:
+        scheme, host, port = parse_schema_registry_listener(listener)
+        if host in ("", "0.0.0.0", "::"):
+            host = "::1" if host == "::" else "127.0.0.1"
+    return f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}"
+
+
 def parse_ip_overrides(raw: str) -> dict[str, int]:
     """``host1:10,1.2.3.4:20`` into {host: count}; the last colon separates (so IPv6 works)."""
     out: dict[str, int] = {}
@@ -185,6 +218,16 @@ def valid_console_listener(value: Any) -> str | None:
         return None
     try:
         parse_console_listener(value)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def valid_schema_registry_listener(value: Any) -> str | None:
+    if not value:
+        return None
+    try:
+        parse_schema_registry_listener(value)
     except ValueError as e:
         return str(e)
     return None

@@ -158,6 +158,8 @@ class MetadataStore(ABC):
         self._config_listeners: list[ConfigListener] = []
         self._cluster_listeners: list[ClusterListener] = []
         self._by_id: dict[uuid.UUID, TopicRecord] = {}
+        # This broker's schema registry URL, registered with the broker (set before registering; None: off).
+        self.schema_registry_url: str | None = None
 
     def add_cluster_listener(self, listener: ClusterListener) -> None:
         """Called (on the event loop) after the live brokers or the controller changed."""
@@ -176,6 +178,10 @@ class MetadataStore(ABC):
 
     def broker_rack(self, broker_id: int) -> str | None:
         """The rack a live broker registered with (broker.rack), if any."""
+        return None
+
+    def broker_schema_registry_url(self, broker_id: int) -> str | None:
+        """The schema registry URL a live broker registered with (pykbroker.schema.registry.listener), if any."""
         return None
 
     def is_cluster(self) -> bool:

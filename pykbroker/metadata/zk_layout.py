@@ -269,6 +269,11 @@ class BrokerRegistration:
     endpoints: tuple[tuple[str, str, int], ...]  # (listener name, host, port)
     security_protocols: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
     rack: str | None = None
+    # pykbroker's schema registry URL of this broker (a field Kafka's brokers ignore), None when it has none.
+    schema_registry_url: str | None = None
+
+
+SCHEMA_REGISTRY_FIELD = "pykbroker_schema_registry_url"
 
 
 def encode_broker(reg: BrokerRegistration) -> bytes:
@@ -281,6 +286,8 @@ def encode_broker(reg: BrokerRegistration) -> bytes:
     }
     if reg.rack is not None:
         doc["rack"] = reg.rack
+    if reg.schema_registry_url is not None:
+        doc[SCHEMA_REGISTRY_FIELD] = reg.schema_registry_url
     return _dumps(doc)
 
 
@@ -292,7 +299,11 @@ def decode_broker(broker_id: int, data: bytes) -> BrokerRegistration:
         host, _, port = rest.rpartition(":")
         endpoints.append((name, host.strip("[]"), int(port)))
     return BrokerRegistration(broker_id, tuple(endpoints), dict(doc.get("listener_security_protocol_map") or {}),
-                              doc.get("rack"))
+                              doc.get("rack"), _str_or_none(doc.get(SCHEMA_REGISTRY_FIELD)))
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 # --- /controller and /controller_epoch ------------------------------------------------------------

@@ -262,7 +262,7 @@ class ZkMetadataStore(MetadataStore):
         for name, _, _ in self._endpoints:
             protocols.setdefault(name, name)
         return zl.encode_broker(zl.BrokerRegistration(self._broker_id, tuple(self._endpoints), protocols,
-                                                      self._rack))
+                                                      self._rack, self.schema_registry_url))
 
     def register_broker(self) -> None:
         """Create the ephemeral /brokers/ids/<id>; DuplicateBrokerId when another broker holds it.
@@ -531,8 +531,8 @@ class ZkMetadataStore(MetadataStore):
 
     def _set_brokers(self, brokers: dict[int, zl.BrokerRegistration]) -> bool:
         live = {i: list(r.endpoints) for i, r in sorted(brokers.items())}
-        racks = {i: r.rack for i, r in brokers.items()}
-        if live == self._live and racks == {i: r.rack for i, r in self._brokers.items()}:
+        racks = {i: (r.rack, r.schema_registry_url) for i, r in brokers.items()}
+        if live == self._live and racks == {i: (r.rack, r.schema_registry_url) for i, r in self._brokers.items()}:
             return False
         self._brokers = dict(brokers)
         self._live = live
@@ -603,6 +603,10 @@ class ZkMetadataStore(MetadataStore):
     def broker_rack(self, broker_id: int) -> str | None:
         reg = self._brokers.get(broker_id)
         return reg.rack if reg is not None else None
+
+    def broker_schema_registry_url(self, broker_id: int) -> str | None:
+        reg = self._brokers.get(broker_id)
+        return reg.schema_registry_url if reg is not None else None
 
     def broker_registration(self, broker_id: int) -> zl.BrokerRegistration | None:
         return self._brokers.get(broker_id)

@@ -8,7 +8,8 @@ brokers fighting over a port or an id:
 - every ``listeners`` and ``advertised.listeners`` port: port + i (port 0 is refused: an ephemeral
   port cannot be registered in ZooKeeper, and N of them could not be found by the others);
 - every log dir: ``<dir>/broker-<id>``, so one process's logs never mix with another's;
-- ``pykbroker.metrics.listener`` port: port + i;
+- ``pykbroker.metrics.listener``, ``pykbroker.console.listener`` and ``pykbroker.schema.registry.listener``
+  (and its advertised listener) ports: port + i;
 - ``broker.rack``: shared, the host name unless set, so the controller's rack-aware assignment puts a
   partition's replicas on different hosts before it puts two on one host;
 - ``pykbroker.local.broker.endpoints``: the other processes' inter-broker listeners on loopback, so
@@ -32,6 +33,7 @@ from pykbroker.config import (
     parse_console_listener,
     parse_listener,
     parse_metrics_listener,
+    parse_schema_registry_listener,
 )
 
 WILDCARD_HOSTS = ("", "0.0.0.0", "::")
@@ -125,6 +127,18 @@ def plan_processes(config: BrokerConfig, processes: int, hostname: str) -> list[
                     raise ConfigError(f"configuration '{key}': port {port} + process index {i} is above 65535")
                 overrides[key] = f"http://{f'[{host}]' if ':' in host else host}:{port + i}"
                 binds.append((host, port + i))
+        for key in ("pykbroker.schema.registry.listener", "pykbroker.schema.registry.advertised.listener"):
+            value = str(config[key]).strip()
+            if value:
+                scheme, host, port = parse_schema_registry_listener(value, key)
+                if port == 0 and processes > 1:
+                    raise ConfigError(f"configuration '{key}' has port 0: with --processes each process serves "
+                                      "its schema registry on the configured port + its index; give a fixed port")
+                if port + i > 65535:
+                    raise ConfigError(f"configuration '{key}': port {port} + process index {i} is above 65535")
+                overrides[key] = f"{scheme}://{f'[{host}]' if ':' in host else host}:{port + i}"
+                if key == "pykbroker.schema.registry.listener":
+                    binds.append((host, port + i))
         first = listeners[0]
         plans.append(ProcessPlan(i, broker_id, overrides, (_probe_host(first.host), first.port), tuple(binds)))
     _refuse_shared_binds(plans)

@@ -53,6 +53,7 @@ from pykbroker.quotas import QuotaManager
 from pykbroker.replica.replica_manager import ReplicaManager
 from pykbroker.replica.topics import TopicManager
 from pykbroker.replication.client import BrokerClient
+from pykbroker.schema_registry.service import SchemaRegistryService
 from pykbroker.security.acl_authorizer import AclAuthorizer, parse_super_users
 from pykbroker.security.sasl.client import on_connect_hook as sasl_on_connect_hook
 from pykbroker.security.sasl.settings import inter_broker_credentials
@@ -159,6 +160,12 @@ class Broker:
         if config["pykbroker.delay.enable"]:  # delayed delivery (pykbroker/delay)
             self.delays = self.services.delays = DelayService(config, self.store, self.replicas, self.topics)
             self.services.append_hooks.register(self.delays)
+        self.schema_registry: SchemaRegistryService | None = None
+        if config["pykbroker.schema.registry.listener"]:  # Confluent's Schema Registry API (pykbroker/schema_registry)
+            try:
+                self.schema_registry = SchemaRegistryService(config, self.store, self.replicas, self.topics)
+            except ValueError as e:
+                raise StartupError(str(e)) from None
         self.shares: ShareCoordinator | None = None
         if config["group.share.enable"]:  # share groups (pykbroker/coordinator/share)
             self.shares = self.services.shares = ShareCoordinator(config, self.store, self.replicas, self.topics,
@@ -229,6 +236,8 @@ class Broker:
         self.log_manager.startup_complete()  # partitions of a dir that failed to load stay offline
         if self.delays is not None:  # embedded: creates and replays __delayed_records before clients can produce
             self.delays.startup()  # (cluster: each partition is replayed when this broker becomes its leader)
+        if self.schema_registry is not None:  # binds its listener (registered with the broker), creates _schemas
+            self.schema_registry.startup()
         log.debug(
             "storage ready: %(partitions)d partitions of %(topics)d topics in %(log_dirs)s in %(elapsed_s).3fs",
             {"log_dirs": ','.join(str(d) for d in self.config.log_dirs),
@@ -456,6 +465,8 @@ class Broker:
             tg.start_soon(self.txn.run)  # loads transaction state, aborts timed-out transactions
             if self.delays is not None:
                 tg.start_soon(self.delays.run)  # delivers the scheduled records as they fall due
+            if self.schema_registry is not None:
+                tg.start_soon(self.schema_registry.serve)  # keeps up with _schemas, serves the HTTP API
             if handle_signals:
                 tg.start_soon(self._watch_signals)
             tg.start_soon(_periodic(RELEASE_INTERVAL_S, release_free_memory, thread=True))
@@ -485,6 +496,8 @@ class Broker:
                 await anyio.to_thread.run_sync(metrics.stop)
             for service in self.extra_services:
                 await service.close()
+            if self.schema_registry is not None:
+                await self.schema_registry.close()
             if self.cluster and self.config["controlled.shutdown.enable"]:
                 await self._controlled_shutdown()  # still serving: clients follow the moved leaders
             await self._stop_controller()
