@@ -27,12 +27,12 @@ import anyio.to_thread
 
 from pykbroker.config.parsing import SCHEMA_REGISTRY_LISTENER
 from pykbroker.logsetup import fields
+from pykbroker.schema_registry.security_api import OPERATIONS, Unauthorized
 from pykbroker.security.authorizer import ANONYMOUS, AclOperation, Authorizer, ResourceType
 from pykbroker.security.authz import CLUSTER_NAME
 from pykbroker.security.principal import USER_TYPE, KafkaPrincipal
 from pykbroker.security.sasl.scram import MECHANISMS, MIN_ITERATIONS, ScramCredential, hi
 from pykbroker.security.tls import server_tls
-from pykbroker.schema_registry.security_api import OPERATIONS, Unauthorized
 
 log = logging.getLogger("pykbroker.schema_registry.security")
 authz_log = logging.getLogger("pykbroker.authorizer")
@@ -260,10 +260,13 @@ class SchemaRegistrySecurity:
 
     def __init__(self, *, basic: bool, lookup: CredentialLookup, authorizer: Authorizer | None,
                  https: bool = False, failed_delay_s: float = 0.1, cache: VerificationCache | None = None,
-                 max_hashing_threads: int = 2) -> None:
+                 max_hashing_threads: int = 2, authorizer_required: bool = False) -> None:
         self.basic = basic
         self.https = https
+        # The broker sets the authorizer once its ACLs are loaded; until then, with authorizer.class.name set,
+        # every request is refused rather than allowed.
         self.authorizer = authorizer
+        self.authorizer_required = authorizer_required
         self.failed_delay_s = max(failed_delay_s, 0.0)
         self.authenticator = RegistryAuthenticator(lookup, cache)
         self._max_threads = max_hashing_threads
@@ -277,12 +280,13 @@ class SchemaRegistrySecurity:
         if basic and not https:
             log.warning("schema registry: basic authentication over http sends passwords in clear text; serve the "
                         "registry over https (ssl.keystore.* or listener.name.schema_registry.ssl.*)")
-        if authorizer is not None and not basic:
+        if config["authorizer.class.name"] and not basic:
             log.info("schema registry: the authorizer is on and authentication is none, so every registry request "
                      "is %(principal)s: grant its ACLs (or set %(key)s=basic)",
                      {"principal": ANONYMOUS, "key": AUTHENTICATION})
         return cls(basic=basic, lookup=lookup, authorizer=authorizer, https=https,
-                   failed_delay_s=config["connection.failed.authentication.delay.ms"] / 1000)
+                   failed_delay_s=config["connection.failed.authentication.delay.ms"] / 1000,
+                   authorizer_required=bool(config["authorizer.class.name"]))
 
     async def authenticate(self, authorization: str | None, peer: str = "") -> str | None:
         if not self.basic:
@@ -310,6 +314,10 @@ class SchemaRegistrySecurity:
         raise Unauthorized("invalid credentials")
 
     def authorize(self, principal: str | None, host: str, operation: str, subject: str | None) -> bool:
+        if self.authorizer is None and self.authorizer_required:
+            log.warning("schema registry: request refused, the authorizer is not loaded yet",
+                        extra=fields(principal=principal or ANONYMOUS, operation=operation, subject=subject))
+            return False
         return authorize(self.authorizer, principal, host, operation, subject)
 
     def ssl_context(self, config: Any) -> ssl.SSLContext | None:

@@ -40,6 +40,9 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+HTTPS = {"pykbroker.schema.registry.listener": "https://127.0.0.1:8081"}
+
+
 def _basic(user: str, password: str) -> str:
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
@@ -277,14 +280,26 @@ def test_no_acl_found_and_no_authorizer(store: EmbeddedMetadataStore, caplog: py
         everything.authorize(None, "h", "SUBJECT_READ", "x-value")
 
 
+def test_refuses_everything_until_the_authorizer_is_loaded(store: EmbeddedMetadataStore) -> None:
+    config = BrokerConfig({"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+                           "super.users": "User:admin"})
+    sec = SchemaRegistrySecurity.from_config(config, store.scram_credentials, None, https=False)
+    assert not sec.authorize("User:admin", "h", "READ", "orders-value")
+    sec.authorizer = AclAuthorizer({"User:admin"})  # as the broker sets it once the ACLs are loaded
+    assert sec.authorize("User:admin", "h", "READ", "orders-value")
+    assert not sec.authorize("User:alice", "h", "READ", "orders-value")
+
+
 # --- settings --------------------------------------------------------------------------------------------
 
 def test_authentication_setting(store: EmbeddedMetadataStore) -> None:
     assert BrokerConfig({})["pykbroker.schema.registry.authentication"] == "none"
     with pytest.raises(ConfigError, match="none, basic"):
         BrokerConfig({"pykbroker.schema.registry.authentication": "kerberos"})
+    with pytest.raises(ConfigError, match="needs the schema registry"):
+        BrokerConfig({"pykbroker.schema.registry.authentication": "basic"})
     config = BrokerConfig({"pykbroker.schema.registry.authentication": "basic",
-                           "connection.failed.authentication.delay.ms": "250"})
+                           "connection.failed.authentication.delay.ms": "250", **HTTPS})
     sec: RegistrySecurity = SchemaRegistrySecurity.from_config(config, store.scram_credentials, None, https=True)
     assert isinstance(sec, SchemaRegistrySecurity) and sec.basic and sec.failed_delay_s == 0.25
 
@@ -352,17 +367,20 @@ def test_listener_prefix_overrides_the_brokers_ssl_settings(pki: Pki) -> None:
     # The broker's own keystore is a client certificate (wrong for a server named localhost); the registry's
     # listener.name.schema_registry.* names the server one, and the broker's SSL listener keeps its own.
     config = BrokerConfig({"ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki.alice.pem),
-                           "listener.name.schema_registry.ssl.keystore.location": str(pki.server.pem)})
+                           "listener.name.schema_registry.ssl.keystore.location": str(pki.server.pem), **HTTPS})
     assert _handshake(server_ssl_context(config), _client(pki)) is None
     with pytest.raises(ConfigError, match="only ssl"):
-        BrokerConfig({"listener.name.schema_registry.sasl.enabled.mechanisms": "PLAIN"})
+        BrokerConfig({"listener.name.schema_registry.sasl.enabled.mechanisms": "PLAIN", **HTTPS})
+    with pytest.raises(ConfigError, match="applies to an https schema registry only"):
+        BrokerConfig({"listener.name.schema_registry.ssl.keystore.location": str(pki.server.pem),
+                      "pykbroker.schema.registry.listener": "http://127.0.0.1:8081"})
     with pytest.raises(ConfigError, match="not in 'listeners'"):
         BrokerConfig({"listener.name.other.ssl.keystore.location": str(pki.server.pem)})
 
 
 def test_client_auth_required_checks_client_certificates(pki: Pki) -> None:
     config = BrokerConfig({"ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki.server.pem),
-                           "listener.name.schema_registry.ssl.client.auth": "required",
+                           "listener.name.schema_registry.ssl.client.auth": "required", **HTTPS,
                            "ssl.truststore.type": "PEM", "ssl.truststore.location": str(pki.ca.cert_path)})
     ctx = server_ssl_context(config)
     assert ctx.verify_mode == ssl.CERT_REQUIRED
