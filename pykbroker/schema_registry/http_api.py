@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import unquote
 
 import httpx
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -97,7 +100,7 @@ class Call:
 
     @property
     def subject(self) -> str:
-        return str(self.request.path_params["subject"])
+        return path_subject(self.request) or ""
 
     @property
     def version(self) -> str:
@@ -109,6 +112,31 @@ class Call:
 
 
 Handler = Callable[[Call], Awaitable[Response]]
+
+ENCODED_SLASH = "%2F"
+_ENCODED_SLASH_RE = re.compile("%2f", re.IGNORECASE)
+
+
+def path_subject(request: Request) -> str | None:
+    """The subject of the path, a ``/`` in it sent as ``%2F`` (Protobuf references are registered under their
+    import path, e.g. ``common/address.proto``)."""
+    value = request.path_params.get("subject")
+    return None if value is None else str(value).replace(ENCODED_SLASH, "/")
+
+
+class _EncodedSlashes:
+    """Routes on the path with ``%2F`` kept encoded, so that a subject may contain ``/``: the server decodes
+    the path before routing, which would split such a subject into two path segments."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        raw = scope.get("raw_path") if scope.get("type") == "http" else None
+        if raw and b"%2f" in raw.lower():
+            text = raw.split(b"?", 1)[0].decode("latin-1")
+            scope = dict(scope, path=ENCODED_SLASH.join(unquote(part) for part in _ENCODED_SLASH_RE.split(text)))
+        await self.app(scope, receive, send)
 
 
 def build_app(backend: RegistryBackend, *, security: RegistrySecurity | None = None) -> Starlette:
@@ -126,7 +154,9 @@ def build_app(backend: RegistryBackend, *, security: RegistrySecurity | None = N
         url = backend.writer_url()
         if url is None:
             raise e.unknown_leader("Leader not known: no broker leads the _schemas partition now")
-        target = url.rstrip("/") + call.request.url.path
+        raw_path = call.request.scope.get("raw_path")
+        path = raw_path.split(b"?", 1)[0].decode("latin-1") if raw_path else call.request.url.path
+        target = url.rstrip("/") + path
         if call.request.url.query:
             target += "?" + call.request.url.query
         headers = {FORWARDED_HEADER: "1"}
@@ -186,7 +216,7 @@ def build_app(backend: RegistryBackend, *, security: RegistrySecurity | None = N
                                                     "message": str(exc) or "Unauthorized"}),
                                         status_code=401, media_type=CONTENT_TYPE,
                                         headers={"WWW-Authenticate": 'Basic realm="schema-registry"'})
-                    subject = None if global_scope else request.path_params.get("subject")
+                    subject = None if global_scope else path_subject(request)
                     host = request.client.host if request.client is not None else ""
                     if not security.authorize(principal, host, operation, subject):
                         return json_response({"error_code": e.FORBIDDEN,
@@ -412,6 +442,7 @@ def build_app(backend: RegistryBackend, *, security: RegistrySecurity | None = N
         if c is not None:
             await c.aclose()
 
-    app = Starlette(routes=routes, exception_handlers={HTTPException: not_found})
+    app = Starlette(routes=routes, exception_handlers={HTTPException: not_found},
+                    middleware=[Middleware(_EncodedSlashes)])
     app.state.close = close_client
     return app

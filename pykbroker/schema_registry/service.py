@@ -197,16 +197,22 @@ class SchemaRegistryService:
                 if await self.topic.ensure_async():
                     break
                 await anyio.sleep(TOPIC_RETRY_S)
-        tp = (self.topic.name, PARTITION)
+        tps = [(self.topic.name, PARTITION)]
+        waiters = self.replicas.fetch_waiters  # notified when the high watermark moves or the role changes
         for _ in range(1_000_000_000_000):  # the broker's lifetime; each round bounded by SYNC_WAIT_S
-            armed = self.replicas.fetch_waiters.arm([tp])
+            woken = anyio.Event()
+            waiters.register(tps, woken)  # before the catch-up: a move during it is not missed
             try:
-                await self._sync()
-            except e.RegistryError as exc:
-                log.warning("schema registry: cannot catch up with %(topic)s: %(error)s",
-                            {"topic": self.topic.name, "error": exc.message})
-            self.ready.set()
-            await armed.wait(SYNC_WAIT_S)
+                try:
+                    await self._sync()
+                except e.RegistryError as exc:
+                    log.warning("schema registry: cannot catch up with %(topic)s: %(error)s",
+                                {"topic": self.topic.name, "error": exc.message})
+                self.ready.set()
+                with anyio.move_on_after(SYNC_WAIT_S):
+                    await woken.wait()
+            finally:
+                waiters.unregister(tps, woken)
 
     # --- serving ---------------------------------------------------------------------------------------------
 

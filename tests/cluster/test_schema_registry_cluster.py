@@ -106,6 +106,7 @@ def test_killing_the_writer_mid_stream_loses_and_reuses_no_id(cluster: tuple[Clu
         assert schema_id is not None, f"registration {i} not acknowledged within {RETRY_DEADLINE_S} s\n{c.logs()}"
         acked[(subject, schema(i))] = schema_id
     assert len(set(acked.values())) == len(acked), "one id acknowledged for two schemas"
+    assert c.leaders(TOPIC)[0] != writer  # the registrations after the kill went to a new writer
     c.broker(writer).start()
     c.wait_registered(list(c.brokers), timeout=60)
     for broker_id, url in urls.items():

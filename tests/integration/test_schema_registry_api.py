@@ -166,6 +166,11 @@ TABLE: list[tuple[str, str, Any, int, Any]] = [
     ("POST", "/subjects/other/versions",
      {"schema": OUTER, "references": [{"name": "test.Inner", "subject": "inner", "version": 7}]}, 422, 42201),
     ("POST", "/subjects/other/versions", {"schema": OUTER}, 422, 42201),
+    # a subject with a "/" (as Protobuf imports are registered), sent as %2F
+    ("POST", "/subjects/dir%2Fx.proto/versions", {"schema": S4}, 200, {"id": 100}),
+    ("GET", "/subjects/dir%2Fx.proto/versions/latest", None, 200, {"subject": "dir/x.proto", "version": 1, "id": 100}),
+    ("GET", "/schemas/ids/100/subjects", None, 200, ["dir/x.proto", "imp"]),
+    ("DELETE", "/subjects/dir%2Fx.proto", None, 200, [1]),
     # bad input
     ("POST", "/subjects/x/versions", b"{not json", 400, 400),
     ("POST", "/subjects/x/versions", {"schema": "{\"type\": \"recrod\"}"}, 422, 42201),

@@ -42,7 +42,9 @@ def test_explicit_rack_node_id_log_dir_and_advertised_listeners() -> None:
                       "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
                       "advertised.listeners": "PLAINTEXT://kafka.example:19092",
                       "pykbroker.metrics.listener": "http://0.0.0.0:9404",
-                      "pykbroker.console.listener": "http://127.0.0.1:8080"})
+                      "pykbroker.console.listener": "http://127.0.0.1:8080",
+                      "pykbroker.schema.registry.listener": "https://0.0.0.0:8181",
+                      "pykbroker.schema.registry.advertised.listener": "https://registry.example:18181"})
     plans = plan_processes(c, 2, "ignored")
     second = plans[1].overrides
     assert "broker.id" not in second and second["node.id"] == "11"
@@ -52,6 +54,8 @@ def test_explicit_rack_node_id_log_dir_and_advertised_listeners() -> None:
     assert second["advertised.listeners"] == "PLAINTEXT://kafka.example:19093"
     assert second["pykbroker.metrics.listener"] == "http://0.0.0.0:9405"
     assert second["pykbroker.console.listener"] == "http://127.0.0.1:8081"
+    assert second["pykbroker.schema.registry.listener"] == "https://0.0.0.0:8182"
+    assert second["pykbroker.schema.registry.advertised.listener"] == "https://registry.example:18182"
     assert plans[1].probe == ("127.0.0.1", 9093)  # a wildcard listener is reached on loopback
 
 
@@ -74,6 +78,8 @@ def test_one_process_keeps_the_base_id_and_ports() -> None:
     (lambda: cfg(pykbroker_metrics_listener="http://127.0.0.1:9093"), 2, "would both listen on port 9093"),
     (lambda: cfg(pykbroker_console_listener="http://127.0.0.1:0"), 2, "console.listener' has port 0"),
     (lambda: cfg(pykbroker_console_listener="http://127.0.0.1:9093"), 2, "would both listen on port 9093"),
+    (lambda: cfg(pykbroker_schema_registry_listener="http://127.0.0.1:0"), 2, "registry.listener' has port 0"),
+    (lambda: cfg(pykbroker_schema_registry_listener="http://127.0.0.1:9093"), 2, "would both listen on port 9093"),
     (lambda: cfg(listeners="PLAINTEXT://127.0.0.1:65535"), 2, "above 65535"),
     (lambda: cfg(broker_id="2147483647"), 2, "above 2147483647"),
 ])
