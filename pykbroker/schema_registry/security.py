@@ -32,7 +32,7 @@ from pykbroker.security.authorizer import ANONYMOUS, AclOperation, Authorizer, R
 from pykbroker.security.authz import CLUSTER_NAME
 from pykbroker.security.principal import USER_TYPE, KafkaPrincipal
 from pykbroker.security.sasl.scram import MECHANISMS, MIN_ITERATIONS, ScramCredential, hi
-from pykbroker.security.tls import server_tls
+from pykbroker.security.tls import client_context, server_tls
 
 log = logging.getLogger("pykbroker.schema_registry.security")
 authz_log = logging.getLogger("pykbroker.authorizer")
@@ -324,6 +324,11 @@ class SchemaRegistrySecurity:
         """:func:`server_ssl_context` for an https registry listener, None for http."""
         return server_ssl_context(config) if self.https else None
 
+    def forward_context(self, config: Any) -> ssl.SSLContext | bool:
+        """How a broker checks the writer's https registry when it forwards a write: :func:`forward_ssl_context`;
+        True (the system's CAs) for an http registry."""
+        return forward_ssl_context(config) if self.https else True
+
 
 def server_ssl_context(config: Any) -> ssl.SSLContext:
     """The server context of the https registry listener: the broker's keystore and truststore settings
@@ -331,3 +336,11 @@ def server_ssl_context(config: Any) -> ssl.SSLContext:
     ``ssl.client.auth=required`` checks client certificates against the truststore. Raises
     :class:`pykbroker.security.tls.TlsConfigError` with the reason."""
     return server_tls(config, LISTENER_NAME).context
+
+
+def forward_ssl_context(config: Any) -> ssl.SSLContext:
+    """The client context of a broker forwarding a write to the writer's https registry: the writer's certificate
+    is checked against the truststore (the system's CAs without one) and its host name per
+    ``ssl.endpoint.identification.algorithm``; the keystore's certificate is presented, for writers that require
+    client certificates. The same ``listener.name.schema_registry.ssl.*`` overrides apply."""
+    return client_context(config, LISTENER_NAME)

@@ -172,6 +172,7 @@ class Broker:
                     https=parse_schema_registry_listener(config["pykbroker.schema.registry.listener"])[0] == "https")
                 self.schema_registry = SchemaRegistryService(config, self.store, self.replicas, self.topics,
                                                              security=self.schema_registry_security)
+                self.schema_registry.forward_verify = self.schema_registry_security.forward_context(config)
             except ValueError as e:  # TlsConfigError included: a keystore that cannot be loaded
                 raise StartupError(str(e)) from None
         self.shares: ShareCoordinator | None = None

@@ -7,6 +7,7 @@ The broker's first listener is PLAINTEXT with User:ANONYMOUS a super user (healt
 
 from __future__ import annotations
 
+import ssl
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -51,7 +52,7 @@ class Setup:
 
 def _registry_up(url: str, ca: Path) -> bool:
     try:
-        return httpx.get(url + "/", verify=str(ca), timeout=1.0).status_code == 401
+        return httpx.get(url + "/", verify=ssl.create_default_context(cafile=str(ca)), timeout=1.0).status_code == 401
     except httpx.HTTPError:
         return False
 
@@ -149,7 +150,8 @@ def test_wrong_password_and_unknown_user_get_401(setup: Setup) -> None:
         with pytest.raises(SchemaRegistryError) as refused:
             _client(setup, user, password).get_subjects()
         assert refused.value.http_status_code == 401
-    r = httpx.get(setup.registry + "/subjects", verify=str(setup.pki.ca.cert_path), timeout=TIMEOUT)
+    r = httpx.get(setup.registry + "/subjects", verify=ssl.create_default_context(cafile=str(setup.pki.ca.cert_path)),
+                  timeout=TIMEOUT)
     assert r.status_code == 401 and r.headers["www-authenticate"].lower().startswith("basic realm=")
     assert "failed authentication" in setup.broker.log() and "not-the-password" not in setup.broker.log()
 

@@ -21,6 +21,7 @@ from pykbroker.schema_registry.security import (
     MalformedAuthorization,
     SchemaRegistrySecurity,
     VerificationCache,
+    forward_ssl_context,
     parse_basic,
     server_ssl_context,
     subject_topic,
@@ -401,3 +402,20 @@ def test_security_gives_a_context_only_to_an_https_listener(pki: Pki, store: Emb
         config) is None
     ctx = SchemaRegistrySecurity.from_config(config, store.scram_credentials, None, https=True).ssl_context(config)
     assert ctx is not None and _handshake(ctx, _client(pki)) is None
+
+
+def test_forwarding_brokers_check_the_writer_and_present_their_certificate(pki: Pki) -> None:
+    """Brokers forward writes to the writer's https registry: the writer requires client certificates here, and the
+    forwarding broker presents its keystore's and checks the writer's against the truststore and host name."""
+    config = BrokerConfig({"ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki.server.pem),
+                           "ssl.truststore.type": "PEM", "ssl.truststore.location": str(pki.ca.cert_path),
+                           "ssl.client.auth": "required", **HTTPS})
+    forward = forward_ssl_context(config)
+    assert forward.check_hostname and forward.verify_mode == ssl.CERT_REQUIRED
+    assert _handshake(server_ssl_context(config), forward) is None
+    other = BrokerConfig({"ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki.untrusted.pem),
+                          "ssl.truststore.type": "PEM", "ssl.truststore.location": str(pki.ca.cert_path),
+                          "ssl.client.auth": "required", **HTTPS})
+    assert _handshake(server_ssl_context(config), forward_ssl_context(other)) is not None  # not the cluster's CA
+    sec = SchemaRegistrySecurity(basic=False, lookup=lambda user: {}, authorizer=None, https=False)
+    assert sec.forward_context(config) is True
