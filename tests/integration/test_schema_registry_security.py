@@ -172,3 +172,18 @@ def test_https_needs_the_ca(setup: Setup) -> None:
                                        "basic.auth.user.info": f"writer:{PASSWORDS['writer']}"})
     with pytest.raises(Exception, match="(?i)certificate"):
         untrusting.get_subjects()
+
+
+@pytest.mark.parametrize("overrides, reason", [
+    ({"pykbroker.schema.registry.listener": "https://127.0.0.1:{port}"}, "has no keystore"),
+    ({"pykbroker.schema.registry.listener": "https://127.0.0.1:{port}", "ssl.keystore.type": "PKCS12",
+      "ssl.keystore.location": "{p12}", "ssl.keystore.password": "not-the-password"}, "wrong password"),
+    ({"pykbroker.schema.registry.authentication": "basic"}, "needs the schema registry"),
+])
+def test_settings_that_cannot_work_refuse_to_start(tmp_path: Path, overrides: dict[str, str], reason: str) -> None:
+    pki = make_pki(tmp_path / "pki")
+    port = free_port()
+    b = BrokerProcess(tmp_path / "broker", {k: v.format(port=port, p12=pki.server.p12) for k, v in overrides.items()})
+    with pytest.raises(RuntimeError, match="broker exited") as failed:
+        b.start(timeout=TIMEOUT)
+    assert reason in str(failed.value)
