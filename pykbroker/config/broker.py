@@ -19,7 +19,9 @@ from pykbroker.config.parsing import (
     ENV_PREFIX,
     LISTENER_CONFIGS,
     LISTENER_PREFIX,
+    SCHEMA_REGISTRY_LISTENER,
     SECURITY_PROTOCOLS,
+    SSL_CONFIGS,
     ConfigError,
     Listener,
     check_supported,
@@ -208,7 +210,20 @@ class BrokerConfig:
         if self["zookeeper.connect"].strip() and any(a.port == 0 for a in self.advertised_listeners):
             raise ConfigError("configuration 'listeners' has port 0 (an ephemeral port), which cannot be registered "
                               "in ZooKeeper for other brokers and clients: give each listener its port")
+        registry = str(self["pykbroker.schema.registry.listener"] or "").strip()
+        if self["pykbroker.schema.registry.authentication"] != "none" and not registry:
+            raise ConfigError("configuration 'pykbroker.schema.registry.authentication' needs the schema registry: "
+                              "set 'pykbroker.schema.registry.listener'")
         for listener, key in self._listener_values:
+            if listener == SCHEMA_REGISTRY_LISTENER:
+                if key not in SSL_CONFIGS:
+                    raise ConfigError(f"configuration 'listener.name.{listener.lower()}.{key}': only ssl.* "
+                                      "settings apply to the schema registry's https listener")
+                if not registry.lower().startswith("https://"):
+                    raise ConfigError(f"configuration 'listener.name.{listener.lower()}.{key}' applies to an https "
+                                      "schema registry only: set 'pykbroker.schema.registry.listener' to "
+                                      "https://host:port")
+                continue
             if listener not in names:
                 raise ConfigError(f"configuration 'listener.name.{listener.lower()}.{key}' names a listener "
                                   "not in 'listeners'")

@@ -142,6 +142,11 @@ BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
         _D("allow.everyone.if.no.acl.found", "bool", False, "With an authorizer: allow an operation on a "
            "resource that has no ACL at all."),
         # --- end ACL authorizer ---
+        # --- schema registry security (pykbroker.schema_registry.security) ---
+        _D("pykbroker.schema.registry.authentication", "string", "none", "pykbroker: none, or basic: every "
+           "schema registry request needs HTTP basic credentials of a SCRAM user of the brokers (the users "
+           "pykbroker scram and AlterUserScramCredentials create).", one_of("none", "basic")),
+        # --- end schema registry security ---
         # --- TLS (pykbroker.security.tls); each also settable as listener.name.<l>.<key> ---
         _D("ssl.keystore.type", "string", "JKS", "PEM or PKCS12 (JKS, Kafka's default, is not implemented).",
            one_of("JKS", "PKCS12", "PEM")),

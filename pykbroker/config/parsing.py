@@ -381,6 +381,9 @@ SSL_CONFIGS: tuple[str, ...] = (
     "ssl.truststore.password", "ssl.truststore.certificates", "ssl.client.auth", "ssl.enabled.protocols",
     "ssl.protocol", "ssl.cipher.suites", "ssl.principal.mapping.rules", "ssl.endpoint.identification.algorithm")
 LISTENER_CONFIGS += SSL_CONFIGS
+# The listener name whose ssl.* keys (listener.name.schema_registry.ssl.*) apply to the https schema registry
+# listener only; it is not a Kafka listener, so it need not be in 'listeners'.
+SCHEMA_REGISTRY_LISTENER = "SCHEMA_REGISTRY"
 
 
 def valid_local_endpoints(v: Any) -> str | None:

@@ -276,21 +276,37 @@ def build_app(backend: RegistryBackend, *, security: RegistrySecurity | None = N
         assert security is not None
         return security.authorize(call.request.state.principal, call.request.state.host, operation, subject)
 
+    def _may_read_id(call: Call) -> None:
+        """A schema by id: READ on at least one subject holding it (Confluent's SCHEMA_READ rule)."""
+        if security is None:
+            return
+        if not any(_may(call, "READ", s) for s in reg().subjects_of_id(call.schema_id, deleted=True)):
+            raise e.RegistryError(403, e.FORBIDDEN, f"User {call.request.state.principal or 'ANONYMOUS'} is not "
+                                                    f"authorized to READ schema {call.schema_id}")
+
     async def schema_by_id(call: Call) -> Response:
+        _may_read_id(call)
         return json_response(reg().schema_by_id(call.schema_id, fmt=call.q("format")))
 
     async def schema_text_by_id(call: Call) -> Response:
+        _may_read_id(call)
         return Response(reg().schema_text_by_id(call.schema_id, fmt=call.q("format")), media_type=CONTENT_TYPE)
 
     async def subjects_of_id(call: Call) -> Response:
+        _may_read_id(call)
         subject = call.q("subject") or None
-        return json_response(_paged(call, reg().subjects_of_id(call.schema_id, subject=subject,
-                                                              deleted=call.flag("deleted"))))
+        out = reg().subjects_of_id(call.schema_id, subject=subject, deleted=call.flag("deleted"))
+        if security is not None:
+            out = [s for s in out if _may(call, "READ", s)]
+        return json_response(_paged(call, out))
 
     async def versions_of_id(call: Call) -> Response:
+        _may_read_id(call)
         subject = call.q("subject") or None
-        return json_response(_paged(call, reg().versions_of_id(call.schema_id, subject=subject,
-                                                              deleted=call.flag("deleted"))))
+        out = reg().versions_of_id(call.schema_id, subject=subject, deleted=call.flag("deleted"))
+        if security is not None:
+            out = [v for v in out if _may(call, "READ", v["subject"])]
+        return json_response(_paged(call, out))
 
     def _paged(call: Call, items: list[Any]) -> list[Any]:
         items = items[max(0, call.num("offset", 0)):]

@@ -36,6 +36,7 @@ from pykbroker.config import (
     effective_topic_config,
     log_config_for,
     parse_local_endpoints,
+    parse_schema_registry_listener,
 )
 from pykbroker.coordinator.group.service import OFFSETS_TOPIC, GroupCoordinator
 from pykbroker.coordinator.inter_broker import InterBrokerClients
@@ -53,6 +54,7 @@ from pykbroker.quotas import QuotaManager
 from pykbroker.replica.replica_manager import ReplicaManager
 from pykbroker.replica.topics import TopicManager
 from pykbroker.replication.client import BrokerClient
+from pykbroker.schema_registry.security import SchemaRegistrySecurity
 from pykbroker.schema_registry.service import SchemaRegistryService
 from pykbroker.security.acl_authorizer import AclAuthorizer, parse_super_users
 from pykbroker.security.sasl.client import on_connect_hook as sasl_on_connect_hook
@@ -161,10 +163,17 @@ class Broker:
             self.delays = self.services.delays = DelayService(config, self.store, self.replicas, self.topics)
             self.services.append_hooks.register(self.delays)
         self.schema_registry: SchemaRegistryService | None = None
+        self.schema_registry_security: SchemaRegistrySecurity | None = None
         if config["pykbroker.schema.registry.listener"]:  # Confluent's Schema Registry API (pykbroker/schema_registry)
             try:
-                self.schema_registry = SchemaRegistryService(config, self.store, self.replicas, self.topics)
-            except ValueError as e:
+                # SCRAM users and ACLs are the brokers'; the authorizer is set once it is loaded (_start_authorizer)
+                self.schema_registry_security = SchemaRegistrySecurity.from_config(
+                    config, self.store.scram_credentials, None,
+                    https=parse_schema_registry_listener(config["pykbroker.schema.registry.listener"])[0] == "https")
+                self.schema_registry = SchemaRegistryService(config, self.store, self.replicas, self.topics,
+                                                             security=self.schema_registry_security)
+                self.schema_registry.forward_verify = self.schema_registry_security.forward_context(config)
+            except ValueError as e:  # TlsConfigError included: a keystore that cannot be loaded
                 raise StartupError(str(e)) from None
         self.shares: ShareCoordinator | None = None
         if config["group.share.enable"]:  # share groups (pykbroker/coordinator/share)
@@ -262,6 +271,8 @@ class Broker:
         self.store.add_acl_listener(authorizer.load)
         authorizer.load(self.store.acls())
         self.services.authorizer = authorizer
+        if self.schema_registry_security is not None:
+            self.schema_registry_security.authorizer = authorizer
 
     def _start_store_only(self) -> None:
         if not self.cluster:
