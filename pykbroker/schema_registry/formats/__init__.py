@@ -6,53 +6,29 @@ Sans-I/O: nothing here touches the network or the broker, so the registry core c
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol
 
-SCHEMA_TYPES = ("AVRO", "PROTOBUF", "JSON")
-
-LEVELS = (
-    "NONE",
-    "BACKWARD",
-    "BACKWARD_TRANSITIVE",
-    "FORWARD",
-    "FORWARD_TRANSITIVE",
-    "FULL",
-    "FULL_TRANSITIVE",
+from pykbroker.schema_registry.formats.avro import AvroSchema
+from pykbroker.schema_registry.formats.base import (
+    LEVELS,
+    SCHEMA_TYPES,
+    InvalidReference,
+    InvalidSchema,
+    ParsedSchema,
 )
+from pykbroker.schema_registry.formats.json_schema import JsonSchema
+from pykbroker.schema_registry.formats.protobuf import ProtobufSchema
 
-
-class InvalidSchema(Exception):
-    """The schema text does not parse or violates its type's rules (HTTP 422, error code 42201)."""
-
-
-class InvalidReference(InvalidSchema):
-    """A reference the schema needs is missing or does not resolve (42201, as Confluent)."""
-
-
-class ParsedSchema(Protocol):
-    schema_type: str
-
-    def canonical(self) -> str: ...
-
-    def normalized(self) -> str: ...
-
-    def formatted(self, fmt: str) -> str: ...
-
+__all__ = ["LEVELS", "SCHEMA_TYPES", "InvalidReference", "InvalidSchema", "ParsedSchema", "check_compatibility",
+           "parse"]
 
 def parse(schema_type: str, text: str, references: Mapping[str, str]) -> ParsedSchema:
     """Parse `text` as `schema_type`; `references` maps each reference name to its schema text (transitively)."""
     kind = (schema_type or "AVRO").upper()
     if kind == "AVRO":
-        from pykbroker.schema_registry.formats.avro import AvroSchema
-
         return AvroSchema.parse(text, references)
     if kind == "PROTOBUF":
-        from pykbroker.schema_registry.formats.protobuf import ProtobufSchema
-
         return ProtobufSchema.parse(text, references)
     if kind == "JSON":
-        from pykbroker.schema_registry.formats.json_schema import JsonSchema
-
         return JsonSchema.parse(text, references)
     raise InvalidSchema(f"Invalid schema type {schema_type!r}: expected one of {', '.join(SCHEMA_TYPES)}")
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import fastavro.schema
 
-from pykbroker.schema_registry.formats import InvalidReference, InvalidSchema
+from pykbroker.schema_registry.formats.base import InvalidReference, InvalidSchema
 
 PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 _NAMED = frozenset({"record", "error", "enum", "fixed"})

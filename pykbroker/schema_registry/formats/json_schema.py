@@ -34,7 +34,7 @@ import referencing
 import referencing.exceptions
 import referencing.jsonschema
 
-from pykbroker.schema_registry.formats import InvalidReference, InvalidSchema
+from pykbroker.schema_registry.formats.base import InvalidReference, InvalidSchema
 
 _ANNOTATIONS = frozenset(
     {

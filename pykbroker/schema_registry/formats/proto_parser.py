@@ -18,7 +18,7 @@ from google.protobuf import descriptor_pb2, text_format
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
-from pykbroker.schema_registry.formats import InvalidSchema
+from pykbroker.schema_registry.formats.base import InvalidSchema
 
 FDP = descriptor_pb2.FieldDescriptorProto
 

@@ -45,7 +45,7 @@ from google.protobuf import (
 )
 from google.protobuf.message import DecodeError
 
-from pykbroker.schema_registry.formats import InvalidReference, InvalidSchema
+from pykbroker.schema_registry.formats.base import InvalidReference, InvalidSchema
 from pykbroker.schema_registry.formats.proto_parser import SCALAR_NAMES, parse_proto, print_proto, resolve_types
 from pykbroker.schema_registry.formats.proto_parser import type_symbols as _type_symbols
 
