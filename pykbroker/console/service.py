@@ -16,6 +16,7 @@ import anyio
 import anyio.to_thread
 import uvicorn
 
+from pykbroker import tcp
 from pykbroker.config import BrokerConfig, parse_console_listener
 from pykbroker.logsetup import fields
 from pykbroker.server.extra_services import BoundListener, StartedBroker
@@ -71,15 +72,7 @@ class ConsoleService:
         access, lst = choose_access(self.config, broker.listeners)
         metrics = f"http://127.0.0.1:{broker.metrics_port}/metrics" if broker.metrics_port else None
         self.console = Console(access, read_only=self.read_only, rates=MessagesInRate(metrics))
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((self.host, self.port))
-            sock.listen(128)
-        except OSError as e:
-            sock.close()
-            raise OSError(f"cannot listen on pykbroker.console.listener={self.listener}: {e.strerror or e}") from e
+        sock = tcp.listen(self.host, self.port, f"pykbroker.console.listener={self.listener}")
         self._sock = sock
         self.port = sock.getsockname()[1]
         logging.getLogger("uvicorn.error").setLevel(logging.WARNING)  # its start and stop lines repeat ours

@@ -23,6 +23,7 @@ import anyio
 import anyio.to_thread
 import uvicorn
 
+from pykbroker import tcp
 from pykbroker.config import BrokerConfig, parse_schema_registry_listener, schema_registry_advertised_url
 from pykbroker.logsetup import fields
 from pykbroker.metadata.store import MetadataStore
@@ -81,16 +82,7 @@ class SchemaRegistryService:
     def startup(self) -> None:
         """Before the broker registers: bind the listener (its URL goes into the registration), and with
         embedded metadata create ``_schemas``."""
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((self.host, self.port))
-            sock.listen(128)
-        except OSError as exc:
-            sock.close()
-            raise OSError(f"cannot listen on pykbroker.schema.registry.listener={self.listener}: "
-                          f"{exc.strerror or exc}") from exc
+        sock = tcp.listen(self.host, self.port, f"pykbroker.schema.registry.listener={self.listener}")
         self._sock = sock
         self.port = sock.getsockname()[1]
         listener = f"{self.scheme}://{f'[{self.host}]' if ':' in self.host else self.host}:{self.port}"
