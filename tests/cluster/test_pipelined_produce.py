@@ -22,7 +22,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from pykbroker.protocol import codec
-from pykbroker.protocol.records import build_batch
+from pykbroker.protocol.records import build_batch, iter_batches
 from tests.cluster.steady import read_all
 from tests.support.cluster import Cluster, metadata, raw_request, recv_exact, request_frame, wait_for
 
@@ -41,7 +41,8 @@ def pipelining_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clu
     # follower out.
     c = Cluster(tmp_path_factory.mktemp("pipelining"), 3,
                 overrides={"replica.lag.time.max.ms": str(LAG_MS), "zookeeper.session.timeout.ms": "30000",
-                           "pykbroker.max.inflight.requests.per.connection": "5"},
+                           "pykbroker.max.inflight.requests.per.connection": "5",
+                           "pykbroker.log.levels": "pykbroker.produce=DEBUG"},
                 broker_overrides={DROPPING_BROKER: {"pykbroker.fault.drop.produce.response": str(DROPS)}})
     with c:
         yield c
@@ -173,3 +174,93 @@ def test_idempotent_producer_keeps_every_record_once_and_in_order(pipelining_clu
     assert [v for _, v in by_offset] == values  # every record once, in the order produced
     assert [o for o, _ in by_offset] == list(range(count))
     assert dict(acked) == {v: where[0][1] for v, where in seen.items()}  # acknowledged where they are
+
+
+def _set_min_isr(cluster: Cluster, topic: str, value: int) -> None:
+    """Topic min.insync.replicas, written through the leader (broker 1) and waited for there."""
+    leader = cluster.broker(1).bootstrap
+    resp = raw_request(leader, 44, 1, {"validate_only": False, "resources": [
+        {"resource_type": 2, "resource_name": topic, "configs": [
+            {"name": "min.insync.replicas", "config_operation": 0, "value": str(value)}]}]})
+    assert [int(r.error_code) for r in resp.responses] == [NONE], resp
+
+    def applied() -> bool:
+        described = raw_request(leader, 32, 4, {"include_synonyms": False, "include_documentation": False,
+                                                "resources": [{"resource_type": 2, "resource_name": topic,
+                                                               "configuration_keys": ["min.insync.replicas"]}]})
+        return [c.value for c in described.results[0].configs] == [str(value)]
+    wait_for(applied, timeout=30, interval=0.05, what=f"min.insync.replicas={value} on the leader")
+
+
+def _appended(cluster: Cluster, broker: int, topic: str) -> int:
+    """Records in the broker's own log of partition 0, read from its segment files (beyond the HW too)."""
+    total = 0
+    for path in sorted((cluster.broker(broker).data_dir / "logs" / f"{topic}-0").glob("*.log")):
+        total += sum(h.last_offset_delta + 1 for h in iter_batches(path.read_bytes()))
+    return total
+
+
+def test_a_refused_batch_does_not_leave_a_gap_for_the_requests_behind_it(pipelining_cluster: Cluster) -> None:
+    """librdkafka answers an OUT_OF_ORDER_SEQUENCE_NUMBER for a batch behind the first unacknowledged one by
+    bumping its producer epoch and renumbering every record it still holds, including a batch the broker did
+    append but could not acknowledge: that batch is then appended twice.  Requests read behind a parked produce
+    are checked as they arrive, so a batch refused there (NOT_ENOUGH_REPLICAS while the ISR looked too small)
+    and the next one accepted (the ISR enough again) would leave exactly that gap; the batches behind a refused
+    one of the same producer on the connection get the same refusal instead, as they would if they had waited
+    for the parked produce."""
+    cluster = pipelining_cluster
+    topic = _create(cluster, [1, 2, 3], {"min.insync.replicas": "2"})
+    wait_for(lambda: _isr(cluster, topic, 1) == [1, 2, 3], timeout=30, what="a full ISR")
+    leader = cluster.broker(1)
+    producer = Producer({"bootstrap.servers": leader.bootstrap, "enable.idempotence": True, "acks": "all",
+                         "linger.ms": 0, "request.timeout.ms": 60000, "message.timeout.ms": 120000,
+                         "retry.backoff.ms": 100})
+    errors: list[str] = []
+    acked: dict[bytes, int] = {}
+
+    def delivered(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(str(err))
+        else:
+            acked[msg.value()] = msg.offset()
+
+    producer.produce(topic, b"m0", on_delivery=delivered)
+    assert producer.flush(30) == 0 and acked == {b"m0": 0}, errors
+    cluster.pause(2)
+    cluster.pause(3)
+    try:
+        # m1 is appended and waits for followers that do not fetch: after replica.lag.time.max.ms the ISR
+        # shrinks to the leader alone and m1 is answered NOT_ENOUGH_REPLICAS_AFTER_APPEND (possibly persisted).
+        producer.produce(topic, b"m1", on_delivery=delivered)
+        producer.poll(0)
+        wait_for(lambda: _appended(cluster, 1, topic) == 2, timeout=LAG_MS / 1000 / 3, interval=0.02,
+                 what="m1 appended on the leader")
+        # m2, read behind it while min.insync.replicas is above the ISR: refused before the append.
+        _set_min_isr(cluster, topic, 4)
+        producer.produce(topic, b"m2", on_delivery=delivered)
+        producer.poll(0)
+        wait_for(lambda: f"NOT_ENOUGH_REPLICAS for {topic}-0: the ISR [1, 2, 3]" in leader.log(), timeout=10,
+                 interval=0.02, what="m2 refused")
+        # m3, read behind both once the ISR is enough again: it continues m2's sequence, which is not in the log.
+        _set_min_isr(cluster, topic, 2)
+        producer.produce(topic, b"m3", on_delivery=delivered)
+        producer.poll(0)
+        answers = ("out_of_order_sequence_number", "as the batch before it")
+        wait_for(lambda: any(topic in line and any(a in line for a in answers)
+                             for line in leader.log().lower().splitlines()), timeout=10, interval=0.02,
+                 what="m3 answered")
+        assert _isr(cluster, topic, 1) == [1, 2, 3], "the ISR shrank before m3 was read: the scenario did not happen"
+        # The answers come in order once the ISR shrinks; the producer's next attempts are refused (ISR [1]).
+        wait_for(lambda: f"NOT_ENOUGH_REPLICAS for {topic}-0: the ISR [1] " in leader.log(), timeout=60,
+                 what="the producer's attempts after the answers")
+    finally:
+        cluster.resume(2)
+        cluster.resume(3)
+    assert producer.flush(60) == 0
+    assert not errors, errors
+    seen = read_all(leader.bootstrap, topic, 1)
+    twice = {v: where for v, where in seen.items() if len(where) > 1}
+    assert not twice, f"appended twice: {twice}"
+    assert sorted(seen) == [b"m0", b"m1", b"m2", b"m3"]
+    assert acked == {v: where[0][1] for v, where in seen.items()}
+    wait_for(lambda: _isr(cluster, topic, 1) == [1, 2, 3], timeout=60, what="the followers to rejoin")

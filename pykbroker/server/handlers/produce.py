@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import struct
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, cast
 
 import anyio
@@ -58,6 +60,83 @@ def _invalid_records(index: int, e: InvalidRecords) -> PartitionProduceResponse:
     if e.record_errors:
         out["record_errors"] = [{"batch_index": i, "batch_index_error_message": m} for i, m in e.record_errors]
     return out
+
+
+# A connection's pre-append refusals, by partition (Session.extra): see _refused_behind.
+_REFUSALS = "produce.refusals"
+# The batches of one producer still in flight behind a refused one: an idempotent producer keeps at most five
+# requests in flight on a connection (Kafka's limit with enable.idempotence), the refused one among them.
+_IN_FLIGHT_BEHIND = 4
+_SEQ_SPACE = 2**31
+# Refusals before the append that a producer retries, in order, with the same sequence numbers.
+_RETRIED_REFUSALS = frozenset({ErrorCode.not_enough_replicas, ErrorCode.not_leader_or_follower,
+                               ErrorCode.kafka_storage_error})
+_BATCH_IDENTITY = struct.Struct(">qhi")  # producer id, producer epoch, base sequence: bytes 43..57 of a v2 batch
+
+
+@dataclass(slots=True)
+class _Refusal:
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    error_code: ErrorCode
+    behind: int = _IN_FLIGHT_BEHIND
+
+
+def _batch_identity(records: bytes) -> tuple[int, int, int] | None:
+    """(producer id, epoch, base sequence) of an idempotent v2 batch; None for anything else."""
+    if len(records) < 61 or records[16] != 2:
+        return None
+    pid, epoch, seq = _BATCH_IDENTITY.unpack_from(records, 43)
+    return (pid, epoch, seq) if pid >= 0 and seq >= 0 else None
+
+
+def _remember_refusal(ctx: RequestContext, tp: tuple[str, int], records: bytes | None, code: ErrorCode) -> None:
+    """A batch refused before the append with an error its producer retries: the ones behind it are refused
+    alike (:func:`_refused_behind`)."""
+    if code not in _RETRIED_REFUSALS or not records:
+        return
+    identity = _batch_identity(records)
+    if identity is None:
+        return
+    refusals: dict[tuple[str, int], _Refusal] = ctx.session.extra.setdefault(_REFUSALS, {})
+    known = refusals.get(tp)
+    if known is not None and (known.producer_id, known.producer_epoch) == identity[:2] \
+            and not _after(known.base_sequence, identity[2]):
+        return  # an earlier batch of the producer was refused first: that is where its retries start
+    refusals[tp] = _Refusal(*identity, code)
+
+
+def _after(seq: int, than: int) -> bool:
+    return 0 < (seq - than) % _SEQ_SPACE < _SEQ_SPACE // 2
+
+
+def _refused_behind(ctx: RequestContext, tp: tuple[str, int], records: bytes | None
+                    ) -> PartitionProduceResponse | None:
+    """The refusal of a batch that continues the sequence of one refused before it on this connection.
+
+    Kafka processes a connection's requests one at a time, so the requests a producer pipelined behind a
+    refused one are checked right after it, against the same ISR and leadership, and almost always refused
+    alike.  Here they are checked as they arrive (a parked produce does not hold them back), and a refusal
+    followed by an acceptance would answer the later batch OUT_OF_ORDER_SEQUENCE_NUMBER: a gap the producer
+    made no mistake to cause.  librdkafka answers that by bumping its producer epoch and renumbering every
+    record it holds, a batch the broker appended but could not acknowledge among them, which it then appends
+    a second time.  So such a batch gets the same refusal; the producer retries them all, in order."""
+    refusals: dict[tuple[str, int], _Refusal] | None = ctx.session.extra.get(_REFUSALS)
+    if not refusals:
+        return None
+    known = refusals.get(tp)
+    if known is None:
+        return None
+    identity = _batch_identity(records) if records else None
+    if identity is None or (known.producer_id, known.producer_epoch) != identity[:2] \
+            or not _after(identity[2], known.base_sequence) or known.behind <= 0:
+        del refusals[tp]  # the retry of the refused batch (or another producer): checked as any batch
+        return None
+    known.behind -= 1
+    return _partition_error(tp[1], known.error_code,
+                            f"Refused as the batch before it (sequence {known.base_sequence}) of producer "
+                            f"{known.producer_id} on this connection, which is to be retried first")
 
 
 def _append(svc: Services, ctx: RequestContext, p: Partition, records: bytes, now: int,
@@ -256,16 +335,26 @@ async def handle_produce(svc: Services, ctx: RequestContext, req: Any
                 continue
             p = svc.replicas.partition(name, idx)
             if p is None and svc.replicas.is_offline(name, idx):  # its log dir failed, maybe before start
+                _remember_refusal(ctx, (name, idx), pd.records, ErrorCode.kafka_storage_error)
                 parts.append(_partition_error(idx, ErrorCode.kafka_storage_error))
                 continue
             if p is None or p.leader_id != svc.broker_id:
+                _remember_refusal(ctx, (name, idx), pd.records, ErrorCode.not_leader_or_follower)
                 parts.append(_partition_error(idx, ErrorCode.not_leader_or_follower))
+                continue
+            behind = _refused_behind(ctx, (name, idx), pd.records)
+            if behind is not None:
+                log.debug("produce refused", extra=fields(
+                    topic=name, partition=idx, client_id=ctx.header.client_id,
+                    error=ErrorCode(behind["error_code"]).name, reason=behind["error_message"]))
+                parts.append(behind)
                 continue
             min_isr = 1
             if acks == -1:
                 min_isr = int(rec.configs.get("min.insync.replicas", svc.config["min.insync.replicas"]))
                 if len(p.isr) < min_isr:
                     _min_isr_refused(svc, p, ErrorCode.not_enough_replicas, min_isr)
+                    _remember_refusal(ctx, (name, idx), pd.records, ErrorCode.not_enough_replicas)
                     parts.append(_partition_error(
                         idx, ErrorCode.not_enough_replicas,
                         f"The size of the current ISR {len(p.isr)} is insufficient to satisfy the min.isr "
@@ -283,6 +372,7 @@ async def handle_produce(svc: Services, ctx: RequestContext, req: Any
             if wait is not None:
                 await wait
                 if svc.replicas.partition(name, idx) is not p or p.leader_id != svc.broker_id:  # moved meanwhile
+                    _remember_refusal(ctx, (name, idx), records, ErrorCode.not_leader_or_follower)
                     parts.append(_partition_error(idx, ErrorCode.not_leader_or_follower))
                     continue
             try:
@@ -318,6 +408,7 @@ async def handle_produce(svc: Services, ctx: RequestContext, req: Any
                     reason=str(e)))
                 parts.append(_partition_error(idx, ErrorCode(e.error_code), str(e)))
             except KafkaStorageError as e:  # the log dir failed (KIP-112); nothing was appended
+                _remember_refusal(ctx, (name, idx), pd.records, ErrorCode.kafka_storage_error)
                 parts.append(_partition_error(idx, ErrorCode.kafka_storage_error, str(e)))
         responses.append({"name": name, "partition_responses": parts})
 
