@@ -35,6 +35,7 @@ from tests.nemesis.checker import (
     check,
     check_transactions,
 )
+from tests.nemesis.transactional import CommittedPositions
 
 SOURCE = Path(__file__).resolve().parent / "java" / "NemesisClient.java"
 PARTITIONS = 6
@@ -148,6 +149,7 @@ class JavaWorkload:
         self.seen = Observations()
         self.final: list[Record] = []
         self.final_output: list[Record] = []
+        self._positions: CommittedPositions | None = None  # the processors' committed offsets, for the drain
         self._proc: subprocess.Popen[str] | None = None
         self._reader: threading.Thread | None = None
         self._stderr: IO[bytes] | None = None
@@ -204,20 +206,29 @@ class JavaWorkload:
         return self.seen.unreported
 
     def drained(self) -> bool:
-        """Whether the group polled as many distinct values as were acknowledged, and committed transactions
-        processed every acknowledged value."""
-        return self.seen.consumed() >= len(self.seen.acked) and set(self.seen.acked) <= self.seen.processed()
+        """Whether the group polled as many distinct values as were acknowledged, and every acknowledged value was
+        processed by a committed transaction or passed by the processors' committed offsets."""
+        return self.seen.consumed() >= len(self.seen.acked) and not self._unprocessed()
+
+    def _unprocessed(self) -> dict[bytes, tuple[int, int]]:
+        done = self.seen.processed()
+        waiting = {v: po for v, po in list(self.seen.acked.items()) if v not in done}
+        if waiting and self._positions is None:
+            self._positions = CommittedPositions(self.bootstrap, f"{self.group}-rpw", self.topic, PARTITIONS)
+        return self._positions.not_passed(waiting) if self._positions is not None else waiting
 
     def pending(self) -> dict[str, Any]:
         """What the drain still waits for."""
-        done = self.seen.processed()
-        unprocessed = sorted((p, o or 0) for v, (p, o) in list(self.seen.acked.items()) if v not in done)
+        unprocessed = sorted((p, o or 0) for p, o in self._unprocessed().values())
         return {"polled": self.seen.consumed(), "acknowledged": len(self.seen.acked),
                 "unprocessed": len(unprocessed), "unprocessed_examples": unprocessed[:10],
                 "running": self.running(), "exit": self.exit_status()}
 
     def stop(self) -> None:
         """Close the clients (bounded) and wait for the JVM; killed if it does not exit in time."""
+        if self._positions is not None:
+            self._positions.close()
+            self._positions = None
         proc = self._proc
         if proc is None:
             return

@@ -387,6 +387,35 @@ class ShareWorker:
         self._thread.join(3 * CLIENT_TIMEOUT)
 
 
+class CommittedPositions:
+    """A read-process-write group's committed offsets, for the drain after the faults. An input counts as done
+    once a committed transaction processed it, or once the group's committed offset is past it: a transaction
+    whose commit the client could not confirm (outcome unknown) may have committed after all, and then no
+    transaction will ever process its inputs again. Which of those happened is for the checks over the output
+    read back (each acknowledged input once in the committed output), not for the wait."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, partitions: int) -> None:
+        self.topic, self.partitions = topic, partitions
+        # read_committed: OffsetFetch with require_stable, so a pending transactional commit settles first.
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                                  "isolation.level": "read_committed", "broker.address.family": "v4"})
+
+    def not_passed(self, waiting: dict[bytes, tuple[int, int]]) -> dict[bytes, tuple[int, int]]:
+        """The inputs of ``waiting`` (value -> partition, offset) the group's committed offsets have not passed."""
+        if not waiting:
+            return waiting
+        try:
+            got = self.consumer.committed([TopicPartition(self.topic, p) for p in range(self.partitions)],
+                                          timeout=10)
+        except KafkaException:
+            return waiting
+        passed = {tp.partition: tp.offset for tp in got if tp.error is None and tp.offset >= 0}
+        return {v: (p, o) for v, (p, o) in waiting.items() if o is None or o < 0 or o >= passed.get(p, -1)}
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
 class SideLoad:
     """The transactional and share-group workloads of one seed: topics, clients, the drain after the faults,
     the checks and what to write down."""
@@ -408,6 +437,7 @@ class SideLoad:
         self.feed = Writer(bootstrap, self.source, f"{tag}-in", rate=20, max_seconds=max_seconds)
         self.share_feed = Writer(bootstrap, self.shared, f"{tag}-share", rate=20, max_seconds=max_seconds)
         group = f"nemesis-rpw-{tag}"
+        self.positions = CommittedPositions(bootstrap, group, self.source, PARTITIONS)
         self.processors = [Processor(bootstrap, self.source, self.sink, group, f"processor-{i}", f"{seed}-p{i}",
                                      max_seconds) for i in (1, 2)]
         half = KV_PARTITIONS // 2
@@ -451,20 +481,21 @@ class SideLoad:
     def drained(self) -> bool:
         """Whether every acknowledged input went through a committed transaction and every acknowledged share
         record was delivered."""
+        return not self._unprocessed() and set(self.share_feed.acked.values()) <= {
+            (p, o) for _, _, p, o in self.sharer.delivered}
+
+    def _unprocessed(self) -> dict[bytes, tuple[int, int]]:
+        """Acknowledged inputs no committed transaction processed and the group's offsets have not passed."""
         done: set[bytes] = set()
         for p in self.processors:
             done |= p.processed()
-        delivered = {(p, o) for _, _, p, o in self.sharer.delivered}
-        return set(self.feed.acked) <= done and set(self.share_feed.acked.values()) <= delivered
+        return self.positions.not_passed({v: po for v, po in self.feed.acked.items() if v not in done})
 
     def pending(self) -> dict[str, Any]:
         """What the drain still waits for: acknowledged inputs no committed transaction processed, acknowledged
         share records never delivered (a few of each, with their partition and offset)."""
-        done: set[bytes] = set()
-        for p in self.processors:
-            done |= p.processed()
         delivered = {(p, o) for _, _, p, o in self.sharer.delivered}
-        inputs = sorted(po for v, po in self.feed.acked.items() if v not in done)
+        inputs = sorted(self._unprocessed().values())
         share = sorted(po for po in self.share_feed.acked.values() if po not in delivered)
         return {"unprocessed_inputs": len(inputs), "unprocessed_examples": inputs[:10],
                 "undelivered_share_records": len(share), "undelivered_examples": share[:10]}
@@ -477,6 +508,7 @@ class SideLoad:
         for w in workers:
             w.stop()
         self.feed.close()  # no client may outlive the cluster's network (see campaign.run)
+        self.positions.close()
         self.share_feed.close()
 
     def read_final(self) -> None:
