@@ -153,7 +153,8 @@ class Registry:
         self.subjects: dict[str, dict[int, Version]] = {}
         self.ids: dict[int, SchemaKey] = {}
         self.by_key: dict[SchemaKey, int] = {}
-        self._users: dict[int, int] = {}  # versions (soft-deleted included) naming each id
+        # The versions (soft-deleted included) naming each id: a lookup by id reads them, not every version.
+        self._by_id: dict[int, dict[tuple[str, int], Version]] = {}
         self.max_id = 0  # the highest id ever seen, hard-deleted ones included: never handed out again
         self.configs: dict[str | None, ConfigValue] = {}
         self.modes: dict[str | None, str] = {}
@@ -212,7 +213,7 @@ class Registry:
             log.warning("_schemas names id %(id)d for two different schemas; keeping the first",
                         {"id": sv.id, "subject": sv.subject, "version": sv.version})
         self.by_key.setdefault(v.key, sv.id)
-        self._users[sv.id] = self._users.get(sv.id, 0) + 1
+        self._by_id.setdefault(sv.id, {})[(sv.subject, sv.version)] = v
         self.max_id = max(self.max_id, sv.id)
 
     def _drop_version(self, subject: str, version: int) -> None:
@@ -222,11 +223,11 @@ class Registry:
         v = versions.pop(version)
         if not versions:
             del self.subjects[subject]
-        left = self._users.get(v.id, 1) - 1
-        if left > 0:
-            self._users[v.id] = left
+        users = self._by_id.get(v.id, {})
+        users.pop((subject, version), None)
+        if users:
             return
-        self._users.pop(v.id, None)
+        self._by_id.pop(v.id, None)
         key = self.ids.pop(v.id, None)
         if key is not None and self.by_key.get(key) == v.id:
             del self.by_key[key]
@@ -430,8 +431,8 @@ class Registry:
         return sorted(ids)
 
     def _versions_with_id(self, schema_id: int, *, deleted: bool) -> list[Version]:
-        return sorted((v for versions in self.subjects.values() for v in versions.values()
-                       if v.id == schema_id and (deleted or not v.deleted)), key=lambda v: (v.subject, v.version))
+        return sorted((v for v in self._by_id.get(schema_id, {}).values() if deleted or not v.deleted),
+                      key=lambda v: (v.subject, v.version))
 
     def _any_version_with_id(self, schema_id: int) -> Version:
         versions = self._versions_with_id(schema_id, deleted=True)
