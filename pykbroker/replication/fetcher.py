@@ -350,6 +350,8 @@ class ReplicaFetcherManager:
         """Our LEO is outside the leader's log: ask it for its range and truncate into it."""
         p = st.partition
         latest = await self._list_offset(client, st, LATEST)
+        if self._states.get(p.tp) is not st:
+            return  # a role change meanwhile (leader here, or another leader): the answer is not about our log
         lg = p.log
         if latest is not None and latest < lg.log_end_offset:
             log.info("Truncating %(topic)s-%(partition)d to the leader's end %(latest)d (LEO was %(log_end_offset)d)",
@@ -358,6 +360,8 @@ class ReplicaFetcherManager:
             p.high_watermark = min(p.high_watermark, lg.log_end_offset)
             return
         earliest = await self._list_offset(client, st, EARLIEST)
+        if self._states.get(p.tp) is not st:
+            return
         if earliest is not None and earliest > lg.log_end_offset:
             log.info("Restarting %(topic)s-%(partition)d at the leader's log start %(earliest)d (LEO was "
                      "%(log_end_offset)d)",

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
+import anyio
 import pytest
 
 from pykbroker.protocol.records import InvalidRecords, build_batch, iter_batches, validate_for_append
 from pykbroker.replica.replica_manager import ReplicaManager
+from pykbroker.replication.fetcher import FetchSettings, ReplicaFetcherManager
 from pykbroker.storage.log import Log
 from pykbroker.storage.log_config import LogConfig
 from pykbroker.storage.log_manager import (
@@ -166,3 +170,33 @@ def test_truncating_at_the_log_end_drops_an_epoch_never_written(tmp_path: Path) 
     lg.truncate_to(5)  # beyond the end: nothing at all changes
     assert lg.log_end_offset == 3 and lg.leader_epoch_cache.latest_epoch() == 1
     lg.close()
+
+
+def test_out_of_range_handling_leaves_a_partition_that_became_leader_meanwhile(tmp_path: Path) -> None:
+    """The follower asks the leader for its log's range (ListOffsets) when its fetch offset is out of range. If
+    this broker becomes the partition's leader while that answer is awaited, the answer is about a log that is no
+    longer ours to follow: truncating to it would drop what this broker appended as leader since."""
+    lm = LogManager([tmp_path], LogConfig())
+    lm.startup()
+    lm.startup_complete()
+    rm = ReplicaManager(2, lm)
+    rm.set_cluster(lambda _b: None, _never_writes)
+    p = rm.make_follower("t", 0, LogConfig(), leader_id=1, leader_epoch=0, replicas=[1, 2], isr=[1, 2])
+    assert p is not None
+    _append(p.log, 5)
+    fetcher = ReplicaFetcherManager(rm, FetchSettings(broker_id=2))
+    fetcher.add(p)
+    state = fetcher._states[p.tp]
+
+    class LeaderAnswering:
+        """The old leader's ListOffsets answer (its log end: 2), arriving after this broker took over."""
+
+        async def request(self, api_key: int, version: int, body: dict[str, Any]) -> Any:
+            fetcher.remove(p.tp)  # the controller made this broker the leader meanwhile
+            _append(p.log, 3)  # and a producer appended to it
+            part = SimpleNamespace(error_code=0, partition_index=0, offset=2)
+            return SimpleNamespace(topics=[SimpleNamespace(partitions=[part])])
+
+    anyio.run(fetcher._handle_out_of_range, LeaderAnswering(), state)
+    assert p.log.log_end_offset == 8
+    lm.shutdown()
