@@ -98,16 +98,16 @@ class ConfigDef:
 LOCAL_ENDPOINTS = "pykbroker.local.broker.endpoints"
 
 
-def _parse_http_listener(key: str, value: str, *, paths: tuple[str, ...], no_tls: str, path_rule: str,
-                         example: str) -> tuple[str, int]:
-    """``http://host:port`` (or ``host:port``) of an HTTP endpoint the broker serves → (host, port)."""
+def _parse_http_listener(key: str, value: str, *, paths: tuple[str, ...], scheme_rule: str, path_rule: str,
+                         example: str, https: bool = False, hint: str = "") -> tuple[str, str, int]:
+    """``http://host:port`` (or ``host:port``; ``https://`` where ``https``) of an HTTP endpoint the broker serves
+    → (scheme, host, port). Raises ValueError, saying why."""
     text = value.strip()
     if "://" not in text:
         text = "http://" + text
     parts = urlsplit(text)
-    if parts.scheme != "http":
-        raise ValueError(f"{key} must be http://host:port, not {value!r} (no TLS on the {no_tls}; put a proxy in "
-                         "front if it needs one)")
+    if parts.scheme not in (("http", "https") if https else ("http",)):
+        raise ValueError(f"{key} must be {scheme_rule}, not {value!r}{hint}")
     if parts.path not in paths or parts.query:
         raise ValueError(f"{key} {value!r}: {path_rule}")
     try:
@@ -116,41 +116,34 @@ def _parse_http_listener(key: str, value: str, *, paths: tuple[str, ...], no_tls
         port = None
     if port is None or not parts.hostname:
         raise ValueError(f"{key} {value!r} needs a host and a port, e.g. {example}")
-    return parts.hostname, port
+    return parts.scheme, parts.hostname, port
 
 
 def parse_metrics_listener(value: str) -> tuple[str, int]:
     """``http://host:port`` (or ``host:port``) → (host, port). Raises ValueError, saying why."""
-    return _parse_http_listener("pykbroker.metrics.listener", value, paths=("", "/", "/metrics"),
-                                no_tls="metrics endpoint", path_rule="the path is always /metrics",
-                                example="http://0.0.0.0:9404")
+    _, host, port = _parse_http_listener(
+        "pykbroker.metrics.listener", value, paths=("", "/", "/metrics"), path_rule="the path is always /metrics",
+        scheme_rule="http://host:port", hint=" (no TLS on the metrics endpoint; put a proxy in front if it needs one)",
+        example="http://0.0.0.0:9404")
+    return host, port
 
 
 def parse_console_listener(value: str) -> tuple[str, int]:
     """``http://host:port`` (or ``host:port``) of the web console → (host, port). Raises ValueError, saying why."""
-    return _parse_http_listener("pykbroker.console.listener", value, paths=("", "/"), no_tls="console",
-                                path_rule="the console is served at /, give no path", example="http://127.0.0.1:8080")
+    _, host, port = _parse_http_listener(
+        "pykbroker.console.listener", value, paths=("", "/"), path_rule="the console is served at /, give no path",
+        scheme_rule="http://host:port", hint=" (no TLS on the console; put a proxy in front if it needs one)",
+        example="http://127.0.0.1:8080")
+    return host, port
 
 
 def parse_schema_registry_listener(value: str, key: str = "pykbroker.schema.registry.listener"
                                    ) -> tuple[str, str, int]:
     """``http://host:port`` or ``https://host:port`` of the schema registry → (scheme, host, port). Raises
     ValueError, saying why."""
-    text = value.strip()
-    if "://" not in text:
-        text = "http://" + text
-    parts = urlsplit(text)
-    if parts.scheme not in ("http", "https"):
-        raise ValueError(f"{key} must be http://host:port or https://host:port, not {value!r}")
-    if parts.path not in ("", "/") or parts.query:
-        raise ValueError(f"{key} {value!r}: the registry is served at /, give no path")
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    if port is None or not parts.hostname:
-        raise ValueError(f"{key} {value!r} needs a host and a port, e.g. http://0.0.0.0:8081")
-    return parts.scheme, parts.hostname, port
+    return _parse_http_listener(key, value, paths=("", "/"), https=True,
+                                scheme_rule="http://host:port or https://host:port",
+                                path_rule="the registry is served at /, give no path", example="http://0.0.0.0:8081")
 
 
 def schema_registry_advertised_url(listener: str, advertised: str) -> str:

@@ -884,7 +884,7 @@ class ZkMetadataStore(MetadataStore):
         # The assignment znodes as ZooKeeper has them after a sync (see MetadataStore.read_reassignments).
         out: dict[str, dict[int, Reassignment]] = {}
         with self._unavailable():
-            self.zk.sync(zl.BROKER_TOPICS)  # one sync: this session's reads then see every write committed until now
+            self.zk.sync(zl.BROKER_TOPICS)  # one sync: the reads after it see every write committed until now
             for name in names:
                 try:
                     assignment, _ = read_assignment(self.zk, name)
